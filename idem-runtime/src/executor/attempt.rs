@@ -1,0 +1,96 @@
+//! One attempt: the handler under a timeout, with panics caught and the lease renewed.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use serde_json::Value;
+
+use crate::identity::IdemKey;
+use crate::store::{ClaimToken, IdemStore};
+use crate::tool::ToolError;
+
+/// How an attempt ended, as the executor saw it.
+pub(crate) enum AttemptEnd {
+    /// The handler returned.
+    Returned(Result<Value, ToolError>),
+    /// The handler panicked (message).
+    Panicked(String),
+    /// The timeout passed; the handler may still be running (returned so the caller can
+    /// keep it as a late-result watcher).
+    TimedOut(CaughtFuture),
+}
+
+pub(crate) type CaughtFuture = BoxFuture<'static, Result<Result<Value, ToolError>, String>>;
+
+/// Wraps a handler future so a panic becomes a value.
+pub(crate) fn catch(fut: BoxFuture<'static, Result<Value, ToolError>>) -> CaughtFuture {
+    Box::pin(
+        AssertUnwindSafe(fut)
+            .catch_unwind()
+            .map(|r| r.map_err(panic_message)),
+    )
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+/// Who to renew the lease with, while the handler runs.
+pub(crate) struct Lease<'a> {
+    pub(crate) store: &'a Arc<dyn IdemStore>,
+    pub(crate) key: &'a IdemKey,
+    pub(crate) token: ClaimToken,
+    pub(crate) lease: Duration,
+}
+
+/// Runs `fut` until it ends or `timeout` passes, renewing `lease` (if any) at a third of its
+/// length so only a dead or stuck worker's claim ever expires.
+pub(crate) async fn run(
+    mut fut: CaughtFuture,
+    timeout: Duration,
+    lease: Option<Lease<'_>>,
+) -> AttemptEnd {
+    let deadline = tokio::time::Instant::now() + timeout;
+    // A lease that outlasts the deadline needs no renewal during this attempt.
+    let renew_every = lease
+        .as_ref()
+        .map(|l| (l.lease / 3).max(Duration::from_millis(10)))
+        .filter(|every| *every < timeout);
+    loop {
+        let next_renewal = renew_every.map(|e| tokio::time::Instant::now() + e);
+        let wake = match next_renewal {
+            Some(r) if r < deadline => r,
+            _ => deadline,
+        };
+        tokio::select! {
+            biased;
+            out = &mut fut => {
+                return match out {
+                    Ok(r) => AttemptEnd::Returned(r),
+                    Err(msg) => AttemptEnd::Panicked(msg),
+                };
+            }
+            _ = tokio::time::sleep_until(wake) => {
+                if wake >= deadline {
+                    return AttemptEnd::TimedOut(fut);
+                }
+                if let Some(l) = &lease {
+                    if let Err(e) = l.store.renew(l.key, l.token, l.lease).await {
+                        // The handler keeps running: stopping it now would not undo an effect.
+                        // Settling later will be refused if someone took over; that is logged.
+                        tracing::warn!(key = %l.key, error = %e, "could not renew the claim's lease");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! Run: the write executor (claim → run → classify → settle) and the read executor.
+
+mod attempt;
+mod retry;
+
+pub use retry::RetryPolicy;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::error::CallError;
+use crate::identity::{IdemKey, KeyMaterial};
+use crate::outcome::{Outcome, OutcomeClass};
+use crate::registry::call::ToolCall;
+use crate::store::{
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Record, RecordState,
+    Settlement, Timestamp,
+};
+use crate::tool::erased::{Ctx, Decoded};
+use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
+use attempt::{AttemptEnd, CaughtFuture, Lease};
+
+/// What the executor needs besides the tool: the store, the clock, and its policies.
+#[derive(Clone, Debug)]
+pub(crate) struct Executor {
+    pub(crate) store: Arc<dyn IdemStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) in_flight_wait: Duration,
+}
+
+/// The executor's account of a call, before it becomes a `ToolResult`.
+pub(crate) struct Executed {
+    pub(crate) key: Option<IdemKey>,
+    pub(crate) result: Result<Outcome, CallError>,
+    pub(crate) replayed: bool,
+    pub(crate) attempts: u32,
+}
+
+impl Executed {
+    fn refused(key: Option<IdemKey>, e: CallError) -> Self {
+        Executed {
+            key,
+            result: Err(e),
+            replayed: false,
+            attempts: 0,
+        }
+    }
+}
+
+/// The outcome a saved record replays as.
+pub(crate) fn replay(record: &Record) -> Outcome {
+    let message = || record.message.clone().unwrap_or_default();
+    match record.state {
+        RecordState::Completed if record.result_expired => Outcome::ResultExpired {
+            was: OutcomeClass::Completed,
+        },
+        RecordState::Failed if record.result_expired => Outcome::ResultExpired {
+            was: OutcomeClass::Failed,
+        },
+        RecordState::Completed => Outcome::Completed {
+            output: record.payload.clone().unwrap_or(Value::Null),
+        },
+        RecordState::Failed => Outcome::Failed {
+            message: message(),
+            downstream_ref: record.downstream_ref.clone(),
+        },
+        RecordState::Pending => Outcome::Pending {
+            downstream_ref: record.downstream_ref.clone().unwrap_or_default(),
+            detail: record.payload.clone(),
+        },
+        RecordState::Unknown => Outcome::Unknown { reason: message() },
+        RecordState::Escalated => Outcome::Escalated { reason: message() },
+        // Only reached if a store reports a running record as settled; report honestly.
+        RecordState::Running => Outcome::Unknown {
+            reason: "still running in another call".to_owned(),
+        },
+    }
+}
+
+/// The settlement a handler's (or a late handler's) result becomes. `None` for "rejected
+/// before execution", which releases instead of settling.
+fn settlement_of(result: &Result<Value, ToolError>) -> Option<Settlement> {
+    Some(match result {
+        Ok(output) => Settlement::new(RecordState::Completed).payload(output.clone()),
+        Err(ToolError::Rejected { .. }) => return None,
+        Err(ToolError::Failed {
+            message,
+            downstream_ref,
+        }) => {
+            let s = Settlement::new(RecordState::Failed).message(message.clone());
+            match downstream_ref {
+                Some(r) => s.downstream_ref(r.clone()),
+                None => s,
+            }
+        }
+        Err(ToolError::Pending {
+            downstream_ref,
+            detail,
+        }) => {
+            let s = Settlement::new(RecordState::Pending).downstream_ref(downstream_ref.clone());
+            match detail {
+                Some(d) => s.payload(d.clone()),
+                None => s,
+            }
+        }
+        Err(ToolError::Unknown { message }) => {
+            Settlement::new(RecordState::Unknown).message(message.clone())
+        }
+    })
+}
+
+fn class_of_result(result: &Result<Value, ToolError>) -> OutcomeClass {
+    match result {
+        Ok(_) => OutcomeClass::Completed,
+        Err(ToolError::Rejected { .. }) => OutcomeClass::Rejected,
+        Err(ToolError::Failed { .. }) => OutcomeClass::Failed,
+        Err(ToolError::Pending { .. }) => OutcomeClass::Pending,
+        Err(ToolError::Unknown { .. }) => OutcomeClass::Unknown,
+    }
+}
+
+fn outcome_of(result: Result<Value, ToolError>) -> Outcome {
+    match result {
+        Ok(output) => Outcome::Completed { output },
+        Err(ToolError::Rejected { message }) => Outcome::Rejected { message },
+        Err(ToolError::Failed {
+            message,
+            downstream_ref,
+        }) => Outcome::Failed {
+            message,
+            downstream_ref,
+        },
+        Err(ToolError::Pending {
+            downstream_ref,
+            detail,
+        }) => Outcome::Pending {
+            downstream_ref,
+            detail,
+        },
+        Err(ToolError::Unknown { message }) => Outcome::Unknown { reason: message },
+    }
+}
+
+impl Executor {
+    /// Runs a write: derive key → claim → run under timeout → classify → settle.
+    pub(crate) async fn write(
+        &self,
+        tool: &DynTool,
+        call: &ToolCall,
+        args: &Value,
+        decoded: Decoded,
+    ) -> Executed {
+        let spec = tool.spec();
+        let Some(identity) = decoded.identity.as_ref() else {
+            return Executed::refused(
+                None,
+                CallError::InvalidArgs {
+                    tool: spec.name().to_owned(),
+                    message: "arguments have no identity".to_owned(),
+                },
+            );
+        };
+        let material = match (&call.intent, &identity.key_fields) {
+            (Some(intent), _) => KeyMaterial::Intent(intent),
+            (None, Some(fields)) => KeyMaterial::Fields(fields),
+            (None, None) => KeyMaterial::Args(&identity.canonical),
+        };
+        let key = IdemKey::derive(&call.scope, spec.name(), material);
+        tracing::Span::current().record("key", key.as_str());
+        let req = ClaimRequest {
+            key: key.clone(),
+            fingerprint: identity.fingerprint,
+            tool: spec.name().to_owned(),
+            lease: spec.lease_duration(),
+        };
+
+        let mut waited = false;
+        let token = loop {
+            let claimed = match self.store.claim(&req).await {
+                Ok(c) => c,
+                Err(e) => return Executed::refused(Some(key), CallError::Store(e)),
+            };
+            match claimed {
+                ClaimOutcome::Claimed(token) => break token,
+                ClaimOutcome::Mismatch(record) => {
+                    tracing::warn!(key = %key, tool = spec.name(), state = %record.state,
+                        "same key, changed parameters: refused");
+                    return Executed::refused(
+                        Some(key),
+                        CallError::ChangedParams { key: record.key },
+                    );
+                }
+                ClaimOutcome::Existing(record) if record.state == RecordState::Running => {
+                    if waited {
+                        return Executed::refused(Some(key.clone()), CallError::InFlight { key });
+                    }
+                    waited = true;
+                    if let Err(e) = self.store.wait_settled(&key, self.in_flight_wait).await {
+                        return Executed::refused(Some(key), CallError::Store(e));
+                    }
+                    // Claim again: the record may now be settled (replay), released (ours to
+                    // run), or still running (in flight).
+                }
+                ClaimOutcome::Existing(record) => {
+                    return Executed {
+                        key: Some(key),
+                        result: Ok(replay(&record)),
+                        replayed: true,
+                        attempts: 0,
+                    };
+                }
+            }
+        };
+        self.run_claimed(tool, call, args, decoded, key, token)
+            .await
+    }
+
+    async fn run_claimed(
+        &self,
+        tool: &DynTool,
+        call: &ToolCall,
+        args: &Value,
+        decoded: Decoded,
+        key: IdemKey,
+        token: ClaimToken,
+    ) -> Executed {
+        let spec = tool.spec();
+        let claimed_at = self.clock.now();
+        let keyed = spec.downstream_kind() == Downstream::Keyed;
+        let max_attempts = if keyed {
+            self.retry.max_attempts.max(1)
+        } else {
+            1
+        };
+        let mut typed = Some(decoded.typed);
+        let mut evidence = Vec::new();
+        let mut attempt = 1;
+        loop {
+            let args_for_attempt = match typed.take() {
+                Some(t) => t,
+                // Attempts after the first decode again: deserialization is deterministic,
+                // and `Args` need not be `Clone`.
+                None => match tool.decode(args) {
+                    Ok(d) => d.typed,
+                    Err(e) => {
+                        // Decoded a moment ago; a custom `Deserialize` disagrees with itself.
+                        // The earlier attempt stays unknown: that must not become "rejected".
+                        let result = Err(ToolError::unknown(format!(
+                            "arguments no longer decode for a retry: {e:?}"
+                        )));
+                        return self.settle(key, token, result, evidence, attempt - 1).await;
+                    }
+                },
+            };
+            let started_at = self.clock.now();
+            let deadline = tokio::time::Instant::now() + spec.timeout_duration();
+            let ctx = WriteCtx::new(
+                ReadCtx::new(
+                    call.scope.clone(),
+                    call.call_id.clone(),
+                    spec.name().to_owned(),
+                    deadline,
+                    attempt,
+                ),
+                key.clone(),
+            );
+            let fut = attempt::catch(tool.invoke(Ctx::Write(ctx), args_for_attempt));
+            let lease = Lease {
+                store: &self.store,
+                key: &key,
+                token,
+                lease: spec.lease_duration(),
+            };
+            let span = tracing::info_span!("idem.attempt", attempt, class = tracing::field::Empty);
+            let end = attempt::run(fut, spec.timeout_duration(), Some(lease))
+                .instrument(span.clone())
+                .await;
+            let finished_at = self.clock.now();
+            let (result, message) = match end {
+                AttemptEnd::Returned(r) => {
+                    let msg = r.as_ref().err().map(ToString::to_string);
+                    (Some(r), msg)
+                }
+                AttemptEnd::Panicked(p) => (None, Some(format!("handler panicked: {p}"))),
+                AttemptEnd::TimedOut(fut) => {
+                    self.watch_late_result(fut, key.clone(), token, attempt);
+                    (
+                        None,
+                        Some(format!("timed out after {:?}", spec.timeout_duration())),
+                    )
+                }
+            };
+            let class = result
+                .as_ref()
+                .map_or(OutcomeClass::Unknown, class_of_result);
+            span.record("class", class.as_str());
+            evidence.push(AttemptRecord {
+                attempt,
+                started_at,
+                finished_at,
+                class,
+                message: message.clone(),
+            });
+
+            let retryable = class == OutcomeClass::Unknown
+                && !matches!(&message, Some(m) if m.starts_with("handler panicked"));
+            let in_window = claimed_at.plus(spec.window_duration()) > self.clock.now();
+            if retryable && keyed && attempt < max_attempts && in_window {
+                tokio::time::sleep(self.retry.backoff(attempt)).await;
+                if let Err(e) = self.store.renew(&key, token, spec.lease_duration()).await {
+                    tracing::warn!(key = %key, error = %e, "lease renewal before retry failed");
+                }
+                attempt += 1;
+                continue;
+            }
+
+            let result =
+                result.unwrap_or_else(|| Err(ToolError::unknown(message.unwrap_or_default())));
+            return self.settle(key, token, result, evidence, attempt).await;
+        }
+    }
+
+    async fn settle(
+        &self,
+        key: IdemKey,
+        token: ClaimToken,
+        result: Result<Value, ToolError>,
+        evidence: Vec<AttemptRecord>,
+        attempts: u32,
+    ) -> Executed {
+        let done = |result| Executed {
+            key: Some(key.clone()),
+            result: Ok(result),
+            replayed: false,
+            attempts,
+        };
+        let Some(settlement) = settlement_of(&result) else {
+            // Rejected before execution: free the key so the same intent may run again.
+            if let Err(e) = self.store.release(&key, token).await {
+                tracing::error!(key = %key, error = %e,
+                    "could not release a rejected claim; it will turn unknown when its lease passes");
+            }
+            return done(outcome_of(result));
+        };
+        match self
+            .store
+            .settle(&key, token, settlement.attempts(evidence.clone()))
+            .await
+        {
+            Ok(()) => done(outcome_of(result)),
+            Err(e) => {
+                // The handler ran; its result could not be recorded. The record will read as
+                // unknown (lease expiry), so that is what the caller is told. Keep the
+                // evidence where a person will find it.
+                tracing::error!(key = %key, error = %e, result = ?result, attempts = ?evidence,
+                    "handler finished but its result could not be saved");
+                done(Outcome::Unknown {
+                    reason: format!("the result could not be saved ({e})"),
+                })
+            }
+        }
+    }
+
+    /// Keeps a timed-out handler running; when it ends, its result settles the record it
+    /// left *unknown* (same token) or, if someone has moved the record on, is logged.
+    fn watch_late_result(&self, fut: CaughtFuture, key: IdemKey, token: ClaimToken, attempt: u32) {
+        let store = self.store.clone();
+        let clock = self.clock.clone();
+        let started_at: Timestamp = clock.now();
+        tokio::spawn(
+            async move {
+                let late = fut.await;
+                let (settlement, class, message) = match &late {
+                    Ok(r) => (
+                        settlement_of(r),
+                        class_of_result(r),
+                        r.as_ref().err().map(ToString::to_string),
+                    ),
+                    Err(p) => (
+                        None,
+                        OutcomeClass::Unknown,
+                        Some(format!("handler panicked: {p}")),
+                    ),
+                };
+                let evidence = AttemptRecord {
+                    attempt,
+                    started_at,
+                    finished_at: clock.now(),
+                    class,
+                    message: Some(format!(
+                        "late result after timeout: {}",
+                        message.as_deref().unwrap_or(class.as_str())
+                    )),
+                };
+                // A late "rejected" or panic is only evidence: the record stays unknown.
+                let settlement = settlement
+                    .filter(|s| s.state != RecordState::Unknown)
+                    .unwrap_or_else(|| Settlement::new(RecordState::Unknown));
+                match store
+                    .settle(&key, token, settlement.attempts(vec![evidence.clone()]))
+                    .await
+                {
+                    Ok(()) => tracing::info!(key = %key, class = %class, "late result recorded"),
+                    Err(e) => {
+                        tracing::warn!(key = %key, error = %e, late = ?late, evidence = ?evidence,
+                        "late result of a timed-out attempt could not be recorded")
+                    }
+                }
+            }
+            .in_current_span(),
+        );
+    }
+
+    /// Runs a read: no claim, retried freely on an unknown outcome.
+    pub(crate) async fn read(
+        &self,
+        tool: &DynTool,
+        call: &ToolCall,
+        args: &Value,
+        decoded: Decoded,
+    ) -> Executed {
+        let spec = tool.spec();
+        let mut typed = Some(decoded.typed);
+        let mut attempt = 1;
+        loop {
+            let args_for_attempt = match typed.take() {
+                Some(t) => t,
+                None => match tool.decode(args) {
+                    Ok(d) => d.typed,
+                    Err(e) => {
+                        let result = Err(ToolError::unknown(format!(
+                            "arguments no longer decode for a retry: {e:?}"
+                        )));
+                        return Executed {
+                            key: None,
+                            result: Ok(outcome_of(result)),
+                            replayed: false,
+                            attempts: attempt - 1,
+                        };
+                    }
+                },
+            };
+            let deadline = tokio::time::Instant::now() + spec.timeout_duration();
+            let ctx = ReadCtx::new(
+                call.scope.clone(),
+                call.call_id.clone(),
+                spec.name().to_owned(),
+                deadline,
+                attempt,
+            );
+            let fut = attempt::catch(tool.invoke(Ctx::Read(ctx), args_for_attempt));
+            let span = tracing::info_span!("idem.attempt", attempt, class = tracing::field::Empty);
+            let end = attempt::run(fut, spec.timeout_duration(), None)
+                .instrument(span.clone())
+                .await;
+            let (result, retryable) = match end {
+                AttemptEnd::Returned(r) => {
+                    let unknown = matches!(r, Err(ToolError::Unknown { .. }));
+                    (r, unknown)
+                }
+                AttemptEnd::Panicked(p) => (
+                    Err(ToolError::unknown(format!("handler panicked: {p}"))),
+                    false,
+                ),
+                AttemptEnd::TimedOut(_) => (
+                    Err(ToolError::unknown(format!(
+                        "timed out after {:?}",
+                        spec.timeout_duration()
+                    ))),
+                    true,
+                ),
+            };
+            span.record("class", class_of_result(&result).as_str());
+            if retryable && attempt < self.retry.max_attempts {
+                tokio::time::sleep(self.retry.backoff(attempt)).await;
+                attempt += 1;
+                continue;
+            }
+            return Executed {
+                key: None,
+                result: Ok(outcome_of(result)),
+                replayed: false,
+                attempts: attempt,
+            };
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Canonical JSON: one byte string per JSON value, whatever the field order.
+//!
+//! Object keys are sorted here, explicitly, by their UTF-8 bytes. We never rely on the
+//! iteration order of `serde_json::Map`: any crate in the build can switch that map to
+//! insertion order through the `preserve_order` feature (cargo unifies features), and then
+//! two spellings of one operation would hash to two keys — a duplicate charge.
+
+use serde_json::Value;
+
+/// Writes the canonical form of `value` into `out`.
+///
+/// The form is compact JSON (no whitespace) with every object's keys sorted by their UTF-8
+/// bytes at every depth. Strings and numbers are written the way `serde_json` writes them, so
+/// the output is always valid JSON that parses back to an equal value.
+pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(k, out);
+                out.push(b':');
+                write_canonical(v, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Returns the canonical form of `value` (see [`write_canonical`]).
+pub fn to_canonical_vec(value: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_string(s: &str, out: &mut Vec<u8>) {
+    // serde_json's string escaping is exact and cannot fail for a `str` written to a Vec.
+    serde_json::to_writer(&mut *out, s).expect("writing a JSON string to a Vec cannot fail");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sorts_keys_at_every_depth() {
+        let a = json!({"b": 1, "a": {"y": [ {"d": 1, "c": 2} ], "x": null}});
+        let bytes = to_canonical_vec(&a);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"a":{"x":null,"y":[{"c":2,"d":1}]},"b":1}"#
+        );
+    }
+
+    #[test]
+    fn escapes_strings_and_keeps_array_order() {
+        let v = json!({"k\"ey": ["z", "a\n", 1.5, -0, true]});
+        let bytes = to_canonical_vec(&v);
+        let back: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back, v);
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"k\"ey":["z","a\n",1.5,0,true]}"#
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! The idempotency key: the stable identity of one intended operation.
+
+use std::fmt;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::hex::{decode_hex32, encode_hex};
+
+/// Where saved results may be replayed: a run, optionally narrowed to a tenant and principal.
+///
+/// Two calls in different scopes never share a key, so a saved result never crosses a run or
+/// a tenant boundary.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Scope {
+    run_id: String,
+    tenant: Option<String>,
+    principal: Option<String>,
+}
+
+impl Scope {
+    /// A scope of one run (an agent session, a workflow instance, a task id).
+    pub fn run(run_id: impl Into<String>) -> Self {
+        Scope {
+            run_id: run_id.into(),
+            tenant: None,
+            principal: None,
+        }
+    }
+
+    /// Narrows the scope to a tenant.
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Narrows the scope to a principal (the user or service the agent acts for).
+    pub fn with_principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
+        self
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The tenant, when given.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
+    /// The principal, when given.
+    pub fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
+    }
+}
+
+/// What a key is derived from, besides scope and tool. See [`IdemKey::derive`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyMaterial<'a> {
+    /// An intent id the caller minted (and stored) before the first send.
+    Intent(&'a str),
+    /// The canonical JSON of the fields named by `key(…)`.
+    Fields(&'a [u8]),
+    /// The canonical JSON of the whole arguments.
+    Args(&'a [u8]),
+}
+
+impl KeyMaterial<'_> {
+    fn tag(&self) -> &'static [u8] {
+        match self {
+            KeyMaterial::Intent(_) => b"intent",
+            KeyMaterial::Fields(_) => b"fields",
+            KeyMaterial::Args(_) => b"args",
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            KeyMaterial::Intent(s) => s.as_bytes(),
+            KeyMaterial::Fields(b) | KeyMaterial::Args(b) => b,
+        }
+    }
+}
+
+/// The idempotency key of one operation: `idem:` followed by 64 lowercase hex digits.
+///
+/// Always 69 ASCII characters, so it fits every downstream API that accepts an idempotency
+/// key (Stripe allows 255). It is derived from the scope, the tool name and the key material —
+/// never from a `tool_use_id` or an attempt number, which change on every retry.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdemKey(Arc<str>);
+
+/// The prefix of every key.
+const PREFIX: &str = "idem:";
+
+impl IdemKey {
+    /// Length in characters of every key.
+    pub const LEN: usize = PREFIX.len() + 64;
+
+    /// Derives the key of an operation.
+    ///
+    /// The digest is SHA-256 over a versioned, length-prefixed encoding of tenant, principal,
+    /// run id, tool and key material (with its kind). Length prefixes, not separators, keep
+    /// `("ab", "c")` and `("a", "bc")` apart even when a run id contains a NUL byte, and the kind
+    /// keeps an intent id `"x"` apart from arguments whose canonical JSON happens to be `x`.
+    pub fn derive(scope: &Scope, tool: &str, material: KeyMaterial<'_>) -> IdemKey {
+        let mut h = Sha256::new();
+        h.update(b"idem-key/v1");
+        let mut part = |bytes: &[u8]| {
+            h.update((bytes.len() as u64).to_be_bytes());
+            h.update(bytes);
+        };
+        part(scope.tenant.as_deref().unwrap_or("").as_bytes());
+        part(&[u8::from(scope.tenant.is_some())]);
+        part(scope.principal.as_deref().unwrap_or("").as_bytes());
+        part(&[u8::from(scope.principal.is_some())]);
+        part(scope.run_id.as_bytes());
+        part(tool.as_bytes());
+        part(material.tag());
+        part(material.bytes());
+        let digest: [u8; 32] = h.finalize().into();
+        let mut s = String::with_capacity(Self::LEN);
+        s.push_str(PREFIX);
+        encode_hex(&digest, &mut s);
+        IdemKey(s.into())
+    }
+
+    /// Parses a key printed earlier (by [`IdemKey::as_str`], a store or the CLI).
+    pub fn parse(s: &str) -> Result<IdemKey, ParseKeyError> {
+        let hex = s.strip_prefix(PREFIX).ok_or(ParseKeyError)?;
+        if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(ParseKeyError);
+        }
+        decode_hex32(hex).ok_or(ParseKeyError)?;
+        Ok(IdemKey(s.into()))
+    }
+
+    /// The key as text, e.g. to send as a downstream `Idempotency-Key` header.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdemKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for IdemKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdemKey({})", self.0)
+    }
+}
+
+impl AsRef<str> for IdemKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl serde::Serialize for IdemKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for IdemKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        IdemKey::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The text was not a key of the form `idem:` + 64 lowercase hex digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not an idem key: expected `idem:` followed by 64 lowercase hex digits")]
+pub struct ParseKeyError;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_shape() {
+        let k = IdemKey::derive(&Scope::run("r1"), "charge", KeyMaterial::Args(b"{}"));
+        assert_eq!(k.as_str().len(), IdemKey::LEN);
+        assert!(k.as_str().is_ascii());
+        assert_eq!(IdemKey::parse(k.as_str()).unwrap(), k);
+        assert!(IdemKey::parse("idem:xyz").is_err());
+        assert!(IdemKey::parse(&k.as_str().to_uppercase()).is_err());
+    }
+
+    #[test]
+    fn tenant_absent_differs_from_tenant_empty() {
+        let m = KeyMaterial::Args(b"{}");
+        let a = IdemKey::derive(&Scope::run("r"), "t", m);
+        let b = IdemKey::derive(&Scope::run("r").with_tenant(""), "t", m);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn material_kind_is_part_of_the_key() {
+        let s = Scope::run("r");
+        let a = IdemKey::derive(&s, "t", KeyMaterial::Intent("{}"));
+        let b = IdemKey::derive(&s, "t", KeyMaterial::Args(b"{}"));
+        let c = IdemKey::derive(&s, "t", KeyMaterial::Fields(b"{}"));
+        assert_ne!(a, b);
+        assert_ne!(b, c);
+        assert_ne!(a, c);
+    }
+}

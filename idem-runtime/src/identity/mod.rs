@@ -1,0 +1,83 @@
+//! Identity: canonical JSON, the idempotency key and the fingerprint.
+//!
+//! Everything downstream of here (claims, replays, refusals) trusts that one operation has
+//! one key and one fingerprint however its arguments were spelled.
+
+pub mod canonical;
+mod fingerprint;
+mod hex;
+mod key;
+
+pub use fingerprint::Fingerprint;
+pub use key::{IdemKey, KeyMaterial, ParseKeyError, Scope};
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// The identity of one call's arguments: canonical bytes, fingerprint and key material.
+#[derive(Clone, Debug)]
+pub struct ArgsIdentity {
+    /// Canonical JSON of the typed arguments, re-serialized.
+    pub canonical: Vec<u8>,
+    /// Fingerprint of `canonical`.
+    pub fingerprint: Fingerprint,
+    /// Canonical JSON of the `key(…)` fields, when the tool names any.
+    pub key_fields: Option<Vec<u8>>,
+}
+
+/// Why arguments could not be given an identity.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    /// The typed arguments did not serialize to JSON.
+    #[error("arguments do not serialize to JSON: {0}")]
+    Serialize(String),
+    /// `key(…)` names fields, but the arguments are not a JSON object.
+    #[error("key fields {fields:?} need arguments that serialize to a JSON object")]
+    NotAnObject {
+        /// The declared key fields.
+        fields: Vec<String>,
+    },
+}
+
+/// Computes the identity of typed arguments.
+///
+/// The arguments are re-serialized from their Rust type, so field order, whitespace, `49`
+/// vs `49.0` for an `f64`, and fields the type ignores never split one operation into two.
+pub fn identify<A: Serialize, S: AsRef<str>>(
+    args: &A,
+    key_fields: &[S],
+) -> Result<ArgsIdentity, IdentityError> {
+    let value = serde_json::to_value(args).map_err(|e| IdentityError::Serialize(e.to_string()))?;
+    identify_value(&value, key_fields)
+}
+
+/// [`identify`] for arguments already in JSON form (they should come from a typed value).
+pub fn identify_value<S: AsRef<str>>(
+    value: &Value,
+    key_fields: &[S],
+) -> Result<ArgsIdentity, IdentityError> {
+    let canonical = canonical::to_canonical_vec(value);
+    let fingerprint = Fingerprint::of_canonical(&canonical);
+    let key_fields = if key_fields.is_empty() {
+        None
+    } else {
+        let Value::Object(map) = value else {
+            return Err(IdentityError::NotAnObject {
+                fields: key_fields.iter().map(|s| s.as_ref().to_owned()).collect(),
+            });
+        };
+        let mut selected = serde_json::Map::new();
+        for field in key_fields {
+            // An `Option` field that is `None` may be skipped by serde; it is then absent, and
+            // absent must mean the same as null or two spellings would get two keys.
+            let v = map.get(field.as_ref()).cloned().unwrap_or(Value::Null);
+            selected.insert(field.as_ref().to_owned(), v);
+        }
+        Some(canonical::to_canonical_vec(&Value::Object(selected)))
+    };
+    Ok(ArgsIdentity {
+        canonical,
+        fingerprint,
+        key_fields,
+    })
+}

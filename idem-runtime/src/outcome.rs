@@ -1,0 +1,139 @@
+//! Settle: the outcome classes every write ends in, and what the model is told about each.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// DESIGN's outcome classes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeClass {
+    /// The downstream provably did not start; the claim was released.
+    Rejected,
+    /// Terminal success.
+    Completed,
+    /// Terminal failure after the effect started.
+    Failed,
+    /// Recorded downstream, not terminal.
+    Pending,
+    /// Nobody knows whether the effect happened.
+    Unknown,
+    /// A person must decide.
+    Escalated,
+}
+
+impl OutcomeClass {
+    /// The class's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeClass::Rejected => "rejected",
+            OutcomeClass::Completed => "completed",
+            OutcomeClass::Failed => "failed",
+            OutcomeClass::Pending => "pending",
+            OutcomeClass::Unknown => "unknown",
+            OutcomeClass::Escalated => "escalated",
+        }
+    }
+}
+
+impl fmt::Display for OutcomeClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a call ended.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(tag = "class", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Rejected before execution: nothing happened, the same intent may run again.
+    Rejected {
+        /// What the downstream said.
+        message: String,
+    },
+    /// Terminal success with the (saved) output.
+    Completed {
+        /// The handler's output.
+        output: Value,
+    },
+    /// Completed or failed earlier, but the saved result has passed its retention window:
+    /// "already done; result no longer kept". Never executed again.
+    ResultExpired {
+        /// What the tombstone says the call ended as (completed or failed).
+        was: OutcomeClass,
+    },
+    /// Terminal failure after execution.
+    Failed {
+        /// What the downstream said.
+        message: String,
+        /// The downstream's id for it.
+        downstream_ref: Option<String>,
+    },
+    /// Recorded downstream, not terminal.
+    Pending {
+        /// The downstream's id to poll.
+        downstream_ref: String,
+        /// What the downstream returned so far.
+        detail: Option<Value>,
+    },
+    /// Outcome unknown; sends are blocked until it is settled.
+    Unknown {
+        /// What was observed.
+        reason: String,
+    },
+    /// A person must decide.
+    Escalated {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Outcome {
+    /// The outcome's class ([`Outcome::ResultExpired`] reports the class it was).
+    pub fn class(&self) -> OutcomeClass {
+        match self {
+            Outcome::Rejected { .. } => OutcomeClass::Rejected,
+            Outcome::Completed { .. } => OutcomeClass::Completed,
+            Outcome::ResultExpired { was } => *was,
+            Outcome::Failed { .. } => OutcomeClass::Failed,
+            Outcome::Pending { .. } => OutcomeClass::Pending,
+            Outcome::Unknown { .. } => OutcomeClass::Unknown,
+            Outcome::Escalated { .. } => OutcomeClass::Escalated,
+        }
+    }
+
+    /// The short text the model gets. `replayed` is true when this call did not execute the
+    /// handler but returned what an earlier call recorded.
+    pub fn model_text(&self, replayed: bool) -> String {
+        match self {
+            Outcome::Completed { output } => {
+                let out = serde_json::to_string(output).unwrap_or_else(|_| "null".into());
+                if replayed {
+                    format!("already completed earlier; not sent again. result: {out}")
+                } else {
+                    out
+                }
+            }
+            Outcome::ResultExpired { was } => format!(
+                "already done ({was}) earlier; result no longer kept; not sent again"
+            ),
+            Outcome::Rejected { message } => format!(
+                "rejected before execution: {message}; nothing was done, you may correct the arguments and call again"
+            ),
+            Outcome::Failed { message, .. } => {
+                let when = if replayed { "failed earlier" } else { "failed" };
+                format!("{when} after execution: {message}; not retried")
+            }
+            Outcome::Pending { downstream_ref, .. } => format!(
+                "accepted downstream as {downstream_ref}, not final yet; pending, not sent again; reconciliation will settle it"
+            ),
+            Outcome::Unknown { reason } => format!(
+                "outcome unknown ({reason}); not sent again; reconciliation pending. Do not retry this action."
+            ),
+            Outcome::Escalated { reason } => {
+                format!("escalated to a person ({reason}); not sent again. Do not retry this action.")
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Expose: the [`Registry`] that dispatches calls by name and exports tool definitions.
+
+pub(crate) mod call;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tracing::Instrument;
+
+pub use call::{ToolCall, ToolResult};
+
+use crate::definitions::{definition, DefinitionOptions, Format};
+use crate::error::{BuildError, CallError};
+use crate::executor::{Executed, Executor, RetryPolicy};
+use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
+use crate::tool::erased::DecodeError;
+use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
+use call::CallArgs;
+
+/// Default limit on the size of a call's arguments (JSON text): 1 MiB.
+pub const DEFAULT_MAX_ARGS_BYTES: usize = 1 << 20;
+
+/// Default time a duplicate waits for the call that holds its key to finish.
+pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(10);
+
+/// Dispatches tool calls by name and exports tool definitions.
+///
+/// Cheap to clone (one `Arc`); share it between tasks.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    tools: HashMap<String, DynTool>,
+    /// Registration order, for definitions.
+    order: Vec<String>,
+    executor: Executor,
+    max_args_bytes: usize,
+}
+
+/// Builds a [`Registry`]. See [`Registry::builder`].
+#[derive(Debug, Default)]
+pub struct RegistryBuilder {
+    tools: Vec<DynTool>,
+    store: Option<Arc<dyn IdemStore>>,
+    clock: Option<Arc<dyn Clock>>,
+    retry: Option<RetryPolicy>,
+    in_flight_wait: Option<Duration>,
+    max_args_bytes: Option<usize>,
+}
+
+impl RegistryBuilder {
+    /// Registers a tool: a `#[tool]` fn, a [`crate::ReadTool`] or [`crate::WriteTool`] value,
+    /// or a [`DynTool`].
+    pub fn tool<M, T: IntoDynTool<M>>(mut self, tool: T) -> Self {
+        self.tools.push(tool.into_dyn_tool());
+        self
+    }
+
+    /// Registers every tool of a toolbox (a `#[toolbox]` impl block).
+    pub fn toolbox<B: Toolbox>(mut self, toolbox: Arc<B>) -> Self {
+        self.tools.extend(toolbox.tools());
+        self
+    }
+
+    /// The store claims and results live in (default: a fresh [`MemoryStore`]).
+    pub fn store<S: IdemStore>(mut self, store: S) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// A store shared with other registries or with code that inspects it.
+    pub fn shared_store(mut self, store: Arc<dyn IdemStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The clock attempt evidence is stamped with (default: the system clock). Give the
+    /// store the same clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Retries of unknown attempts, for keyed writes and for reads (default: 3 attempts).
+    pub fn retry_policy(mut self, retry: RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// How long a duplicate call waits for the call holding its key (default: 10 s); past it
+    /// the duplicate gets [`CallError::InFlight`].
+    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.in_flight_wait = Some(wait);
+        self
+    }
+
+    /// Limit on a call's arguments as JSON text (default: 1 MiB).
+    pub fn max_args_bytes(mut self, limit: usize) -> Self {
+        self.max_args_bytes = Some(limit);
+        self
+    }
+
+    /// Checks names and options and builds the registry.
+    pub fn build(self) -> Result<Registry, BuildError> {
+        let mut tools = HashMap::with_capacity(self.tools.len());
+        let mut order = Vec::with_capacity(self.tools.len());
+        for tool in self.tools {
+            let spec = tool.spec();
+            ToolSpec::validate_name(spec.name()).map_err(BuildError::InvalidName)?;
+            if spec.timeout_duration().is_zero() {
+                return Err(BuildError::InvalidSpec {
+                    tool: spec.name().to_owned(),
+                    message: "timeout must be greater than zero".to_owned(),
+                });
+            }
+            if spec.lease_duration().is_zero() {
+                return Err(BuildError::InvalidSpec {
+                    tool: spec.name().to_owned(),
+                    message: "lease must be greater than zero".to_owned(),
+                });
+            }
+            let name = spec.name().to_owned();
+            if tools.contains_key(&name) {
+                return Err(BuildError::DuplicateName(name));
+            }
+            order.push(name.clone());
+            tools.insert(name, tool);
+        }
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let store = self
+            .store
+            .unwrap_or_else(|| Arc::new(MemoryStore::with_clock(clock.clone())));
+        Ok(Registry {
+            inner: Arc::new(Inner {
+                tools,
+                order,
+                executor: Executor {
+                    store,
+                    clock,
+                    retry: self.retry.unwrap_or_default(),
+                    in_flight_wait: self.in_flight_wait.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
+                },
+                max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
+            }),
+        })
+    }
+}
+
+/// Counts the bytes of a value's JSON text without building it.
+struct CountingWriter(usize);
+
+impl std::io::Write for CountingWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Registry {
+    /// Starts a builder.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+
+    /// The store this registry claims in.
+    pub fn store(&self) -> &Arc<dyn IdemStore> {
+        &self.inner.executor.store
+    }
+
+    /// A registered tool by name.
+    pub fn get(&self, name: &str) -> Option<&DynTool> {
+        self.inner.tools.get(name)
+    }
+
+    /// The registered tools, in registration order.
+    pub fn tools(&self) -> impl Iterator<Item = &DynTool> {
+        self.inner
+            .order
+            .iter()
+            .filter_map(|n| self.inner.tools.get(n))
+    }
+
+    /// Tool definitions in `format`, in registration order.
+    pub fn definitions(&self, format: Format) -> Vec<Value> {
+        self.definitions_with(format, &DefinitionOptions::default())
+    }
+
+    /// Tool definitions in `format` with options (e.g. OpenAI strict mode).
+    pub fn definitions_with(&self, format: Format, options: &DefinitionOptions) -> Vec<Value> {
+        self.tools()
+            .map(|t| definition(t, format, options))
+            .collect()
+    }
+
+    /// Carries out a call: validate, then (writes) claim, run, settle — or replay.
+    ///
+    /// Never panics and never runs a handler for a call it refuses; see [`ToolResult`].
+    pub async fn call(&self, call: ToolCall) -> ToolResult {
+        let span = tracing::info_span!(
+            "idem.call",
+            tool = %call.tool,
+            run_id = %call.scope.run_id(),
+            call_id = call.call_id.as_deref().unwrap_or(""),
+            key = tracing::field::Empty,
+            class = tracing::field::Empty,
+        );
+        let executed = self.dispatch(&call).instrument(span.clone()).await;
+        let class = match &executed.result {
+            Ok(o) => o.class().as_str(),
+            Err(_) => "refused",
+        };
+        span.record("class", class);
+        if let Some(k) = &executed.key {
+            span.record("key", k.as_str());
+        }
+        ToolResult {
+            tool: call.tool,
+            key: executed.key,
+            call_id: call.call_id,
+            result: executed.result,
+            replayed: executed.replayed,
+            attempts: executed.attempts,
+        }
+    }
+
+    async fn dispatch(&self, call: &ToolCall) -> Executed {
+        let refused = |e| Executed {
+            key: None,
+            result: Err(e),
+            replayed: false,
+            attempts: 0,
+        };
+        let Some(tool) = self.inner.tools.get(&call.tool) else {
+            return refused(CallError::UnknownTool {
+                name: call.tool.clone(),
+            });
+        };
+        if let Err(e) = validate_call(call) {
+            return refused(e);
+        }
+        let limit = self.inner.max_args_bytes;
+        let parsed;
+        let args: &Value = match &call.args {
+            CallArgs::Text(text) => {
+                if text.len() > limit {
+                    return refused(CallError::ArgsTooLarge {
+                        size: text.len(),
+                        limit,
+                    });
+                }
+                parsed = match serde_json::from_str::<Value>(text) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        return refused(CallError::MalformedJson {
+                            message: e.to_string(),
+                        })
+                    }
+                };
+                &parsed
+            }
+            CallArgs::Value(v) => {
+                let mut counter = CountingWriter(0);
+                // Writing a `Value` cannot fail; the counter never errors.
+                let _ = serde_json::to_writer(&mut counter, v);
+                if counter.0 > limit {
+                    return refused(CallError::ArgsTooLarge {
+                        size: counter.0,
+                        limit,
+                    });
+                }
+                v
+            }
+        };
+        let decoded = match tool.decode(args) {
+            Ok(d) => d,
+            Err(DecodeError::Invalid(message)) | Err(DecodeError::Identity(message)) => {
+                return refused(CallError::InvalidArgs {
+                    tool: call.tool.clone(),
+                    message,
+                })
+            }
+        };
+        match tool.kind() {
+            ToolKind::Write => self.inner.executor.write(tool, call, args, decoded).await,
+            ToolKind::Read => self.inner.executor.read(tool, call, args, decoded).await,
+        }
+    }
+}
+
+fn validate_call(call: &ToolCall) -> Result<(), CallError> {
+    let invalid = |message: &str| {
+        Err(CallError::InvalidCall {
+            message: message.to_owned(),
+        })
+    };
+    if call.scope.run_id().is_empty() {
+        return invalid("the run id is empty; every call needs the id of the run it belongs to");
+    }
+    if let Some(intent) = &call.intent {
+        if intent.is_empty() {
+            return invalid("the intent id is empty");
+        }
+        if intent.len() > 1024 {
+            return invalid("the intent id is longer than 1024 bytes");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! The default store: in process memory, sharded, gone when the process exits.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::rules::{self, Aged};
+use super::{
+    ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Record, RecordState, Retention,
+    Settlement, StoreError, SystemClock,
+};
+use crate::identity::IdemKey;
+
+const SHARDS: usize = 64;
+
+#[derive(Debug)]
+struct Slot {
+    record: Record,
+    /// Created by the first waiter; woken when the record leaves `Running`.
+    settled: Option<Arc<Notify>>,
+}
+
+type Shard = Mutex<HashMap<IdemKey, Slot>>;
+
+/// An in-memory [`IdemStore`]: the default, for one process.
+///
+/// Records live in 64 independently locked shards chosen by the key's digest, so unrelated
+/// keys never contend on one lock; each lock is held only for a map operation, never across
+/// an `.await`. It survives nothing: a crashed process forgets its claims, so a resumed run
+/// may re-execute. Use a durable store (SQLite, Redis, Postgres) when that matters.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shards: Box<[Shard]>,
+    clock: Arc<dyn Clock>,
+    retention: Retention,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store with the system clock and default retention.
+    pub fn new() -> Self {
+        MemoryStore::with_clock(Arc::new(SystemClock))
+    }
+
+    /// An empty store reading time from `clock` (a [`super::ManualClock`] in tests).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                clock,
+                retention: Retention::default(),
+            }),
+        }
+    }
+
+    /// Sets the retention windows. Call before sharing the store.
+    pub fn retention(self, retention: Retention) -> Self {
+        let inner = Inner {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            clock: self.inner.clock.clone(),
+            retention,
+        };
+        MemoryStore {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Number of records held (all states, tombstones included).
+    pub fn len(&self) -> usize {
+        self.inner.shards.iter().map(|s| lock(s).len()).sum()
+    }
+
+    /// True when no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn shard(&self, key: &IdemKey) -> MutexGuard<'_, HashMap<IdemKey, Slot>> {
+        // Keys are SHA-256 hex: their digits are already uniformly distributed.
+        let hex = &key.as_str().as_bytes()[5..7];
+        let n = hex
+            .iter()
+            .fold(0usize, |acc, b| (acc << 4) | usize::from(nibble(*b)));
+        lock(&self.inner.shards[n % SHARDS])
+    }
+
+    /// Looks a key up with time applied; removes it if its tombstone has lapsed.
+    fn aged<'m>(&self, map: &'m mut HashMap<IdemKey, Slot>, key: &IdemKey) -> Option<&'m mut Slot> {
+        let now = self.inner.clock.now();
+        let gone = match map.get_mut(key) {
+            None => return None,
+            Some(slot) => {
+                let aged = rules::age(&mut slot.record, now, &self.inner.retention);
+                if aged == Aged::Changed && slot.record.state != RecordState::Running {
+                    wake(slot);
+                }
+                aged == Aged::Gone
+            }
+        };
+        if gone {
+            map.remove(key);
+            return None;
+        }
+        map.get_mut(key)
+    }
+}
+
+fn nibble(b: u8) -> u8 {
+    match b {
+        b'0'..=b'9' => b - b'0',
+        b'a'..=b'f' => b - b'a' + 10,
+        _ => 0,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a shard lock cannot leave a record half-written (every mutation
+    // is a single assignment or goes through `rules`, which validate before they write), so
+    // the data is still consistent and poisoning can be ignored.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn wake(slot: &mut Slot) {
+    if let Some(n) = slot.settled.take() {
+        n.notify_waiters();
+    }
+}
+
+#[async_trait::async_trait]
+impl IdemStore for MemoryStore {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let mut map = self.shard(&req.key);
+        if let Some(outcome) =
+            rules::claim_against(self.aged(&mut map, &req.key).map(|s| &s.record), req)
+        {
+            return Ok(outcome);
+        }
+        let token = ClaimToken::fresh();
+        let record = rules::new_claim(req, token, self.inner.clock.now());
+        map.insert(
+            req.key.clone(),
+            Slot {
+                record,
+                settled: None,
+            },
+        );
+        Ok(ClaimOutcome::Claimed(token))
+    }
+
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let mut map = self.shard(key);
+        let now = self.inner.clock.now();
+        match self.aged(&mut map, key) {
+            Some(slot) => rules::renew(&mut slot.record, token, lease, now),
+            None => Err(rules::stale_absent(key)),
+        }
+    }
+
+    async fn settle(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        let mut map = self.shard(key);
+        let now = self.inner.clock.now();
+        let Some(slot) = self.aged(&mut map, key) else {
+            return Err(rules::stale_absent(key));
+        };
+        rules::settle(&mut slot.record, token, settlement, now)?;
+        wake(slot);
+        Ok(())
+    }
+
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        let mut map = self.shard(key);
+        let Some(slot) = self.aged(&mut map, key) else {
+            return Err(rules::stale_absent(key));
+        };
+        rules::release(&slot.record, token)?;
+        wake(slot);
+        map.remove(key);
+        Ok(())
+    }
+
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError> {
+        let mut map = self.shard(key);
+        let now = self.inner.clock.now();
+        let Some(slot) = self.aged(&mut map, key) else {
+            return Err(StoreError::NotFound(key.clone()));
+        };
+        let fresh = ClaimToken::fresh();
+        rules::reclaim(&mut slot.record, expected, fresh, lease, now)?;
+        Ok(fresh)
+    }
+
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+        let mut map = self.shard(key);
+        Ok(self.aged(&mut map, key).map(|s| s.record.clone()))
+    }
+
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let now = self.inner.clock.now();
+        let mut out = Vec::new();
+        for shard in self.inner.shards.iter() {
+            let mut map = lock(shard);
+            map.retain(|_, slot| {
+                let aged = rules::age(&mut slot.record, now, &self.inner.retention);
+                if aged == Aged::Changed && slot.record.state != RecordState::Running {
+                    wake(slot);
+                }
+                aged != Aged::Gone
+            });
+            out.extend(
+                map.values()
+                    .filter(|s| s.record.state == state)
+                    .map(|s| s.record.clone()),
+            );
+        }
+        out.sort_by(|a, b| (a.created_at, &a.key).cmp(&(b.created_at, &b.key)));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn wait_settled(
+        &self,
+        key: &IdemKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notify = {
+                let mut map = self.shard(key);
+                match self.aged(&mut map, key) {
+                    Some(slot) if slot.record.state == RecordState::Running => slot
+                        .settled
+                        .get_or_insert_with(|| Arc::new(Notify::new()))
+                        .clone(),
+                    other => return Ok(other.map(|s| s.record.clone())),
+                }
+            };
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            // Register before re-checking so a settle between the check and the await is seen.
+            notified.as_mut().enable();
+            if let Some(r) = self.get(key).await? {
+                if r.state != RecordState::Running {
+                    return Ok(Some(r));
+                }
+            } else {
+                return Ok(None);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return self.get(key).await;
+            }
+            // Wake at least every 50 ms: lease expiry is noticed by looking, not pushed.
+            let nap = (deadline - now).min(Duration::from_millis(50));
+            let _ = tokio::time::timeout(nap, notified).await;
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Claim: the store contract ([`IdemStore`]) and its in-memory backend ([`MemoryStore`]).
+//!
+//! The contract, every backend alike (the conformance suite checks it):
+//! - [`IdemStore::claim`] is atomic: of N concurrent claimers of one key exactly one gets a
+//!   token; the others see the existing record (running = *in flight*).
+//! - A running claim whose lease has passed becomes **unknown**, never free: its handler may
+//!   have committed. Only a dead or stuck worker's lease passes; live ones are renewed.
+//! - Settling needs the claim's token; a stale token is refused ([`StoreError::StaleToken`]).
+//!   The original token may still settle an *unknown* record it left behind (a late result
+//!   is the best evidence there is), but never one that someone has since taken over.
+//! - Completed and failed results expire after the retention window, leaving a tombstone
+//!   (key, fingerprint, class, times) that outlives them; unknown, pending and escalated
+//!   records never expire.
+
+mod clock;
+mod memory;
+mod record;
+pub mod rules;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use memory::MemoryStore;
+pub use record::{AttemptRecord, ClaimToken, Record, RecordState, Settlement};
+
+use crate::identity::{Fingerprint, IdemKey};
+
+/// How long settled records are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// How long a completed or failed result is replayed (default 24 h).
+    pub results: Duration,
+    /// How long the tombstone of an expired result refuses re-execution (default 30 days).
+    pub tombstones: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            results: Duration::from_secs(24 * 3600),
+            tombstones: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
+/// A request to claim a key.
+#[derive(Clone, Debug)]
+pub struct ClaimRequest {
+    /// The operation's key.
+    pub key: IdemKey,
+    /// Fingerprint of its arguments.
+    pub fingerprint: Fingerprint,
+    /// The tool's name (kept in the record for operators).
+    pub tool: String,
+    /// How long the claim holds without renewal.
+    pub lease: Duration,
+}
+
+/// What a claim found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClaimOutcome {
+    /// The key was free; the caller holds it and must settle or release it.
+    Claimed(ClaimToken),
+    /// A record with the same fingerprint exists; its state says what to tell the caller.
+    Existing(Record),
+    /// A record with this key but another fingerprint exists: same key, changed parameters.
+    Mismatch(Record),
+}
+
+/// Why a store operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The token is not the current claim's: someone took over, or the claim was settled.
+    #[error("stale claim token for {key}: the record has moved on (now {state})")]
+    StaleToken {
+        /// The key.
+        key: IdemKey,
+        /// The record's current state (`"absent"` when there is none).
+        state: String,
+    },
+    /// No record for the key.
+    #[error("no record for {0}")]
+    NotFound(IdemKey),
+    /// The backend could not be reached or did not answer.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored record could not be read (corrupted or foreign data).
+    #[error("corrupt record for {key}: {detail}")]
+    Corrupt {
+        /// The key (or the raw stored key when it did not parse).
+        key: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// Any other backend error.
+    #[error("store error: {0}")]
+    Backend(String),
+}
+
+/// The store contract. One atomic claim, a fenced settle, and listing for the reconciler.
+///
+/// Implementations must pass the conformance suite (`idem_runtime::store::conformance`, with
+/// the `testing` feature).
+#[async_trait::async_trait]
+pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
+    /// Atomically claims `req.key`, or reports the record that holds it. A running record
+    /// whose lease has passed is turned into *unknown* first (and reported as such).
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError>;
+
+    /// Extends a running claim's lease to now + `lease`.
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Settles the claim held by `token` (see the module docs for the late-result rule).
+    async fn settle(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError>;
+
+    /// Frees the key: the claim held by `token` was rejected before execution.
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError>;
+
+    /// Takes over a pending, unknown or escalated record whose current token is `expected`,
+    /// turning it back into a running claim with a fresh token (for the reconciler, or a
+    /// person resolving an escalation). The old token is fenced off.
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError>;
+
+    /// The record of `key`, if any (lease expiry and retention applied).
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError>;
+
+    /// Up to `limit` records in `state`, oldest first (lease expiry applied first, so expired
+    /// running claims are listed as unknown).
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError>;
+
+    /// Waits up to `timeout` for `key`'s record to leave `Running`; returns it as last seen.
+    ///
+    /// The default polls [`IdemStore::get`] with backoff; backends that can push a
+    /// notification should override it.
+    async fn wait_settled(
+        &self,
+        key: &IdemKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let record = self.get(key).await?;
+            match &record {
+                Some(r) if r.state == RecordState::Running => {}
+                _ => return Ok(record),
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(record);
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        (**self).claim(req).await
+    }
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        (**self).renew(key, token, lease).await
+    }
+    async fn settle(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        (**self).settle(key, token, settlement).await
+    }
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        (**self).release(key, token).await
+    }
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError> {
+        (**self).reclaim(key, expected, lease).await
+    }
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+        (**self).get(key).await
+    }
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        (**self).list(state, limit).await
+    }
+    async fn wait_settled(
+        &self,
+        key: &IdemKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        (**self).wait_settled(key, timeout).await
+    }
+}

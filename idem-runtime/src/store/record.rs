@@ -1,0 +1,219 @@
+//! What a store keeps per key.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use super::Timestamp;
+use crate::identity::{Fingerprint, IdemKey};
+use crate::outcome::OutcomeClass;
+
+/// The state of a record. Exactly DESIGN's classes, plus `Running` for a live claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordState {
+    /// Claimed; a handler is (or was) running under a lease.
+    Running,
+    /// Terminal success; the result is replayed to repeats.
+    Completed,
+    /// Terminal failure after execution; replayed to repeats.
+    Failed,
+    /// Recorded downstream, not terminal; a reconciler polls it.
+    Pending,
+    /// Nobody knows whether the effect happened. Never expires, never frees the key.
+    Unknown,
+    /// A person must decide.
+    Escalated,
+}
+
+impl RecordState {
+    /// All states, for listings.
+    pub const ALL: [RecordState; 6] = [
+        RecordState::Running,
+        RecordState::Completed,
+        RecordState::Failed,
+        RecordState::Pending,
+        RecordState::Unknown,
+        RecordState::Escalated,
+    ];
+
+    /// The name used in storage, logs and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordState::Running => "running",
+            RecordState::Completed => "completed",
+            RecordState::Failed => "failed",
+            RecordState::Pending => "pending",
+            RecordState::Unknown => "unknown",
+            RecordState::Escalated => "escalated",
+        }
+    }
+
+    /// Parses [`RecordState::as_str`]'s names.
+    pub fn parse(s: &str) -> Option<RecordState> {
+        RecordState::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Completed and failed are terminal: their results expire after the retention window
+    /// (a tombstone stays). Everything else waits for someone to settle it.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RecordState::Completed | RecordState::Failed)
+    }
+}
+
+impl fmt::Display for RecordState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Fences writers: each claim (and each takeover) gets a fresh token, and only the holder of
+/// the current token may settle. A worker whose lease expired cannot overwrite a newer
+/// decision.
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct ClaimToken(pub u128);
+
+impl ClaimToken {
+    /// A token unique with overwhelming probability across processes and machines: a random
+    /// per-process prefix (from the OS-seeded hasher keys) and a per-process counter.
+    pub fn fresh() -> ClaimToken {
+        static SEED: OnceLock<u64> = OnceLock::new();
+        static COUNTER: AtomicU64 = AtomicU64::new(1);
+        let seed = *SEED.get_or_init(|| {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0),
+            );
+            h.write_u32(std::process::id());
+            h.finish()
+        });
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        ClaimToken((u128::from(seed) << 64) | u128::from(n))
+    }
+
+    /// 32 hex digits.
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// Parses [`ClaimToken::to_hex`].
+    pub fn from_hex(s: &str) -> Option<ClaimToken> {
+        if s.len() != 32 {
+            return None;
+        }
+        u128::from_str_radix(s, 16).ok().map(ClaimToken)
+    }
+}
+
+impl fmt::Debug for ClaimToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClaimToken({})", self.to_hex())
+    }
+}
+
+/// Evidence of one attempt: when it ran and what was observed.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AttemptRecord {
+    /// Attempt number, from 1.
+    pub attempt: u32,
+    /// When the handler was started.
+    pub started_at: Timestamp,
+    /// When the attempt ended (or was given up on).
+    pub finished_at: Timestamp,
+    /// What the attempt ended as.
+    pub class: OutcomeClass,
+    /// What was observed (error text, "timed out after 30s", "handler panicked: …").
+    pub message: Option<String>,
+}
+
+/// One key's record.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    /// The operation's key.
+    pub key: IdemKey,
+    /// Fingerprint of the arguments it was claimed with.
+    pub fingerprint: Fingerprint,
+    /// The tool's name.
+    pub tool: String,
+    /// Current state.
+    pub state: RecordState,
+    /// Token of the current claim (the only one that may settle).
+    pub token: ClaimToken,
+    /// End of the lease of a running claim.
+    pub lease_until: Option<Timestamp>,
+    /// When the key was first claimed.
+    pub created_at: Timestamp,
+    /// When the record last changed.
+    pub updated_at: Timestamp,
+    /// The saved result: the output of a completed call, the detail of a pending one.
+    pub payload: Option<Value>,
+    /// The failure, unknown or escalation reason.
+    pub message: Option<String>,
+    /// The downstream's id for the effect, when known.
+    pub downstream_ref: Option<String>,
+    /// Set once a terminal record's result has passed the retention window: only the
+    /// tombstone (key, fingerprint, class, times) is left.
+    pub result_expired: bool,
+    /// Every attempt, in order.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// What the holder of a claim reports when it settles.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settlement {
+    /// The new state (anything but `Running`).
+    pub state: RecordState,
+    /// Output (completed) or detail (pending).
+    pub payload: Option<Value>,
+    /// Reason (failed, unknown, escalated).
+    pub message: Option<String>,
+    /// The downstream's id for the effect.
+    pub downstream_ref: Option<String>,
+    /// Attempts to append to the record's evidence.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+impl Settlement {
+    /// A settlement to `state` with nothing else filled in.
+    pub fn new(state: RecordState) -> Self {
+        Settlement {
+            state,
+            payload: None,
+            message: None,
+            downstream_ref: None,
+            attempts: Vec::new(),
+        }
+    }
+
+    /// Sets the payload.
+    pub fn payload(mut self, payload: Value) -> Self {
+        self.payload = Some(payload);
+        self
+    }
+
+    /// Sets the message.
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// Sets the downstream reference.
+    pub fn downstream_ref(mut self, r: impl Into<String>) -> Self {
+        self.downstream_ref = Some(r.into());
+        self
+    }
+
+    /// Sets the attempts to append.
+    pub fn attempts(mut self, attempts: Vec<AttemptRecord>) -> Self {
+        self.attempts = attempts;
+        self
+    }
+}

@@ -1,0 +1,230 @@
+//! The type-erased tool the registry stores.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
+use crate::definitions::schema::input_schema_for;
+use crate::identity::{identify, ArgsIdentity};
+
+/// A registered tool with its types erased: what [`crate::Registry`] stores and dispatches to.
+///
+/// Built from any [`ReadTool`] or [`WriteTool`] (see [`DynTool::read`], [`DynTool::write`]);
+/// the spec is read and the input schema generated once, here.
+#[derive(Clone)]
+pub struct DynTool {
+    inner: Arc<dyn ErasedTool>,
+    spec: Arc<ToolSpec>,
+    key_fields: Arc<[String]>,
+    kind: ToolKind,
+    schema: Arc<Value>,
+}
+
+impl fmt::Debug for DynTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynTool")
+            .field("name", &self.spec.name())
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Arguments decoded into the tool's `Args` type, with their identity (writes only).
+pub(crate) struct Decoded {
+    pub(crate) identity: Option<ArgsIdentity>,
+    pub(crate) typed: Box<dyn Any + Send>,
+}
+
+pub(crate) enum Ctx {
+    Read(ReadCtx),
+    Write(WriteCtx),
+}
+
+/// Why arguments were refused before anything ran.
+#[derive(Debug)]
+pub(crate) enum DecodeError {
+    /// Did not deserialize into the tool's `Args`.
+    Invalid(String),
+    /// Deserialized, but gave no identity (e.g. `key(…)` on a non-object).
+    Identity(String),
+}
+
+pub(crate) trait ErasedTool: Send + Sync + 'static {
+    fn decode(
+        &self,
+        args: &Value,
+        key_fields: &[String],
+        write: bool,
+    ) -> Result<Decoded, DecodeError>;
+    fn invoke(
+        self: Arc<Self>,
+        ctx: Ctx,
+        args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<Value, ToolError>>;
+}
+
+fn decode_typed<A>(args: &Value, key_fields: &[String], write: bool) -> Result<Decoded, DecodeError>
+where
+    A: serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
+{
+    let typed: A = A::deserialize(args).map_err(|e| DecodeError::Invalid(e.to_string()))?;
+    let identity = if write {
+        Some(identify(&typed, key_fields).map_err(|e| DecodeError::Identity(e.to_string()))?)
+    } else {
+        None
+    };
+    Ok(Decoded {
+        identity,
+        typed: Box::new(typed),
+    })
+}
+
+fn output_to_value<O: serde::Serialize>(tool: &str, output: O) -> Value {
+    serde_json::to_value(output).unwrap_or_else(|e| {
+        // The effect has happened; the record must still say "completed". We keep a null
+        // result rather than pretend the call failed, and make the bug loud.
+        tracing::error!(tool, error = %e, "tool output does not serialize to JSON; saving null");
+        Value::Null
+    })
+}
+
+fn wrong_args_type(tool: &str) -> ToolError {
+    // Unreachable while `decode` and `invoke` come from one `DynTool`; if it ever happens,
+    // the handler has not run, so "rejected before execution" is the truth.
+    ToolError::rejected(format!(
+        "internal error: arguments of another type reached `{tool}`"
+    ))
+}
+
+struct ReadAdapter<T>(T, Arc<ToolSpec>);
+struct WriteAdapter<T>(T, Arc<ToolSpec>);
+
+impl<T: ReadTool> ErasedTool for ReadAdapter<T> {
+    fn decode(
+        &self,
+        args: &Value,
+        key_fields: &[String],
+        write: bool,
+    ) -> Result<Decoded, DecodeError> {
+        decode_typed::<T::Args>(args, key_fields, write)
+    }
+
+    fn invoke(
+        self: Arc<Self>,
+        ctx: Ctx,
+        args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let (Ctx::Read(ctx), Ok(args)) = (ctx, args.downcast::<T::Args>()) else {
+                return Err(wrong_args_type(self.1.name()));
+            };
+            let out = self.0.call(ctx, *args).await?;
+            Ok(output_to_value(self.1.name(), out))
+        })
+    }
+}
+
+impl<T: WriteTool> ErasedTool for WriteAdapter<T> {
+    fn decode(
+        &self,
+        args: &Value,
+        key_fields: &[String],
+        write: bool,
+    ) -> Result<Decoded, DecodeError> {
+        decode_typed::<T::Args>(args, key_fields, write)
+    }
+
+    fn invoke(
+        self: Arc<Self>,
+        ctx: Ctx,
+        args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let (Ctx::Write(ctx), Ok(args)) = (ctx, args.downcast::<T::Args>()) else {
+                return Err(wrong_args_type(self.1.name()));
+            };
+            let out = self.0.call(ctx, *args).await?;
+            Ok(output_to_value(self.1.name(), out))
+        })
+    }
+}
+
+impl DynTool {
+    /// Erases a read tool.
+    pub fn read<T: ReadTool>(tool: T) -> DynTool {
+        let spec = Arc::new(tool.spec());
+        let schema = Arc::new(input_schema_for::<T::Args>());
+        DynTool::assemble(
+            Arc::new(ReadAdapter(tool, spec.clone())),
+            spec,
+            ToolKind::Read,
+            schema,
+        )
+    }
+
+    /// Erases a write tool.
+    pub fn write<T: WriteTool>(tool: T) -> DynTool {
+        let spec = Arc::new(tool.spec());
+        let schema = Arc::new(input_schema_for::<T::Args>());
+        DynTool::assemble(
+            Arc::new(WriteAdapter(tool, spec.clone())),
+            spec,
+            ToolKind::Write,
+            schema,
+        )
+    }
+
+    fn assemble(
+        inner: Arc<dyn ErasedTool>,
+        spec: Arc<ToolSpec>,
+        kind: ToolKind,
+        schema: Arc<Value>,
+    ) -> DynTool {
+        let key_fields = spec.key_field_names().map(str::to_owned).collect();
+        DynTool {
+            inner,
+            spec,
+            key_fields,
+            kind,
+            schema,
+        }
+    }
+
+    /// The tool's spec.
+    pub fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        self.spec.name()
+    }
+
+    /// Read or write.
+    pub fn kind(&self) -> ToolKind {
+        self.kind
+    }
+
+    /// The JSON Schema of the arguments (root `"type": "object"`, no `$schema`, no `$ref`
+    /// where it could be inlined), generated once.
+    pub fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+
+    pub(crate) fn decode(&self, args: &Value) -> Result<Decoded, DecodeError> {
+        self.inner
+            .decode(args, &self.key_fields, self.kind == ToolKind::Write)
+    }
+
+    pub(crate) fn invoke(
+        &self,
+        ctx: Ctx,
+        args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        self.inner.clone().invoke(ctx, args)
+    }
+}

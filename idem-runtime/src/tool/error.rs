@@ -1,0 +1,96 @@
+//! What a handler returns when it cannot report plain success.
+
+use serde_json::Value;
+
+/// A handler's account of an attempt that did not simply succeed.
+///
+/// Each variant is one class of DESIGN's outcome table; pick the one that is *provably*
+/// true. When in doubt, [`ToolError::Unknown`]: it blocks further sends until someone
+/// settles the record, which costs a delay, while a wrong "rejected" costs a duplicate effect.
+#[derive(Clone, Debug, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "class", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The downstream provably did not start (validation error, a 4xx that guarantees nothing
+    /// was executed). The claim is released: the same intent may run again.
+    #[error("rejected before execution: {message}")]
+    Rejected {
+        /// What the downstream said.
+        message: String,
+    },
+    /// Terminal failure after the effect started (a declined charge). Saved and replayed.
+    #[error("failed after execution: {message}")]
+    Failed {
+        /// What the downstream said.
+        message: String,
+        /// The downstream's id for the failed operation, when it has one.
+        downstream_ref: Option<String>,
+    },
+    /// Recorded downstream but not terminal (an asynchronous refund). Saved; never sent again;
+    /// a reconciler polls it to a terminal state.
+    #[error("pending downstream as {downstream_ref}")]
+    Pending {
+        /// The downstream's id to poll.
+        downstream_ref: String,
+        /// What the downstream returned so far.
+        detail: Option<Value>,
+    },
+    /// Nobody knows whether the effect happened (timeout, connection reset, 5xx). Never
+    /// treated as failed; never re-sent to an unkeyed downstream.
+    #[error("outcome unknown: {message}")]
+    Unknown {
+        /// What was observed.
+        message: String,
+    },
+}
+
+impl ToolError {
+    /// The downstream provably did not start.
+    pub fn rejected(message: impl std::fmt::Display) -> Self {
+        ToolError::Rejected {
+            message: message.to_string(),
+        }
+    }
+
+    /// Terminal failure after the effect started.
+    pub fn failed(message: impl std::fmt::Display) -> Self {
+        ToolError::Failed {
+            message: message.to_string(),
+            downstream_ref: None,
+        }
+    }
+
+    /// Terminal failure after the effect started, with the downstream's id for it.
+    pub fn failed_with_ref(
+        message: impl std::fmt::Display,
+        downstream_ref: impl Into<String>,
+    ) -> Self {
+        ToolError::Failed {
+            message: message.to_string(),
+            downstream_ref: Some(downstream_ref.into()),
+        }
+    }
+
+    /// Recorded downstream, not terminal yet.
+    pub fn pending(downstream_ref: impl Into<String>) -> Self {
+        ToolError::Pending {
+            downstream_ref: downstream_ref.into(),
+            detail: None,
+        }
+    }
+
+    /// Recorded downstream, not terminal yet, with what the downstream returned so far.
+    pub fn pending_with(downstream_ref: impl Into<String>, detail: Value) -> Self {
+        ToolError::Pending {
+            downstream_ref: downstream_ref.into(),
+            detail: Some(detail),
+        }
+    }
+
+    /// Outcome unknown.
+    pub fn unknown(message: impl std::fmt::Display) -> Self {
+        ToolError::Unknown {
+            message: message.to_string(),
+        }
+    }
+}

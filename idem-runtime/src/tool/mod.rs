@@ -1,0 +1,14 @@
+//! Tools: what a tool declares ([`ToolSpec`]), what its handler receives ([`ReadCtx`],
+//! [`WriteCtx`]) and returns ([`ToolError`]), and the traits that tie them together.
+
+mod context;
+pub(crate) mod erased;
+mod error;
+mod spec;
+mod traits;
+
+pub use context::{ReadCtx, WriteCtx};
+pub use erased::DynTool;
+pub use error::ToolError;
+pub use spec::{Downstream, ToolKind, ToolSpec, DEFAULT_TIMEOUT, DEFAULT_WINDOW};
+pub use traits::{DynMarker, IntoDynTool, ReadMarker, ReadTool, Toolbox, WriteMarker, WriteTool};
