@@ -267,6 +267,7 @@ impl Executor {
                     attempt,
                 ),
                 key.clone(),
+                token,
             );
             let fut = attempt::catch(tool.invoke(Ctx::Write(ctx), args_for_attempt));
             let lease = Lease {

@@ -121,6 +121,13 @@ pub fn settle(
     }
     match record.state {
         RecordState::Running => {}
+        // The same holder settling to the same terminal state again: a retried settle whose
+        // first try was applied, or a handler that settled inside its own transaction.
+        state if state == s.state && state != RecordState::Unknown => {
+            record.attempts.extend(s.attempts);
+            record.updated_at = now;
+            return Ok(());
+        }
         RecordState::Unknown => {
             if s.state == RecordState::Unknown || s.state == RecordState::Running {
                 record.attempts.extend(s.attempts);

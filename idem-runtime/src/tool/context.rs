@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::identity::{IdemKey, Scope};
+use crate::store::ClaimToken;
 
 #[derive(Debug)]
 struct CallInfo {
@@ -99,11 +100,18 @@ impl ReadCtx {
 pub struct WriteCtx {
     read: ReadCtx,
     key: IdemKey,
+    token: ClaimToken,
 }
 
 impl WriteCtx {
-    pub(crate) fn new(read: ReadCtx, key: IdemKey) -> Self {
-        WriteCtx { read, key }
+    pub(crate) fn new(read: ReadCtx, key: IdemKey, token: ClaimToken) -> Self {
+        WriteCtx { read, key, token }
+    }
+
+    /// The token of the claim this attempt runs under. Only needed by handlers that settle
+    /// their own record in the same transaction as their effect (see the Postgres store).
+    pub fn claim_token(&self) -> ClaimToken {
+        self.token
     }
 
     /// The operation's idempotency key: the same on every attempt, every re-issue by the model
@@ -152,6 +160,6 @@ impl WriteCtx {
     /// Only available with the `testing` feature, so production code cannot forge a key.
     #[cfg(feature = "testing")]
     pub fn for_test(key: IdemKey) -> Self {
-        WriteCtx::new(ReadCtx::for_test("test"), key)
+        WriteCtx::new(ReadCtx::for_test("test"), key, ClaimToken::fresh())
     }
 }
