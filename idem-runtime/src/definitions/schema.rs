@@ -89,6 +89,7 @@ fn normalize_root(value: Value) -> Value {
         // `()` args: a tool without arguments.
         root.remove("type");
         root.remove("const");
+        root.remove("title");
     }
     if !root.contains_key("type") {
         root.insert("type".into(), Value::String("object".into()));

@@ -71,7 +71,18 @@ fn decode_typed<A>(args: &Value, key_fields: &[String], write: bool) -> Result<D
 where
     A: serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
 {
-    let typed: A = A::deserialize(args).map_err(|e| DecodeError::Invalid(e.to_string()))?;
+    let typed: A = match A::deserialize(args) {
+        Ok(t) => t,
+        // A tool without arguments (`Args = ()`) advertises an empty object schema; models send
+        // `{}`, which serde's unit does not accept. Only on that failure path, try null.
+        Err(_)
+            if args.as_object().is_some_and(|m| m.is_empty())
+                && A::deserialize(&Value::Null).is_ok() =>
+        {
+            A::deserialize(&Value::Null).map_err(|e| DecodeError::Invalid(e.to_string()))?
+        }
+        Err(e) => return Err(DecodeError::Invalid(e.to_string())),
+    };
     let identity = if write {
         Some(identify(&typed, key_fields).map_err(|e| DecodeError::Identity(e.to_string()))?)
     } else {

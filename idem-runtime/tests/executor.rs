@@ -1,0 +1,720 @@
+//! The write executor against a counting fake downstream: each row of DESIGN's outcome table,
+//! lease expiry, concurrency, and bad input. Every test asserts on the downstream's ledger
+//! and the store's record, not only on what the call returned.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_runtime::store::{ManualClock, Timestamp};
+use idem_runtime::{
+    CallError, Downstream, IdemStore, MemoryStore, Outcome, OutcomeClass, ReadCtx, ReadTool,
+    RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// What the fake downstream does on its next request.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Commit and answer.
+    Ok,
+    /// Refuse before doing anything (a 400).
+    Reject,
+    /// Commit a declined charge and answer failed.
+    Decline,
+    /// Accept asynchronously: commit, answer pending.
+    Pending,
+    /// Commit, then the answer is lost (the handler sees a timeout / reset).
+    LostAck,
+    /// Commit, then panic in the handler.
+    Panic,
+    /// Hang for this long, then commit and answer.
+    Slow(Duration),
+}
+
+/// A downstream that records every effect; keyed mode deduplicates by idempotency key.
+#[derive(Default)]
+struct Ledger {
+    effects: Mutex<Vec<(String, u64)>>,
+    requests: AtomicU32,
+    script: Mutex<VecDeque<Step>>,
+    keyed: bool,
+}
+
+impl Ledger {
+    fn new(keyed: bool, steps: impl IntoIterator<Item = Step>) -> Arc<Self> {
+        Arc::new(Ledger {
+            keyed,
+            script: Mutex::new(steps.into_iter().collect()),
+            ..Ledger::default()
+        })
+    }
+    fn effects(&self) -> usize {
+        self.effects.lock().unwrap().len()
+    }
+    fn requests(&self) -> u32 {
+        self.requests.load(Ordering::SeqCst)
+    }
+    fn commit(&self, key: &str, cents: u64) {
+        let mut e = self.effects.lock().unwrap();
+        if self.keyed && e.iter().any(|(k, _)| k == key) {
+            return; // replayed downstream
+        }
+        e.push((key.to_owned(), cents));
+    }
+}
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+struct ChargeArgs {
+    customer: String,
+    cents: u64,
+}
+
+struct Charge {
+    ledger: Arc<Ledger>,
+    spec: ToolSpec,
+}
+
+impl WriteTool for Charge {
+    type Args = ChargeArgs;
+    type Output = serde_json::Value;
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+    async fn call(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<serde_json::Value, ToolError> {
+        self.ledger.requests.fetch_add(1, Ordering::SeqCst);
+        let step = self
+            .ledger
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Step::Ok);
+        let key = ctx.key().as_str().to_owned();
+        match step {
+            Step::Ok => {
+                self.ledger.commit(&key, args.cents);
+                Ok(json!({"charge": "ch_1", "cents": args.cents}))
+            }
+            Step::Reject => Err(ToolError::rejected("card number invalid")),
+            Step::Decline => {
+                self.ledger.commit(&key, 0);
+                Err(ToolError::failed_with_ref("card declined", "ch_declined"))
+            }
+            Step::Pending => {
+                self.ledger.commit(&key, args.cents);
+                Err(ToolError::pending("re_pending_1"))
+            }
+            Step::LostAck => {
+                self.ledger.commit(&key, args.cents);
+                Err(ToolError::unknown("connection reset after send"))
+            }
+            Step::Panic => {
+                self.ledger.commit(&key, args.cents);
+                panic!("bug in handler")
+            }
+            Step::Slow(d) => {
+                tokio::time::sleep(d).await;
+                self.ledger.commit(&key, args.cents);
+                Ok(json!({"charge": "ch_slow", "cents": args.cents}))
+            }
+        }
+    }
+}
+
+fn charge(ledger: &Arc<Ledger>) -> Charge {
+    let spec = ToolSpec::new("charge").description("Charge a card.");
+    let spec = if ledger.keyed {
+        spec.downstream(Downstream::Keyed)
+    } else {
+        spec
+    };
+    Charge {
+        ledger: ledger.clone(),
+        spec,
+    }
+}
+
+struct Setup {
+    registry: Registry,
+    store: Arc<MemoryStore>,
+    clock: ManualClock,
+}
+
+fn setup_with(
+    tool: Charge,
+    configure: impl FnOnce(idem_runtime::RegistryBuilder) -> idem_runtime::RegistryBuilder,
+) -> Setup {
+    let clock = ManualClock::new(Timestamp(1_800_000_000_000));
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let builder = Registry::builder()
+        .shared_store(store.clone())
+        .clock(Arc::new(clock.clone()))
+        .retry_policy(RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(50),
+        })
+        .tool(tool);
+    Setup {
+        registry: configure(builder).build().unwrap(),
+        store,
+        clock,
+    }
+}
+
+fn setup(tool: Charge) -> Setup {
+    setup_with(tool, |b| b)
+}
+
+fn acme() -> ToolCall {
+    ToolCall::new(
+        "run-1",
+        "charge",
+        json!({"customer": "acme", "cents": 4900}),
+    )
+}
+
+async fn record_of(s: &Setup, r: &idem_runtime::ToolResult) -> idem_runtime::Record {
+    s.store
+        .get(r.key().expect("a key"))
+        .await
+        .unwrap()
+        .expect("a record")
+}
+
+#[tokio::test]
+async fn completed_is_saved_and_replayed_without_running_again() {
+    let ledger = Ledger::new(false, []);
+    let s = setup(charge(&ledger));
+    let first = s.registry.call(acme().call_id("toolu_1")).await;
+    assert_eq!(first.class(), Some(OutcomeClass::Completed));
+    assert!(!first.replayed());
+    // The model re-issues the call next turn with a new tool_use_id.
+    let again = s.registry.call(acme().call_id("toolu_2")).await;
+    assert!(again.replayed());
+    assert_eq!(again.output(), first.output());
+    assert_eq!(again.key(), first.key());
+    assert_eq!((ledger.effects(), ledger.requests()), (1, 1));
+    assert_eq!(record_of(&s, &first).await.state, RecordState::Completed);
+    assert!(again.text().contains("already completed"));
+}
+
+#[tokio::test]
+async fn rejected_before_execution_releases_the_claim() {
+    let ledger = Ledger::new(false, [Step::Reject]);
+    let s = setup(charge(&ledger));
+    let first = s.registry.call(acme()).await;
+    assert_eq!(first.class(), Some(OutcomeClass::Rejected));
+    assert_eq!(ledger.effects(), 0);
+    assert!(
+        s.store.get(first.key().unwrap()).await.unwrap().is_none(),
+        "claim released"
+    );
+    // The same intent may run again, and this time it does.
+    let second = s.registry.call(acme()).await;
+    assert_eq!(second.class(), Some(OutcomeClass::Completed));
+    assert_eq!((ledger.effects(), ledger.requests()), (1, 2));
+}
+
+#[tokio::test]
+async fn failed_after_execution_is_saved_and_replayed() {
+    let ledger = Ledger::new(false, [Step::Decline]);
+    let s = setup(charge(&ledger));
+    let first = s.registry.call(acme()).await;
+    assert!(
+        matches!(first.outcome(), Some(Outcome::Failed { downstream_ref: Some(r), .. }) if r == "ch_declined")
+    );
+    let again = s.registry.call(acme()).await;
+    assert_eq!(again.class(), Some(OutcomeClass::Failed));
+    assert!(again.replayed());
+    assert_eq!(ledger.requests(), 1);
+    let rec = record_of(&s, &first).await;
+    assert_eq!(rec.state, RecordState::Failed);
+    assert_eq!(rec.downstream_ref.as_deref(), Some("ch_declined"));
+}
+
+#[tokio::test]
+async fn pending_is_saved_and_not_sent_again() {
+    let ledger = Ledger::new(false, [Step::Pending]);
+    let s = setup(charge(&ledger));
+    let first = s.registry.call(acme()).await;
+    assert_eq!(first.class(), Some(OutcomeClass::Pending));
+    let again = s.registry.call(acme()).await;
+    assert!(
+        matches!(again.outcome(), Some(Outcome::Pending { downstream_ref, .. }) if downstream_ref == "re_pending_1")
+    );
+    assert!(again.text().contains("not sent again"));
+    assert_eq!((ledger.effects(), ledger.requests()), (1, 1));
+    assert_eq!(record_of(&s, &first).await.state, RecordState::Pending);
+}
+
+#[tokio::test]
+async fn unknown_on_an_unkeyed_downstream_is_never_resent() {
+    let ledger = Ledger::new(false, [Step::LostAck]);
+    let s = setup(charge(&ledger));
+    let first = s.registry.call(acme()).await;
+    assert_eq!(first.class(), Some(OutcomeClass::Unknown));
+    assert_eq!(first.attempts(), 1, "unkeyed: no automatic retry");
+    let again = s.registry.call(acme().call_id("toolu_new")).await;
+    assert_eq!(again.class(), Some(OutcomeClass::Unknown));
+    assert!(again.text().contains("not sent again"));
+    assert_eq!((ledger.effects(), ledger.requests()), (1, 1));
+    let rec = record_of(&s, &first).await;
+    assert_eq!(rec.state, RecordState::Unknown);
+    assert_eq!(rec.attempts.len(), 1);
+    assert_eq!(rec.attempts[0].class, OutcomeClass::Unknown);
+}
+
+#[tokio::test]
+async fn unknown_on_a_keyed_downstream_is_retried_with_the_same_key() {
+    let ledger = Ledger::new(true, [Step::LostAck, Step::LostAck, Step::Ok]);
+    let s = setup(charge(&ledger));
+    let r = s.registry.call(acme()).await;
+    assert_eq!(r.class(), Some(OutcomeClass::Completed));
+    assert_eq!(r.attempts(), 3);
+    assert_eq!(ledger.requests(), 3);
+    // Three sends, one key, one effect: the downstream replayed.
+    assert_eq!(ledger.effects(), 1);
+    let rec = record_of(&s, &r).await;
+    assert_eq!(
+        rec.attempts.iter().map(|a| a.class).collect::<Vec<_>>(),
+        [
+            OutcomeClass::Unknown,
+            OutcomeClass::Unknown,
+            OutcomeClass::Completed
+        ]
+    );
+}
+
+#[tokio::test]
+async fn keyed_retries_are_bounded_then_unknown() {
+    let ledger = Ledger::new(
+        true,
+        [Step::LostAck, Step::LostAck, Step::LostAck, Step::Ok],
+    );
+    let s = setup(charge(&ledger));
+    let r = s.registry.call(acme()).await;
+    assert_eq!(r.class(), Some(OutcomeClass::Unknown));
+    assert_eq!(ledger.requests(), 3);
+    assert_eq!(record_of(&s, &r).await.state, RecordState::Unknown);
+    let again = s.registry.call(acme()).await;
+    assert_eq!(again.class(), Some(OutcomeClass::Unknown));
+    assert_eq!(ledger.requests(), 3, "a repeat does not send again");
+}
+
+#[tokio::test]
+async fn a_handler_panic_is_unknown_not_failed() {
+    let ledger = Ledger::new(true, [Step::Panic]);
+    let s = setup(charge(&ledger));
+    let r = s.registry.call(acme()).await;
+    assert!(
+        matches!(r.outcome(), Some(Outcome::Unknown { reason }) if reason.contains("panicked"))
+    );
+    assert_eq!(ledger.requests(), 1, "a panic is a bug: not retried");
+    assert_eq!(record_of(&s, &r).await.state, RecordState::Unknown);
+    let again = s.registry.call(acme()).await;
+    assert_eq!(again.class(), Some(OutcomeClass::Unknown));
+    assert_eq!(ledger.effects(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_is_unknown_and_the_late_commit_settles_the_record() {
+    let ledger = Ledger::new(false, [Step::Slow(Duration::from_secs(90))]);
+    let mut tool = charge(&ledger);
+    tool.spec = tool.spec.timeout(Duration::from_secs(30));
+    let s = setup(tool);
+    let r = s.registry.call(acme()).await;
+    assert!(
+        matches!(r.outcome(), Some(Outcome::Unknown { reason }) if reason.contains("timed out"))
+    );
+    assert_eq!(ledger.effects(), 0, "still in flight");
+    assert_eq!(record_of(&s, &r).await.state, RecordState::Unknown);
+    // A repeat while the original is still running: not sent again.
+    let again = s.registry.call(acme()).await;
+    assert_eq!(again.class(), Some(OutcomeClass::Unknown));
+    // The original lands 90 s after it was sent; its result settles the unknown record.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert_eq!(ledger.effects(), 1);
+    let rec = record_of(&s, &r).await;
+    assert_eq!(rec.state, RecordState::Completed);
+    assert!(rec.attempts.iter().any(|a| a
+        .message
+        .as_deref()
+        .unwrap_or("")
+        .contains("late result")));
+    let after = s.registry.call(acme()).await;
+    assert_eq!(after.output().unwrap()["charge"], "ch_slow");
+    assert_eq!((ledger.effects(), ledger.requests()), (1, 1));
+}
+
+#[tokio::test]
+async fn escalated_records_are_reported_and_not_run() {
+    let ledger = Ledger::new(false, [Step::LostAck]);
+    let s = setup(charge(&ledger));
+    let r = s.registry.call(acme()).await;
+    let rec = record_of(&s, &r).await;
+    let key = r.key().unwrap();
+    let token = s
+        .store
+        .reclaim(key, rec.token, Duration::from_secs(60))
+        .await
+        .unwrap();
+    s.store
+        .settle(
+            key,
+            token,
+            idem_runtime::store::Settlement::new(RecordState::Escalated)
+                .message("no key contract and no read-back"),
+        )
+        .await
+        .unwrap();
+    let again = s.registry.call(acme()).await;
+    assert!(
+        matches!(again.outcome(), Some(Outcome::Escalated { reason }) if reason.contains("read-back"))
+    );
+    assert_eq!(ledger.requests(), 1);
+}
+
+#[tokio::test]
+async fn an_expired_result_is_already_done_never_run_again() {
+    let ledger = Ledger::new(false, []);
+    let s = setup(charge(&ledger));
+    let call = |cents: u64| {
+        ToolCall::new(
+            "run-1",
+            "charge",
+            json!({"customer": "acme", "cents": cents}),
+        )
+        .intent("order-1")
+    };
+    s.registry.call(call(4900)).await;
+    s.clock.advance(Duration::from_secs(25 * 3600));
+    let later = s.registry.call(call(4900)).await;
+    assert!(matches!(
+        later.outcome(),
+        Some(Outcome::ResultExpired {
+            was: OutcomeClass::Completed
+        })
+    ));
+    assert!(later.text().contains("no longer kept"));
+    let rec = record_of(&s, &later).await;
+    assert!(
+        rec.result_expired && rec.payload.is_none(),
+        "only the tombstone is left"
+    );
+    // The tombstone still knows the fingerprint: same key, other params is refused.
+    let changed = s.registry.call(call(9900)).await;
+    assert!(matches!(
+        changed.error(),
+        Some(CallError::ChangedParams { .. })
+    ));
+    assert_eq!(ledger.requests(), 1);
+    // Past the tombstone window (30 days) the key is forgotten and would run again.
+    s.clock.advance(Duration::from_secs(30 * 24 * 3600));
+    assert!(s.store.get(later.key().unwrap()).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_lapsed_lease_turns_into_unknown_and_never_runs_again() {
+    // The worker dies between claim and settle: its call future is dropped mid-handler.
+    let ledger = Ledger::new(false, [Step::Slow(Duration::from_secs(3600))]);
+    let mut tool = charge(&ledger);
+    tool.spec = tool
+        .spec
+        .timeout(Duration::from_secs(7200))
+        .lease(Duration::from_secs(10));
+    let s = setup(tool);
+    let registry = s.registry.clone();
+    let crashed = tokio::spawn(async move { registry.call(acme()).await });
+    while ledger.requests() == 0 {
+        tokio::task::yield_now().await;
+    }
+    crashed.abort();
+    let _ = crashed.await;
+    let running = s.store.list(RecordState::Running, 10).await.unwrap();
+    assert_eq!(running.len(), 1, "the claim outlives its worker");
+    // The lease passes: the claim becomes unknown — never free.
+    s.clock.advance(Duration::from_secs(11));
+    let again = s.registry.call(acme()).await;
+    assert_eq!(again.class(), Some(OutcomeClass::Unknown));
+    assert!(again.text().contains("not sent again"));
+    assert_eq!(
+        ledger.requests(),
+        1,
+        "the handler did not run a second time"
+    );
+    assert_eq!(record_of(&s, &again).await.state, RecordState::Unknown);
+    assert!(s
+        .store
+        .list(RecordState::Running, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_concurrent_calls_run_the_handler_once() {
+    let ledger = Ledger::new(false, [Step::Slow(Duration::from_millis(50))]);
+    let s = setup(charge(&ledger));
+    let calls = (0..64).map(|i| {
+        let registry = s.registry.clone();
+        tokio::spawn(async move { registry.call(acme().call_id(format!("toolu_{i}"))).await })
+    });
+    let results = futures_join(calls).await;
+    assert_eq!(ledger.requests(), 1);
+    assert_eq!(ledger.effects(), 1);
+    let first = results[0].output().cloned();
+    assert!(first.is_some());
+    assert!(
+        results.iter().all(|r| r.output().cloned() == first),
+        "all 64 see the same result"
+    );
+    assert_eq!(results.iter().filter(|r| !r.replayed()).count(), 1);
+}
+
+async fn futures_join(
+    handles: impl Iterator<Item = tokio::task::JoinHandle<idem_runtime::ToolResult>>,
+) -> Vec<idem_runtime::ToolResult> {
+    let mut out = Vec::new();
+    for h in handles.collect::<Vec<_>>() {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_duplicate_past_its_wait_gets_in_flight() {
+    let ledger = Ledger::new(false, [Step::Slow(Duration::from_secs(5))]);
+    let s = setup_with(charge(&ledger), |b| {
+        b.in_flight_wait(Duration::from_millis(20))
+    });
+    let registry = s.registry.clone();
+    let first = tokio::spawn(async move { registry.call(acme()).await });
+    while ledger.requests() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let dup = s.registry.call(acme()).await;
+    assert!(matches!(dup.error(), Some(CallError::InFlight { .. })));
+    assert_eq!(ledger.requests(), 1);
+    first.abort();
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_anything_runs() {
+    let ledger = Ledger::new(false, []);
+    let s = setup_with(charge(&ledger), |b| b.max_args_bytes(256));
+    let cases: Vec<(ToolCall, fn(&CallError) -> bool)> = vec![
+        (
+            ToolCall::from_json("run-1", "charge", r#"{"customer": "acme", "cents": "#),
+            |e| matches!(e, CallError::MalformedJson { .. }),
+        ),
+        (
+            ToolCall::new("run-1", "charge_card", json!({})),
+            |e| matches!(e, CallError::UnknownTool { name } if name == "charge_card"),
+        ),
+        (
+            ToolCall::new(
+                "run-1",
+                "charge",
+                json!({"customer": "acme", "cents": "4900"}),
+            ),
+            |e| matches!(e, CallError::InvalidArgs { message, .. } if message.contains("invalid type")),
+        ),
+        (
+            ToolCall::new("run-1", "charge", json!({"customer": "acme"})),
+            |e| matches!(e, CallError::InvalidArgs { message, .. } if message.contains("cents")),
+        ),
+        (
+            ToolCall::new(
+                "run-1",
+                "charge",
+                json!({"customer": "a".repeat(300), "cents": 1}),
+            ),
+            |e| matches!(e, CallError::ArgsTooLarge { limit: 256, .. }),
+        ),
+        (
+            ToolCall::from_json(
+                "run-1",
+                "charge",
+                format!(r#"{{"customer":"{}","cents":1}}"#, "a".repeat(300)),
+            ),
+            |e| matches!(e, CallError::ArgsTooLarge { .. }),
+        ),
+        (
+            ToolCall::new("", "charge", json!({"customer": "acme", "cents": 1})),
+            |e| matches!(e, CallError::InvalidCall { .. }),
+        ),
+        (
+            ToolCall::new("run-1", "charge", json!({"customer": "acme", "cents": 1})).intent(""),
+            |e| matches!(e, CallError::InvalidCall { .. }),
+        ),
+    ];
+    for (call, expected) in cases {
+        let r = s.registry.call(call).await;
+        let err = r
+            .error()
+            .unwrap_or_else(|| panic!("refused, got {:?}", r.outcome()));
+        assert!(expected(err), "unexpected error {err:?}");
+        assert!(!r.text().is_empty());
+    }
+    assert_eq!(ledger.requests(), 0);
+    assert!(s.store.is_empty(), "nothing claimed");
+}
+
+#[tokio::test]
+async fn same_key_with_changed_params_is_refused() {
+    let ledger = Ledger::new(false, []);
+    let s = setup(charge(&ledger));
+    let call = |cents: u64| {
+        ToolCall::new(
+            "run-1",
+            "charge",
+            json!({"customer": "acme", "cents": cents}),
+        )
+        .intent("order-17")
+    };
+    assert!(s.registry.call(call(4900)).await.is_completed());
+    let changed = s.registry.call(call(9900)).await;
+    assert!(matches!(
+        changed.error(),
+        Some(CallError::ChangedParams { .. })
+    ));
+    assert!(changed.text().contains("different parameters"));
+    assert_eq!(ledger.effects(), 1);
+    assert_eq!(ledger.effects.lock().unwrap()[0].1, 4900);
+    assert!(s
+        .store
+        .list(RecordState::Running, 10)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn two_intended_actions_with_equal_params_are_two_operations() {
+    let ledger = Ledger::new(false, []);
+    let s = setup(charge(&ledger));
+    let a = s.registry.call(acme().intent("subscription-jan")).await;
+    let b = s.registry.call(acme().intent("subscription-feb")).await;
+    let a_again = s
+        .registry
+        .call(acme().intent("subscription-jan").call_id("toolu_9"))
+        .await;
+    assert_ne!(a.key(), b.key());
+    assert!(a_again.replayed());
+    assert_eq!(ledger.effects(), 2);
+}
+
+#[tokio::test]
+async fn scopes_do_not_share_results() {
+    let ledger = Ledger::new(false, []);
+    let s = setup(charge(&ledger));
+    let args = json!({"customer": "acme", "cents": 4900});
+    s.registry
+        .call(ToolCall::new("run-1", "charge", args.clone()))
+        .await;
+    s.registry
+        .call(ToolCall::new("run-2", "charge", args.clone()))
+        .await;
+    s.registry
+        .call(ToolCall::new("run-1", "charge", args.clone()).tenant("t1"))
+        .await;
+    s.registry
+        .call(ToolCall::new("run-1", "charge", args.clone()).tenant("t1"))
+        .await;
+    assert_eq!(ledger.effects(), 3);
+}
+
+#[tokio::test]
+async fn key_fields_make_other_fields_changed_params() {
+    let ledger = Ledger::new(false, []);
+    let mut tool = charge(&ledger);
+    tool.spec = tool.spec.key_fields(["customer"]);
+    let s = setup(tool);
+    assert!(s.registry.call(acme()).await.is_completed());
+    let r = s
+        .registry
+        .call(ToolCall::new(
+            "run-1",
+            "charge",
+            json!({"customer": "acme", "cents": 100}),
+        ))
+        .await;
+    assert!(matches!(r.error(), Some(CallError::ChangedParams { .. })));
+    assert_eq!(ledger.effects(), 1);
+}
+
+struct Lookup(Arc<AtomicU32>);
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+struct LookupArgs {
+    customer: String,
+}
+
+impl ReadTool for Lookup {
+    type Args = LookupArgs;
+    type Output = Vec<u64>;
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("list_charges").description("List charges.")
+    }
+    async fn call(&self, _ctx: ReadCtx, _args: LookupArgs) -> Result<Vec<u64>, ToolError> {
+        let n = self.0.fetch_add(1, Ordering::SeqCst);
+        if n == 0 {
+            Err(ToolError::unknown("flaky read"))
+        } else {
+            Ok(vec![4900])
+        }
+    }
+}
+
+#[tokio::test]
+async fn reads_run_without_a_claim_and_are_retried() {
+    let count = Arc::new(AtomicU32::new(0));
+    let store = Arc::new(MemoryStore::new());
+    let registry = Registry::builder()
+        .shared_store(store.clone())
+        .retry_policy(RetryPolicy {
+            initial_backoff: Duration::from_millis(1),
+            ..RetryPolicy::default()
+        })
+        .tool(Lookup(count.clone()))
+        .build()
+        .unwrap();
+    let r = registry
+        .call(ToolCall::new(
+            "run-1",
+            "list_charges",
+            json!({"customer": "acme"}),
+        ))
+        .await;
+    assert_eq!(r.output(), Some(&json!([4900])));
+    assert_eq!(r.attempts(), 2);
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    assert!(r.key().is_none());
+    assert!(store.is_empty());
+}
+
+#[test]
+fn duplicate_and_invalid_names_fail_the_build() {
+    let ledger = Ledger::new(false, []);
+    let dup = Registry::builder()
+        .tool(charge(&ledger))
+        .tool(charge(&ledger))
+        .build();
+    assert_eq!(
+        dup.unwrap_err(),
+        idem_runtime::BuildError::DuplicateName("charge".into())
+    );
+    let mut bad = charge(&ledger);
+    bad.spec = ToolSpec::new("charge card");
+    assert!(matches!(
+        Registry::builder().tool(bad).build(),
+        Err(idem_runtime::BuildError::InvalidName(_))
+    ));
+    let mut long = charge(&ledger);
+    long.spec = ToolSpec::new("x".repeat(65));
+    assert!(Registry::builder().tool(long).build().is_err());
+}
