@@ -16,7 +16,7 @@ use crate::identity::{IdemKey, KeyMaterial};
 use crate::outcome::{Outcome, OutcomeClass};
 use crate::registry::call::ToolCall;
 use crate::store::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Record, RecordState,
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation, Record, RecordState,
     Settlement, Timestamp,
 };
 use crate::tool::erased::{Ctx, Decoded};
@@ -176,6 +176,11 @@ impl Executor {
             fingerprint: identity.fingerprint,
             tool: spec.name().to_owned(),
             lease: spec.lease_duration(),
+            operation: Some(Operation {
+                scope: call.scope.clone(),
+                intent: call.intent.clone(),
+                args: identity.value.clone(),
+            }),
         };
 
         let mut waited = false;

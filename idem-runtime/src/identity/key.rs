@@ -11,7 +11,7 @@ use super::hex::{decode_hex32, encode_hex};
 ///
 /// Two calls in different scopes never share a key, so a saved result never crosses a run or
 /// a tenant boundary.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Scope {
     run_id: String,
     tenant: Option<String>,

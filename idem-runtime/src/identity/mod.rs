@@ -17,6 +17,8 @@ use serde_json::Value;
 /// The identity of one call's arguments: canonical bytes, fingerprint and key material.
 #[derive(Clone, Debug)]
 pub struct ArgsIdentity {
+    /// The typed arguments re-serialized to JSON (what `canonical` encodes).
+    pub value: Value,
     /// Canonical JSON of the typed arguments, re-serialized.
     pub canonical: Vec<u8>,
     /// Fingerprint of `canonical`.
@@ -48,7 +50,7 @@ pub fn identify<A: Serialize, S: AsRef<str>>(
     key_fields: &[S],
 ) -> Result<ArgsIdentity, IdentityError> {
     let value = serde_json::to_value(args).map_err(|e| IdentityError::Serialize(e.to_string()))?;
-    identify_value(&value, key_fields)
+    identify_owned(value, key_fields)
 }
 
 /// [`identify`] for arguments already in JSON form (they should come from a typed value).
@@ -56,12 +58,19 @@ pub fn identify_value<S: AsRef<str>>(
     value: &Value,
     key_fields: &[S],
 ) -> Result<ArgsIdentity, IdentityError> {
-    let canonical = canonical::to_canonical_vec(value);
+    identify_owned(value.clone(), key_fields)
+}
+
+fn identify_owned<S: AsRef<str>>(
+    value: Value,
+    key_fields: &[S],
+) -> Result<ArgsIdentity, IdentityError> {
+    let canonical = canonical::to_canonical_vec(&value);
     let fingerprint = Fingerprint::of_canonical(&canonical);
     let key_fields = if key_fields.is_empty() {
         None
     } else {
-        let Value::Object(map) = value else {
+        let Value::Object(map) = &value else {
             return Err(IdentityError::NotAnObject {
                 fields: key_fields.iter().map(|s| s.as_ref().to_owned()).collect(),
             });
@@ -76,6 +85,7 @@ pub fn identify_value<S: AsRef<str>>(
         Some(canonical::to_canonical_vec(&Value::Object(selected)))
     };
     Ok(ArgsIdentity {
+        value,
         canonical,
         fingerprint,
         key_fields,

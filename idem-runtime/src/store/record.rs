@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::Timestamp;
-use crate::identity::{Fingerprint, IdemKey};
+use crate::identity::{Fingerprint, IdemKey, Scope};
 use crate::outcome::OutcomeClass;
 
 /// The state of a record. Exactly DESIGN's classes, plus `Running` for a live claim.
@@ -134,6 +134,27 @@ pub struct AttemptRecord {
     pub message: Option<String>,
 }
 
+/// What was asked for: enough to retry the operation with the same key, to look it up
+/// downstream, or to show a person what the intent was.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Operation {
+    /// The scope the key was derived in.
+    pub scope: Scope,
+    /// The explicit intent id, when the caller gave one.
+    pub intent: Option<String>,
+    /// The typed arguments, re-serialized (canonical content).
+    pub args: Value,
+}
+
+/// A reconciler's look at the downstream: when, and what it found.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReadBackRecord {
+    /// When the read-back ran.
+    pub at: Timestamp,
+    /// What it found (`found completed ch_123`, `not found`, `error: …`).
+    pub result: String,
+}
+
 /// One key's record.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
@@ -164,6 +185,12 @@ pub struct Record {
     pub result_expired: bool,
     /// Every attempt, in order.
     pub attempts: Vec<AttemptRecord>,
+    /// What was asked for (absent only in records written without it).
+    #[serde(default)]
+    pub operation: Option<Operation>,
+    /// Every read-back of the downstream, in order.
+    #[serde(default)]
+    pub read_backs: Vec<ReadBackRecord>,
 }
 
 /// What the holder of a claim reports when it settles.
@@ -179,6 +206,8 @@ pub struct Settlement {
     pub downstream_ref: Option<String>,
     /// Attempts to append to the record's evidence.
     pub attempts: Vec<AttemptRecord>,
+    /// Read-backs to append to the record's evidence.
+    pub read_backs: Vec<ReadBackRecord>,
 }
 
 impl Settlement {
@@ -190,6 +219,7 @@ impl Settlement {
             message: None,
             downstream_ref: None,
             attempts: Vec::new(),
+            read_backs: Vec::new(),
         }
     }
 
@@ -208,6 +238,12 @@ impl Settlement {
     /// Sets the downstream reference.
     pub fn downstream_ref(mut self, r: impl Into<String>) -> Self {
         self.downstream_ref = Some(r.into());
+        self
+    }
+
+    /// Sets the read-backs to append.
+    pub fn read_backs(mut self, read_backs: Vec<ReadBackRecord>) -> Self {
+        self.read_backs = read_backs;
         self
     }
 

@@ -70,6 +70,8 @@ pub fn new_claim(req: &ClaimRequest, token: ClaimToken, now: Timestamp) -> Recor
         downstream_ref: None,
         result_expired: false,
         attempts: Vec::new(),
+        operation: req.operation.clone(),
+        read_backs: Vec::new(),
     }
 }
 
@@ -125,12 +127,14 @@ pub fn settle(
         // first try was applied, or a handler that settled inside its own transaction.
         state if state == s.state && state != RecordState::Unknown => {
             record.attempts.extend(s.attempts);
+            record.read_backs.extend(s.read_backs);
             record.updated_at = now;
             return Ok(());
         }
         RecordState::Unknown => {
             if s.state == RecordState::Unknown || s.state == RecordState::Running {
                 record.attempts.extend(s.attempts);
+                record.read_backs.extend(s.read_backs);
                 record.updated_at = now;
                 return Ok(());
             }
@@ -150,6 +154,7 @@ pub fn settle(
         record.downstream_ref = s.downstream_ref;
     }
     record.attempts.extend(s.attempts);
+    record.read_backs.extend(s.read_backs);
     record.result_expired = false;
     record.updated_at = now;
     Ok(())
