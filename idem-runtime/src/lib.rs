@@ -17,7 +17,10 @@ pub mod definitions;
 mod error;
 mod executor;
 pub mod identity;
+#[doc(hidden)]
+pub mod macro_support;
 pub mod outcome;
+pub mod reconcile;
 pub mod registry;
 pub mod store;
 pub mod tool;
@@ -27,8 +30,11 @@ pub use error::{BuildError, CallError};
 pub use executor::RetryPolicy;
 pub use identity::{Fingerprint, IdemKey, Scope};
 pub use outcome::{Outcome, OutcomeClass};
+pub use reconcile::{Escalation, EscalationSink, ReadBack, ReadBackCtx, Reconciler, Resolution};
 pub use registry::{Registry, RegistryBuilder, ToolCall, ToolResult};
 pub use store::{IdemStore, MemoryStore, Record, RecordState, StoreError};
+#[cfg(feature = "sqlite")]
+pub use store::{SqliteStore, SqliteSync};
 pub use tool::{
     Downstream, DynTool, ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, Toolbox, WriteCtx,
     WriteTool,

@@ -506,7 +506,8 @@ async fn a_duplicate_past_its_wait_gets_in_flight() {
 async fn bad_input_is_refused_before_anything_runs() {
     let ledger = Ledger::new(false, []);
     let s = setup_with(charge(&ledger), |b| b.max_args_bytes(256));
-    let cases: Vec<(ToolCall, fn(&CallError) -> bool)> = vec![
+    type Expect = fn(&CallError) -> bool;
+    let cases: Vec<(ToolCall, Expect)> = vec![
         (
             ToolCall::from_json("run-1", "charge", r#"{"customer": "acme", "cents": "#),
             |e| matches!(e, CallError::MalformedJson { .. }),

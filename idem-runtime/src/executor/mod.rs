@@ -12,16 +12,28 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::error::CallError;
-use crate::identity::{IdemKey, KeyMaterial};
+use crate::identity::{IdemKey, KeyMaterial, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
+use crate::reconcile::{Escalation, EscalationSink};
 use crate::registry::call::ToolCall;
 use crate::store::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation, Record, RecordState,
-    Settlement, Timestamp,
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation, Record,
+    RecordState, Settlement, Timestamp,
 };
 use crate::tool::erased::{Ctx, Decoded};
 use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
 use attempt::{AttemptEnd, CaughtFuture, Lease};
+
+/// A claim the caller holds, and what to run under it.
+pub(crate) struct ClaimedRun<'a> {
+    pub(crate) scope: &'a Scope,
+    pub(crate) call_id: Option<&'a str>,
+    pub(crate) args: &'a Value,
+    pub(crate) key: IdemKey,
+    pub(crate) token: ClaimToken,
+    /// When the operation was first claimed: the safe retry window counts from here.
+    pub(crate) first_claimed_at: Timestamp,
+}
 
 /// What the executor needs besides the tool: the store, the clock, and its policies.
 #[derive(Clone, Debug)]
@@ -30,6 +42,7 @@ pub(crate) struct Executor {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) retry: RetryPolicy,
     pub(crate) in_flight_wait: Duration,
+    pub(crate) sink: Arc<dyn EscalationSink>,
 }
 
 /// The executor's account of a call, before it becomes a `ToolResult`.
@@ -194,6 +207,17 @@ impl Executor {
                 ClaimOutcome::Mismatch(record) => {
                     tracing::warn!(key = %key, tool = spec.name(), state = %record.state,
                         "same key, changed parameters: refused");
+                    // A person should know: either the caller reuses an intent id for another
+                    // action, or the model changed its mind about an action already sent.
+                    let mut notice = Escalation::from_record(
+                        &record,
+                        "same key, changed parameters: a repeat with other arguments was refused",
+                        self.clock.now(),
+                    );
+                    notice.refused_args = Some(identity.value.clone());
+                    if let Err(e) = self.sink.deliver(&notice).await {
+                        tracing::error!(key = %key, error = %e, "escalation sink failed");
+                    }
                     return Executed::refused(
                         Some(key),
                         CallError::ChangedParams { key: record.key },
@@ -220,28 +244,41 @@ impl Executor {
                 }
             }
         };
-        self.run_claimed(tool, call, args, decoded, key, token)
-            .await
+        let run = ClaimedRun {
+            scope: &call.scope,
+            call_id: call.call_id.as_deref(),
+            args,
+            key,
+            token,
+            first_claimed_at: self.clock.now(),
+        };
+        self.run_claimed(tool, run, decoded.typed).await
     }
 
-    async fn run_claimed(
+    /// Runs the handler under a claim the caller holds, retrying keyed downstreams inside the
+    /// safe window, and settles (or releases) the claim.
+    pub(crate) async fn run_claimed(
         &self,
         tool: &DynTool,
-        call: &ToolCall,
-        args: &Value,
-        decoded: Decoded,
-        key: IdemKey,
-        token: ClaimToken,
+        run: ClaimedRun<'_>,
+        typed: Box<dyn std::any::Any + Send>,
     ) -> Executed {
+        let ClaimedRun {
+            scope,
+            call_id,
+            args,
+            key,
+            token,
+            first_claimed_at: claimed_at,
+        } = run;
         let spec = tool.spec();
-        let claimed_at = self.clock.now();
         let keyed = spec.downstream_kind() == Downstream::Keyed;
         let max_attempts = if keyed {
             self.retry.max_attempts.max(1)
         } else {
             1
         };
-        let mut typed = Some(decoded.typed);
+        let mut typed = Some(typed);
         let mut evidence = Vec::new();
         let mut attempt = 1;
         loop {
@@ -265,8 +302,8 @@ impl Executor {
             let deadline = tokio::time::Instant::now() + spec.timeout_duration();
             let ctx = WriteCtx::new(
                 ReadCtx::new(
-                    call.scope.clone(),
-                    call.call_id.clone(),
+                    scope.clone(),
+                    call_id.map(str::to_owned),
                     spec.name().to_owned(),
                     deadline,
                     attempt,

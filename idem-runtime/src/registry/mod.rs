@@ -14,6 +14,7 @@ pub use call::{ToolCall, ToolResult};
 use crate::definitions::{definition, DefinitionOptions, Format};
 use crate::error::{BuildError, CallError};
 use crate::executor::{Executed, Executor, RetryPolicy};
+use crate::reconcile::{EscalationSink, LogSink};
 use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
 use crate::tool::erased::DecodeError;
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
@@ -51,6 +52,7 @@ pub struct RegistryBuilder {
     retry: Option<RetryPolicy>,
     in_flight_wait: Option<Duration>,
     max_args_bytes: Option<usize>,
+    sink: Option<Arc<dyn EscalationSink>>,
 }
 
 impl RegistryBuilder {
@@ -99,6 +101,13 @@ impl RegistryBuilder {
         self
     }
 
+    /// Where escalations go (default: [`LogSink`], the `tracing` error log). The
+    /// [`crate::Reconciler`] built from this registry uses it too.
+    pub fn escalation_sink(mut self, sink: Arc<dyn EscalationSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
     /// Limit on a call's arguments as JSON text (default: 1 MiB).
     pub fn max_args_bytes(mut self, limit: usize) -> Self {
         self.max_args_bytes = Some(limit);
@@ -144,6 +153,7 @@ impl RegistryBuilder {
                     clock,
                     retry: self.retry.unwrap_or_default(),
                     in_flight_wait: self.in_flight_wait.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
+                    sink: self.sink.unwrap_or_else(|| Arc::new(LogSink)),
                 },
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
             }),
@@ -173,6 +183,15 @@ impl Registry {
     /// The store this registry claims in.
     pub fn store(&self) -> &Arc<dyn IdemStore> {
         &self.inner.executor.store
+    }
+
+    /// Where escalations go.
+    pub fn escalation_sink(&self) -> &Arc<dyn EscalationSink> {
+        &self.inner.executor.sink
+    }
+
+    pub(crate) fn executor(&self) -> &Executor {
+        &self.inner.executor
     }
 
     /// A registered tool by name.

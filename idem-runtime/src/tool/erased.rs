@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
 use crate::definitions::schema::input_schema_for;
 use crate::identity::{identify, ArgsIdentity};
+use crate::reconcile::{ReadBack, ReadBackCtx};
 
 /// A registered tool with its types erased: what [`crate::Registry`] stores and dispatches to.
 ///
@@ -54,6 +55,11 @@ pub(crate) enum DecodeError {
 }
 
 pub(crate) trait ErasedTool: Send + Sync + 'static {
+    fn read_back(
+        self: Arc<Self>,
+        ctx: ReadBackCtx,
+        args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<ReadBack, ToolError>>;
     fn decode(
         &self,
         args: &Value,
@@ -115,6 +121,14 @@ struct ReadAdapter<T>(T, Arc<ToolSpec>);
 struct WriteAdapter<T>(T, Arc<ToolSpec>);
 
 impl<T: ReadTool> ErasedTool for ReadAdapter<T> {
+    fn read_back(
+        self: Arc<Self>,
+        _ctx: ReadBackCtx,
+        _args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<ReadBack, ToolError>> {
+        Box::pin(async { Ok(ReadBack::Unsupported) })
+    }
+
     fn decode(
         &self,
         args: &Value,
@@ -140,6 +154,19 @@ impl<T: ReadTool> ErasedTool for ReadAdapter<T> {
 }
 
 impl<T: WriteTool> ErasedTool for WriteAdapter<T> {
+    fn read_back(
+        self: Arc<Self>,
+        ctx: ReadBackCtx,
+        args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<ReadBack, ToolError>> {
+        Box::pin(async move {
+            let Ok(args) = args.downcast::<T::Args>() else {
+                return Err(wrong_args_type(self.1.name()));
+            };
+            self.0.read_back(ctx, *args).await
+        })
+    }
+
     fn decode(
         &self,
         args: &Value,
@@ -229,6 +256,14 @@ impl DynTool {
     pub(crate) fn decode(&self, args: &Value) -> Result<Decoded, DecodeError> {
         self.inner
             .decode(args, &self.key_fields, self.kind == ToolKind::Write)
+    }
+
+    pub(crate) fn read_back(
+        &self,
+        ctx: ReadBackCtx,
+        args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<ReadBack, ToolError>> {
+        self.inner.clone().read_back(ctx, args)
     }
 
     pub(crate) fn invoke(

@@ -56,6 +56,7 @@ pub struct ToolSpec {
     lease: Option<Duration>,
     destructive: bool,
     key_fields: Vec<Cow<'static, str>>,
+    in_flight_bound: Option<Duration>,
 }
 
 impl ToolSpec {
@@ -70,7 +71,22 @@ impl ToolSpec {
             lease: None,
             destructive: false,
             key_fields: Vec::new(),
+            in_flight_bound: None,
         }
+    }
+
+    /// How long after an attempt was sent its effect can still land downstream (e.g. the
+    /// downstream's own request timeout plus queueing). Only once this has passed does a
+    /// read-back's "not found" mean "did not happen"; without it, "not found" never does and
+    /// the reconciler escalates instead.
+    pub fn in_flight_bound(mut self, bound: Duration) -> Self {
+        self.in_flight_bound = Some(bound);
+        self
+    }
+
+    /// The declared in-flight bound, if any.
+    pub fn in_flight_bound_duration(&self) -> Option<Duration> {
+        self.in_flight_bound
     }
 
     /// The description the model sees.

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{ReadCtx, ToolError, ToolSpec, WriteCtx};
+use crate::reconcile::{ReadBack, ReadBackCtx};
 use crate::tool::erased::DynTool;
 
 /// A tool without effects: runs without a claim and may be retried freely.
@@ -82,6 +83,18 @@ pub trait WriteTool: Send + Sync + 'static {
         ctx: WriteCtx,
         args: Self::Args,
     ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
+
+    /// Looks the effect of an operation up downstream, by its key or by the metadata the
+    /// handler attached. The [`crate::reconcile::Reconciler`] uses it to settle *unknown*
+    /// records and to poll *pending* ones. Default: [`ReadBack::Unsupported`].
+    fn read_back(
+        &self,
+        ctx: ReadBackCtx,
+        args: Self::Args,
+    ) -> impl Future<Output = Result<ReadBack, ToolError>> + Send {
+        let _ = (ctx, args);
+        async { Ok(ReadBack::Unsupported) }
+    }
 }
 
 /// A set of tools sharing state (`#[toolbox]` implements it for an impl block).

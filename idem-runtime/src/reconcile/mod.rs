@@ -1,0 +1,454 @@
+//! Reconcile and escalate: settle what is unsettled, and hand the rest to a person.
+//!
+//! The model never reconciles: it is told "unknown, not sent again" and moves on. The
+//! [`Reconciler`] (a background task, or [`Reconciler::run_once`] from a cron or the CLI)
+//! takes each *unknown* and *pending* record and decides, recording every decision with its
+//! evidence:
+//!
+//! | record | tool declares | decision |
+//! |---|---|---|
+//! | unknown | keyed downstream, inside the safe window | retry with the **same** key (bounded) |
+//! | unknown | a read-back: found | settle as found (completed / pending / failed) |
+//! | unknown | a read-back: not found, in-flight bound passed | release: the intent may run again |
+//! | unknown | a read-back: not found, bound not passed (or none declared) | wait (escalate once the bound is absent) |
+//! | unknown | neither | escalate: no key contract and no read-back |
+//! | pending | a read-back | poll until terminal |
+//! | any | read-back finds more than one effect | escalate |
+
+mod escalation;
+mod read_back;
+mod resolve;
+
+pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
+pub use read_back::{ReadBack, ReadBackCtx};
+pub use resolve::{resolve, Resolution, ResolveError};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::executor::ClaimedRun;
+use crate::outcome::OutcomeClass;
+use crate::registry::Registry;
+use crate::store::{
+    ClaimToken, IdemStore, ReadBackRecord, Record, RecordState, Settlement, StoreError, Timestamp,
+};
+use crate::tool::{Downstream, DynTool, ToolKind};
+
+/// What one reconciliation pass decided, per record.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Decision {
+    /// The record's key.
+    pub key: crate::IdemKey,
+    /// The tool.
+    pub tool: String,
+    /// The state before.
+    pub from: RecordState,
+    /// What was done.
+    pub action: Action,
+    /// Why, in words.
+    pub detail: String,
+}
+
+/// What the reconciler did with one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Retried with the same key; the record now holds the retry's outcome.
+    Retried,
+    /// A read-back settled the record.
+    Settled,
+    /// A read-back proved the effect never happened; the key was freed.
+    Released,
+    /// Nothing decided yet (still in flight, still pending, read-back failed); looked again later.
+    Waiting,
+    /// Handed to a person.
+    Escalated,
+    /// Not this reconciler's to decide (tool not registered here).
+    Skipped,
+}
+
+/// Settles unknown and pending records; escalates what it cannot settle.
+#[derive(Clone, Debug)]
+pub struct Reconciler {
+    registry: Registry,
+    sink: Arc<dyn EscalationSink>,
+    max_retries: u32,
+    batch: usize,
+}
+
+impl Reconciler {
+    /// A reconciler for the tools and store of `registry`, escalating to its sink.
+    pub fn new(registry: &Registry) -> Self {
+        Reconciler {
+            registry: registry.clone(),
+            sink: registry.escalation_sink().clone(),
+            max_retries: 3,
+            batch: 500,
+        }
+    }
+
+    /// Where escalations go (default: the registry's sink).
+    pub fn sink(mut self, sink: Arc<dyn EscalationSink>) -> Self {
+        self.sink = sink;
+        self
+    }
+
+    /// Total attempts (the executor's included) after which a keyed operation whose downstream
+    /// keeps answering *unknown* is escalated (default 3 reconciler retries on top).
+    pub fn max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// Records looked at per state per pass (default 500).
+    pub fn batch(mut self, n: usize) -> Self {
+        self.batch = n.max(1);
+        self
+    }
+
+    fn store(&self) -> &Arc<dyn IdemStore> {
+        self.registry.store()
+    }
+
+    fn now(&self) -> Timestamp {
+        self.registry.executor().clock.now()
+    }
+
+    /// One pass over unknown and pending records.
+    pub async fn run_once(&self) -> Result<Vec<Decision>, StoreError> {
+        let mut decisions = Vec::new();
+        for record in self.store().list(RecordState::Unknown, self.batch).await? {
+            decisions.push(self.decide(record).await);
+        }
+        for record in self.store().list(RecordState::Pending, self.batch).await? {
+            decisions.push(self.decide(record).await);
+        }
+        Ok(decisions)
+    }
+
+    /// Runs [`Reconciler::run_once`] every `every` until the returned handle is aborted.
+    pub fn spawn(self, every: Duration) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                match self.run_once().await {
+                    Ok(d) if !d.is_empty() => {
+                        tracing::info!(decisions = d.len(), "reconciliation pass")
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "reconciliation pass failed"),
+                }
+                tokio::time::sleep(every).await;
+            }
+        })
+    }
+
+    async fn decide(&self, record: Record) -> Decision {
+        let decision = |action, detail: String| Decision {
+            key: record.key.clone(),
+            tool: record.tool.clone(),
+            from: record.state,
+            action,
+            detail,
+        };
+        let tool = match self.registry.get(&record.tool) {
+            Some(t) if t.kind() == ToolKind::Write => t.clone(),
+            _ => {
+                return decision(
+                    Action::Skipped,
+                    format!(
+                        "tool `{}` is not registered with this reconciler",
+                        record.tool
+                    ),
+                )
+            }
+        };
+        let Some(operation) = record.operation.clone() else {
+            let reason = "the record does not say what was asked for (no operation saved)";
+            return self.escalate(&record, reason).await.unwrap_or_else(|d| d);
+        };
+        let typed = match tool.decode(&operation.args) {
+            Ok(d) => d.typed,
+            Err(e) => {
+                let reason = format!("the saved arguments no longer decode: {e:?}");
+                return self.escalate(&record, &reason).await.unwrap_or_else(|d| d);
+            }
+        };
+        let spec = tool.spec();
+        let now = self.now();
+        let in_window = record.created_at.plus(spec.window_duration()) > now;
+        let keyed = spec.downstream_kind() == Downstream::Keyed;
+
+        if record.state == RecordState::Unknown && keyed && in_window {
+            let sent = record.attempts.iter().filter(|a| a.attempt > 0).count() as u32;
+            if sent >= self.max_retries.saturating_add(1) {
+                let reason = format!(
+                    "keyed downstream still unsettled after {sent} attempts with the same key"
+                );
+                return self.escalate(&record, &reason).await.unwrap_or_else(|d| d);
+            }
+            return self.retry(&tool, &record, &operation, typed).await;
+        }
+
+        // Read-back: the only way to settle without sending again.
+        let ctx = ReadBackCtx {
+            key: record.key.clone(),
+            scope: operation.scope.clone(),
+            downstream_ref: record.downstream_ref.clone(),
+        };
+        let found = tool.read_back(ctx, typed).await;
+        let evidence = ReadBackRecord {
+            at: self.now(),
+            result: match &found {
+                Ok(rb) => rb.summary(),
+                Err(e) => format!("error: {e}"),
+            },
+        };
+        let found = match found {
+            Ok(ReadBack::Unsupported) => {
+                let reason = match (record.state, keyed) {
+                    (RecordState::Pending, _) => {
+                        "pending, and the tool has no read-back to poll it with".to_owned()
+                    }
+                    (_, true) => {
+                        "safe retry window passed and the tool has no read-back".to_owned()
+                    }
+                    _ => "downstream has no key contract and the tool has no read-back".to_owned(),
+                };
+                return self.escalate(&record, &reason).await.unwrap_or_else(|d| d);
+            }
+            Ok(rb) => rb,
+            Err(e) => {
+                self.note(&record, evidence).await;
+                return decision(Action::Waiting, format!("read-back failed: {e}"));
+            }
+        };
+        let summary = evidence.result.clone();
+        let settlement = match found {
+            ReadBack::Unsupported => unreachable_unsupported(),
+            ReadBack::Completed {
+                downstream_ref,
+                output,
+            } => {
+                let s = Settlement::new(RecordState::Completed).payload(output);
+                downstream_ref.map_or(s.clone(), |r| s.downstream_ref(r))
+            }
+            ReadBack::Failed {
+                downstream_ref,
+                message,
+            } => {
+                let s = Settlement::new(RecordState::Failed).message(message);
+                downstream_ref.map_or(s.clone(), |r| s.downstream_ref(r))
+            }
+            ReadBack::Pending { downstream_ref } => {
+                if record.state == RecordState::Pending {
+                    self.note(&record, evidence).await;
+                    return decision(Action::Waiting, summary);
+                }
+                Settlement::new(RecordState::Pending).downstream_ref(downstream_ref)
+            }
+            ReadBack::Ambiguous { .. } => {
+                let reason = format!("read-back {summary}");
+                return self
+                    .escalate_with(&record, &reason, vec![evidence])
+                    .await
+                    .unwrap_or_else(|d| d);
+            }
+            ReadBack::NotFound => {
+                if record.state == RecordState::Pending {
+                    let reason = format!(
+                        "pending record's downstream ref {} not found downstream",
+                        record.downstream_ref.as_deref().unwrap_or("(none)")
+                    );
+                    return self
+                        .escalate_with(&record, &reason, vec![evidence])
+                        .await
+                        .unwrap_or_else(|d| d);
+                }
+                let Some(bound) = spec.in_flight_bound_duration() else {
+                    let reason = "read-back found nothing, but the tool declares no in-flight bound, so the original may still land";
+                    return self
+                        .escalate_with(&record, reason, vec![evidence])
+                        .await
+                        .unwrap_or_else(|d| d);
+                };
+                // The original may land until `bound` after the last send.
+                let last_send = record
+                    .attempts
+                    .iter()
+                    .filter(|a| a.attempt > 0)
+                    .map(|a| a.started_at)
+                    .max()
+                    .unwrap_or(record.created_at);
+                if now < last_send.plus(bound) {
+                    self.note(&record, evidence).await;
+                    return decision(
+                        Action::Waiting,
+                        format!(
+                            "not found yet; the original may land until {}",
+                            last_send.plus(bound)
+                        ),
+                    );
+                }
+                return self.release(&record, evidence).await;
+            }
+        };
+        match self.takeover(&record).await {
+            Ok(token) => {
+                let s = settlement.read_backs(vec![evidence]);
+                match self.store().settle(&record.key, token, s).await {
+                    Ok(()) => decision(Action::Settled, summary),
+                    Err(e) => decision(Action::Waiting, format!("could not settle: {e}")),
+                }
+            }
+            Err(d) => d,
+        }
+    }
+
+    /// Re-sends with the same key: the keyed downstream replays if the first send landed.
+    async fn retry(
+        &self,
+        tool: &DynTool,
+        record: &Record,
+        operation: &crate::store::Operation,
+        typed: Box<dyn std::any::Any + Send>,
+    ) -> Decision {
+        let token = match self.takeover(record).await {
+            Ok(t) => t,
+            Err(d) => return d,
+        };
+        let run = ClaimedRun {
+            scope: &operation.scope,
+            call_id: None,
+            args: &operation.args,
+            key: record.key.clone(),
+            token,
+            first_claimed_at: record.created_at,
+        };
+        let executed = self.registry.executor().run_claimed(tool, run, typed).await;
+        let detail = match &executed.result {
+            Ok(o) => format!("retried with the same key: {}", o.class()),
+            Err(e) => format!("retried with the same key: {e}"),
+        };
+        Decision {
+            key: record.key.clone(),
+            tool: record.tool.clone(),
+            from: record.state,
+            action: Action::Retried,
+            detail,
+        }
+    }
+
+    /// Frees a key whose effect provably never happened.
+    async fn release(&self, record: &Record, evidence: ReadBackRecord) -> Decision {
+        let detail = format!(
+            "read-back found nothing after the in-flight bound ({}); released, the intent may run again",
+            evidence.result
+        );
+        let result = async {
+            let token = self
+                .store()
+                .reclaim(&record.key, record.token, Duration::from_secs(60))
+                .await?;
+            self.store().release(&record.key, token).await
+        }
+        .await;
+        let action = match result {
+            Ok(()) => {
+                tracing::info!(key = %record.key, tool = %record.tool, evidence = ?record.attempts, "{detail}");
+                Action::Released
+            }
+            Err(_) => Action::Waiting,
+        };
+        Decision {
+            key: record.key.clone(),
+            tool: record.tool.clone(),
+            from: record.state,
+            action,
+            detail,
+        }
+    }
+
+    /// Appends read-back evidence to an unknown record (pending records keep only the latest
+    /// poll result in the log, so a long poll does not grow the record without bound).
+    async fn note(&self, record: &Record, evidence: ReadBackRecord) {
+        if record.state == RecordState::Unknown {
+            let s = Settlement::new(RecordState::Unknown).read_backs(vec![evidence]);
+            if let Err(e) = self.store().settle(&record.key, record.token, s).await {
+                tracing::debug!(key = %record.key, error = %e, "read-back evidence not recorded");
+            }
+        } else {
+            tracing::debug!(key = %record.key, result = %evidence.result, "pending poll");
+        }
+    }
+
+    async fn takeover(&self, record: &Record) -> Result<ClaimToken, Decision> {
+        let lease = self
+            .registry
+            .get(&record.tool)
+            .map_or(Duration::from_secs(60), |t| t.spec().lease_duration());
+        self.store()
+            .reclaim(&record.key, record.token, lease)
+            .await
+            .map_err(|e| Decision {
+                key: record.key.clone(),
+                tool: record.tool.clone(),
+                from: record.state,
+                action: Action::Waiting,
+                detail: format!("someone else moved the record on: {e}"),
+            })
+    }
+
+    async fn escalate(&self, record: &Record, reason: &str) -> Result<Decision, Decision> {
+        self.escalate_with(record, reason, Vec::new()).await
+    }
+
+    async fn escalate_with(
+        &self,
+        record: &Record,
+        reason: &str,
+        read_backs: Vec<ReadBackRecord>,
+    ) -> Result<Decision, Decision> {
+        let token = self.takeover(record).await?;
+        let s = Settlement::new(RecordState::Escalated)
+            .message(reason)
+            .read_backs(read_backs);
+        self.store()
+            .settle(&record.key, token, s)
+            .await
+            .map_err(|e| Decision {
+                key: record.key.clone(),
+                tool: record.tool.clone(),
+                from: record.state,
+                action: Action::Waiting,
+                detail: format!("could not escalate: {e}"),
+            })?;
+        let now = self.now();
+        let escalated = self.store().get(&record.key).await.ok().flatten();
+        let escalation = Escalation::from_record(escalated.as_ref().unwrap_or(record), reason, now);
+        if let Err(e) = self.sink.deliver(&escalation).await {
+            tracing::error!(key = %record.key, error = %e, "escalation sink failed; the record stays escalated");
+        }
+        Ok(Decision {
+            key: record.key.clone(),
+            tool: record.tool.clone(),
+            from: record.state,
+            action: Action::Escalated,
+            detail: reason.to_owned(),
+        })
+    }
+}
+
+fn unreachable_unsupported() -> Settlement {
+    // `Unsupported` returned early above; kept total so a future variant cannot panic here.
+    Settlement::new(RecordState::Escalated).message("read-back unsupported")
+}
+
+/// The class a read-back settles a record as, for reports.
+pub fn class_of(read_back: &ReadBack) -> Option<OutcomeClass> {
+    Some(match read_back {
+        ReadBack::Completed { .. } => OutcomeClass::Completed,
+        ReadBack::Pending { .. } => OutcomeClass::Pending,
+        ReadBack::Failed { .. } => OutcomeClass::Failed,
+        _ => return None,
+    })
+}

@@ -1,0 +1,475 @@
+//! The reconciler's decisions, each asserted against a stub downstream's ledger.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_runtime::reconcile::{resolve, Action, CallbackSink, Escalation};
+use idem_runtime::store::{ManualClock, Timestamp};
+use idem_runtime::{
+    CallError, Downstream, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
+    RecordState, Registry, Resolution, RetryPolicy, ToolCall, ToolError, ToolSpec, WriteCtx,
+    WriteTool,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// What the stub does with the next request.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    None,
+    /// Commit, lose the response.
+    LostAck,
+    /// Do nothing now; commit when `land()` is called (a request still in flight).
+    InFlight,
+    /// Nothing committed, response lost (timed out before it reached the server).
+    DroppedRequest,
+    /// Accept asynchronously: pending until `finish_pending()`.
+    Async,
+}
+
+#[derive(Default)]
+struct Stub {
+    /// key → (charge id, status)
+    charges: Mutex<Vec<(String, String, &'static str)>>,
+    in_flight: Mutex<Vec<String>>,
+    faults: Mutex<VecDeque<Fault>>,
+    sends: AtomicU32,
+    keyed: bool,
+}
+
+impl Stub {
+    fn new(keyed: bool, faults: impl IntoIterator<Item = Fault>) -> Arc<Stub> {
+        Arc::new(Stub {
+            keyed,
+            faults: Mutex::new(faults.into_iter().collect()),
+            ..Stub::default()
+        })
+    }
+    fn charges(&self) -> usize {
+        self.charges.lock().unwrap().len()
+    }
+    fn commit(&self, key: &str, status: &'static str) -> String {
+        let mut c = self.charges.lock().unwrap();
+        if self.keyed {
+            if let Some((_, id, _)) = c.iter().find(|(k, _, _)| k == key) {
+                return id.clone();
+            }
+        }
+        let id = format!("ch_{}", c.len() + 1);
+        c.push((key.to_owned(), id.clone(), status));
+        id
+    }
+    /// Everything in flight lands now.
+    fn land(&self) {
+        for key in std::mem::take(&mut *self.in_flight.lock().unwrap()) {
+            self.commit(&key, "succeeded");
+        }
+    }
+    fn finish_pending(&self) {
+        for c in self.charges.lock().unwrap().iter_mut() {
+            if c.2 == "pending" {
+                c.2 = "succeeded";
+            }
+        }
+    }
+    fn find(&self, key: &str) -> Vec<(String, &'static str)> {
+        self.charges
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, _, _)| k == key)
+            .map(|(_, id, s)| (id.clone(), *s))
+            .collect()
+    }
+}
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+struct ChargeArgs {
+    customer: String,
+    cents: u64,
+}
+
+struct Charge {
+    stub: Arc<Stub>,
+    spec: ToolSpec,
+    read_back: bool,
+}
+
+impl WriteTool for Charge {
+    type Args = ChargeArgs;
+    type Output = serde_json::Value;
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+    async fn call(&self, ctx: WriteCtx, _args: ChargeArgs) -> Result<serde_json::Value, ToolError> {
+        self.stub.sends.fetch_add(1, Ordering::SeqCst);
+        let key = ctx.key().as_str();
+        let fault = self
+            .stub
+            .faults
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Fault::None);
+        match fault {
+            Fault::None => Ok(json!({ "id": self.stub.commit(key, "succeeded") })),
+            Fault::LostAck => {
+                self.stub.commit(key, "succeeded");
+                Err(ToolError::unknown("timeout"))
+            }
+            Fault::InFlight => {
+                self.stub.in_flight.lock().unwrap().push(key.to_owned());
+                Err(ToolError::unknown("timeout"))
+            }
+            Fault::DroppedRequest => Err(ToolError::unknown("timeout")),
+            Fault::Async => Err(ToolError::pending(self.stub.commit(key, "pending"))),
+        }
+    }
+    async fn read_back(&self, ctx: ReadBackCtx, _args: ChargeArgs) -> Result<ReadBack, ToolError> {
+        if !self.read_back {
+            return Ok(ReadBack::Unsupported);
+        }
+        let found = self.stub.find(ctx.key().as_str());
+        Ok(match found.as_slice() {
+            [] => ReadBack::NotFound,
+            [(id, "succeeded")] => ReadBack::Completed {
+                downstream_ref: Some(id.clone()),
+                output: json!({ "id": id }),
+            },
+            [(id, "pending")] => ReadBack::Pending {
+                downstream_ref: id.clone(),
+            },
+            [(id, _)] => ReadBack::Failed {
+                downstream_ref: Some(id.clone()),
+                message: "declined".into(),
+            },
+            many => ReadBack::Ambiguous {
+                downstream_refs: many.iter().map(|(id, _)| id.clone()).collect(),
+            },
+        })
+    }
+}
+
+struct World {
+    registry: Registry,
+    store: Arc<MemoryStore>,
+    clock: ManualClock,
+    stub: Arc<Stub>,
+    escalations: Arc<Mutex<Vec<Escalation>>>,
+}
+
+impl World {
+    fn new(stub: Arc<Stub>, read_back: bool, spec: impl FnOnce(ToolSpec) -> ToolSpec) -> World {
+        let clock = ManualClock::new(Timestamp(1_800_000_000_000));
+        let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+        let escalations = Arc::new(Mutex::new(Vec::new()));
+        let seen = escalations.clone();
+        let base = ToolSpec::new("charge").description("Charge.");
+        let base = if stub.keyed {
+            base.downstream(Downstream::Keyed)
+        } else {
+            base
+        };
+        let registry = Registry::builder()
+            .shared_store(store.clone())
+            .clock(Arc::new(clock.clone()))
+            .retry_policy(RetryPolicy::never())
+            .escalation_sink(Arc::new(CallbackSink(move |e: &Escalation| {
+                seen.lock().unwrap().push(e.clone())
+            })))
+            .tool(Charge {
+                stub: stub.clone(),
+                spec: spec(base),
+                read_back,
+            })
+            .build()
+            .unwrap();
+        World {
+            registry,
+            store,
+            clock,
+            stub,
+            escalations,
+        }
+    }
+
+    async fn call(&self) -> idem_runtime::ToolResult {
+        self.registry
+            .call(ToolCall::new(
+                "run-1",
+                "charge",
+                json!({"customer": "acme", "cents": 4900}),
+            ))
+            .await
+    }
+
+    async fn state(&self, r: &idem_runtime::ToolResult) -> Option<RecordState> {
+        self.store
+            .get(r.key().unwrap())
+            .await
+            .unwrap()
+            .map(|rec| rec.state)
+    }
+
+    async fn pass(&self) -> Vec<Action> {
+        Reconciler::new(&self.registry)
+            .run_once()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| d.action)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn keyed_unknown_inside_the_window_is_retried_with_the_same_key() {
+    let w = World::new(Stub::new(true, [Fault::LostAck]), false, |s| s);
+    let first = w.call().await;
+    assert_eq!(first.class(), Some(OutcomeClass::Unknown));
+    assert_eq!(w.pass().await, [Action::Retried]);
+    assert_eq!(
+        w.stub.sends.load(Ordering::SeqCst),
+        2,
+        "sent again, same key"
+    );
+    assert_eq!(w.stub.charges(), 1, "the keyed downstream replayed");
+    assert_eq!(w.state(&first).await, Some(RecordState::Completed));
+    let again = w.call().await;
+    assert!(again.replayed() && again.is_completed());
+}
+
+#[tokio::test]
+async fn keyed_unknown_past_the_window_is_never_retried() {
+    let w = World::new(Stub::new(true, [Fault::LostAck]), false, |s| {
+        s.window(Duration::from_secs(3600))
+    });
+    let first = w.call().await;
+    w.clock.advance(Duration::from_secs(3601));
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.stub.sends.load(Ordering::SeqCst), 1);
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    let e = &w.escalations.lock().unwrap()[0];
+    assert!(e.reason.contains("window"), "{}", e.reason);
+}
+
+#[tokio::test]
+async fn a_keyed_downstream_that_keeps_failing_is_escalated_with_every_attempt() {
+    let faults = [Fault::DroppedRequest; 10];
+    let w = World::new(Stub::new(true, faults), false, |s| s);
+    let first = w.call().await;
+    let mut actions = Vec::new();
+    for _ in 0..6 {
+        actions.extend(w.pass().await);
+    }
+    assert_eq!(actions.iter().filter(|a| **a == Action::Retried).count(), 3);
+    assert_eq!(actions.last(), Some(&Action::Escalated));
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    let escalations = w.escalations.lock().unwrap();
+    let e = escalations.last().unwrap();
+    assert_eq!(
+        e.attempts.len(),
+        4,
+        "the executor's attempt and three retries, all carried"
+    );
+    assert!(e.attempts.iter().all(|a| a.message.is_some()));
+    assert_eq!(e.operation.as_ref().unwrap().args["cents"], 4900);
+    assert_eq!(w.stub.charges(), 0);
+}
+
+#[tokio::test]
+async fn no_key_contract_and_no_read_back_is_escalated() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), false, |s| s);
+    let first = w.call().await;
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    assert!(w.escalations.lock().unwrap()[0]
+        .reason
+        .contains("no key contract"));
+    let again = w.call().await;
+    assert_eq!(again.class(), Some(OutcomeClass::Escalated));
+    assert_eq!(
+        (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
+        (1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_read_back_that_finds_the_effect_settles_it() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), true, |s| s);
+    let first = w.call().await;
+    assert_eq!(w.pass().await, [Action::Settled]);
+    let rec = w.store.get(first.key().unwrap()).await.unwrap().unwrap();
+    assert_eq!(rec.state, RecordState::Completed);
+    assert_eq!(rec.downstream_ref.as_deref(), Some("ch_1"));
+    assert_eq!(rec.read_backs.len(), 1);
+    let again = w.call().await;
+    assert_eq!(again.output(), Some(&json!({"id": "ch_1"})));
+    assert_eq!(
+        (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
+        (1, 1)
+    );
+}
+
+#[tokio::test]
+async fn a_late_commit_after_a_not_found_inside_the_bound_is_not_duplicated() {
+    let bound = Duration::from_secs(120);
+    let w = World::new(Stub::new(false, [Fault::InFlight]), true, |s| {
+        s.in_flight_bound(bound)
+    });
+    let first = w.call().await;
+    // Read-back inside the bound: nothing found yet, and that proves nothing.
+    assert_eq!(w.pass().await, [Action::Waiting]);
+    assert_eq!(
+        w.call().await.class(),
+        Some(OutcomeClass::Unknown),
+        "still not sent again"
+    );
+    // The original lands, still inside the bound.
+    w.clock.advance(Duration::from_secs(90));
+    w.stub.land();
+    assert_eq!(w.pass().await, [Action::Settled]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Completed));
+    w.clock.advance(Duration::from_secs(3600));
+    assert!(w.pass().await.is_empty());
+    let again = w.call().await;
+    assert!(again.replayed());
+    assert_eq!(
+        (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
+        (1, 1)
+    );
+    let rec = w.store.get(first.key().unwrap()).await.unwrap().unwrap();
+    assert_eq!(rec.read_backs.len(), 2, "both read-backs are evidence");
+}
+
+#[tokio::test]
+async fn not_found_after_the_bound_frees_the_intent_to_run_again() {
+    let w = World::new(Stub::new(false, [Fault::DroppedRequest]), true, |s| {
+        s.in_flight_bound(Duration::from_secs(60))
+    });
+    let first = w.call().await;
+    w.clock.advance(Duration::from_secs(61));
+    assert_eq!(w.pass().await, [Action::Released]);
+    assert_eq!(w.state(&first).await, None);
+    let again = w.call().await;
+    assert!(again.is_completed() && !again.replayed());
+    assert_eq!(again.key(), first.key(), "the same key");
+    assert_eq!(
+        (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
+        (2, 1)
+    );
+}
+
+#[tokio::test]
+async fn not_found_without_a_declared_bound_is_escalated() {
+    let w = World::new(Stub::new(false, [Fault::DroppedRequest]), true, |s| s);
+    let first = w.call().await;
+    w.clock.advance(Duration::from_secs(24 * 3600));
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    assert_eq!(w.stub.sends.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn pending_is_polled_until_terminal() {
+    let w = World::new(Stub::new(false, [Fault::Async]), true, |s| s);
+    let first = w.call().await;
+    assert_eq!(first.class(), Some(OutcomeClass::Pending));
+    assert_eq!(w.pass().await, [Action::Waiting]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Pending));
+    w.stub.finish_pending();
+    assert_eq!(w.pass().await, [Action::Settled]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Completed));
+    assert!(w.call().await.replayed());
+    assert_eq!(w.stub.charges(), 1);
+}
+
+#[tokio::test]
+async fn more_than_one_effect_found_is_escalated() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), true, |s| s);
+    let first = w.call().await;
+    // Someone (another system, a person) created a second charge with the same key.
+    w.stub.commit(first.key().unwrap().as_str(), "succeeded");
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    let e = &w.escalations.lock().unwrap()[0];
+    assert!(e.reason.contains("2 effects"), "{}", e.reason);
+    assert_eq!(e.read_backs.len(), 1);
+}
+
+#[tokio::test]
+async fn a_person_resolves_an_escalation_and_the_next_call_obeys() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), false, |s| s);
+    let first = w.call().await;
+    w.pass().await;
+    let key = first.key().unwrap();
+    let store: &dyn IdemStore = &*w.store;
+    resolve(
+        store,
+        key,
+        Resolution::Completed {
+            downstream_ref: "ch_1".into(),
+            output: None,
+        },
+        "found it in the dashboard",
+    )
+    .await
+    .unwrap();
+    let again = w.call().await;
+    assert_eq!(again.output(), Some(&json!({"downstream_ref": "ch_1"})));
+    assert_eq!(w.stub.sends.load(Ordering::SeqCst), 1);
+
+    // Release: a second operation that a person decides never happened runs again.
+    let w = World::new(Stub::new(false, [Fault::DroppedRequest]), false, |s| s);
+    let first = w.call().await;
+    w.pass().await;
+    resolve(
+        &*w.store,
+        first.key().unwrap(),
+        Resolution::Release,
+        "not in the ledger",
+    )
+    .await
+    .unwrap();
+    assert!(w.call().await.is_completed());
+    assert_eq!(
+        (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
+        (2, 1)
+    );
+    // Completed records are not a person's to change.
+    assert!(
+        resolve(&*w.store, first.key().unwrap(), Resolution::Release, "")
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn changed_params_are_refused_and_reported_to_a_person() {
+    let w = World::new(Stub::new(false, []), false, |s| s);
+    let call = |cents: u64| {
+        ToolCall::new(
+            "run-1",
+            "charge",
+            json!({"customer": "acme", "cents": cents}),
+        )
+        .intent("order-9")
+    };
+    let first = w.registry.call(call(4900)).await;
+    let changed = w.registry.call(call(9900)).await;
+    assert!(matches!(
+        changed.error(),
+        Some(CallError::ChangedParams { .. })
+    ));
+    assert_eq!(
+        w.state(&first).await,
+        Some(RecordState::Completed),
+        "the original record is untouched"
+    );
+    let notices = w.escalations.lock().unwrap();
+    assert_eq!(notices.len(), 1);
+    assert_eq!(notices[0].refused_args.as_ref().unwrap()["cents"], 9900);
+    assert_eq!(notices[0].operation.as_ref().unwrap().args["cents"], 4900);
+    assert_eq!(w.stub.charges(), 1);
+}
