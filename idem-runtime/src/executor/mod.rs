@@ -439,6 +439,17 @@ impl Executor {
                         message.as_deref().unwrap_or(class.as_str())
                     )),
                 };
+                // While this call is still retrying under the claim, its own settle will
+                // record the outcome; a late result then is only evidence, in the log.
+                // The executor settles right after it gives up on the attempt; let it.
+                match store.wait_settled(&key, Duration::from_secs(60)).await {
+                    Ok(Some(r)) if r.token == token && r.state == RecordState::Unknown => {}
+                    _ => {
+                        tracing::info!(key = %key, late = ?late, evidence = ?evidence,
+                            "late result of a timed-out attempt; the record has moved on");
+                        return;
+                    }
+                }
                 // A late "rejected" or panic is only evidence: the record stays unknown.
                 let settlement = settlement
                     .filter(|s| s.state != RecordState::Unknown)

@@ -1,0 +1,230 @@
+//! What idem costs per call, against its floor (canonical JSON + SHA-256 of the arguments,
+//! the hashing no idempotency layer can skip) and against calling the handler directly.
+//!
+//! `cargo bench --bench call`. Figures and ratios: BENCHMARKS.md.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use idem::identity::canonical::to_canonical_vec;
+use idem::{MemoryStore, ReadCtx, ReadTool, Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// A typical write's arguments: about 100 bytes of JSON.
+#[derive(Clone, Deserialize, Serialize, schemars::JsonSchema)]
+struct ChargeArgs {
+    customer: String,
+    amount_cents: u64,
+    currency: String,
+    description: String,
+    capture: bool,
+}
+
+struct Charge;
+impl WriteTool for Charge {
+    type Args = ChargeArgs;
+    type Output = u64;
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("charge")
+    }
+    async fn call(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<u64, ToolError> {
+        Ok(args.amount_cents)
+    }
+}
+
+/// A write taking arbitrary JSON, for the 10 KiB case.
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+struct Blob {
+    items: Vec<Value>,
+}
+struct Store;
+impl WriteTool for Store {
+    type Args = Blob;
+    type Output = usize;
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("store_blob")
+    }
+    async fn call(&self, _ctx: WriteCtx, args: Blob) -> Result<usize, ToolError> {
+        Ok(args.items.len())
+    }
+}
+
+struct Lookup;
+impl ReadTool for Lookup {
+    type Args = ChargeArgs;
+    type Output = u64;
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("lookup")
+    }
+    async fn call(&self, _ctx: ReadCtx, args: ChargeArgs) -> Result<u64, ToolError> {
+        Ok(args.amount_cents)
+    }
+}
+
+fn small_args() -> Value {
+    json!({"customer": "cus_9s6XKzkNRiz8i3", "amount_cents": 4900, "currency": "eur",
+           "description": "Order 1234", "capture": true})
+}
+
+fn large_args() -> Value {
+    let items: Vec<Value> = (0..100)
+        .map(|i| json!({"sku": format!("sku-{i:05}"), "qty": i % 7, "note": "x".repeat(60)}))
+        .collect();
+    json!({ "items": items })
+}
+
+fn floor(args: &Value) -> [u8; 32] {
+    Sha256::digest(to_canonical_vec(args)).into()
+}
+
+fn registry() -> Registry {
+    Registry::builder()
+        .store(MemoryStore::new())
+        .tool(Charge)
+        .tool(Store)
+        .tool(Lookup)
+        .build()
+        .expect("valid registry")
+}
+
+fn bench_per_call(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut g = c.benchmark_group("per_call");
+    for (label, tool, args) in [("100B", "charge", small_args()), ("10KiB", "store_blob", large_args())] {
+        let bytes = serde_json::to_vec(&args).unwrap().len();
+        g.throughput(Throughput::Bytes(bytes as u64));
+        g.bench_with_input(BenchmarkId::new("floor_canonical_sha256", label), &args, |b, a| {
+            b.iter(|| floor(std::hint::black_box(a)))
+        });
+        // Fresh write: a new run id each time, so every call claims a new key.
+        let reg = registry();
+        let n = AtomicU64::new(0);
+        g.bench_with_input(BenchmarkId::new("fresh_write", label), &args, |b, a| {
+            b.to_async(&rt).iter(|| {
+                let run = n.fetch_add(1, Ordering::Relaxed);
+                let call = ToolCall::new(format!("run-{run}"), tool, a.clone());
+                let reg = &reg;
+                async move { assert!(reg.call(call).await.is_completed()) }
+            })
+        });
+        let reg = registry();
+        rt.block_on(reg.call(ToolCall::new("run-replay", tool, args.clone())));
+        g.bench_with_input(BenchmarkId::new("replay", label), &args, |b, a| {
+            b.to_async(&rt).iter(|| {
+                let call = ToolCall::new("run-replay", tool, a.clone());
+                let reg = &reg;
+                async move { assert!(reg.call(call).await.replayed()) }
+            })
+        });
+    }
+    let reg = registry();
+    let args = small_args();
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("read_via_registry", |b| {
+        b.to_async(&rt).iter(|| {
+            let call = ToolCall::new("run-read", "lookup", args.clone());
+            let reg = &reg;
+            async move { assert!(reg.call(call).await.is_completed()) }
+        })
+    });
+    g.bench_function("read_direct_handler", |b| {
+        // The baseline: what a caller without idem does — deserialize, call, serialize.
+        b.to_async(&rt).iter(|| {
+            let args = args.clone();
+            async move {
+                let typed: ChargeArgs = serde_json::from_value(args).unwrap();
+                let out = Lookup.call(ReadCtx::for_test("run"), typed).await.unwrap();
+                serde_json::to_value(out).unwrap()
+            }
+        })
+    });
+    g.finish();
+}
+
+fn bench_concurrency(c: &mut Criterion) {
+    let mut g = c.benchmark_group("concurrency");
+    const CALLS: u64 = 2_000;
+    g.throughput(Throughput::Elements(CALLS));
+    for threads in [1usize, 2] {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .unwrap();
+        let reg = registry();
+        let n = Arc::new(AtomicU64::new(0));
+        g.bench_function(BenchmarkId::new("distinct_keys", format!("{threads}_threads")), |b| {
+            b.to_async(&rt).iter(|| {
+                let reg = reg.clone();
+                let n = n.clone();
+                async move {
+                    // One task per worker thread, each making CALLS / threads calls.
+                    let tasks: Vec<_> = (0..threads)
+                        .map(|_| {
+                            let reg = reg.clone();
+                            let n = n.clone();
+                            tokio::spawn(async move {
+                                for _ in 0..CALLS / threads as u64 {
+                                    let run = n.fetch_add(1, Ordering::Relaxed);
+                                    let call = ToolCall::new(format!("run-{run}"), "charge", small_args());
+                                    assert!(reg.call(call).await.is_completed());
+                                }
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                }
+            })
+        });
+    }
+    g.finish();
+
+    // 64 tasks on one key: exactly one execution; time until all 64 have the result.
+    let mut g = c.benchmark_group("one_key_64_tasks");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let reg = registry();
+    let n = Arc::new(AtomicU64::new(0));
+    g.bench_function("all_have_result", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let reg = reg.clone();
+            let n = n.clone();
+            async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let run = format!("run-{}", n.fetch_add(1, Ordering::Relaxed));
+                    let start = Instant::now();
+                    let tasks: Vec<_> = (0..64)
+                        .map(|_| {
+                            let reg = reg.clone();
+                            let call = ToolCall::new(run.clone(), "charge", small_args());
+                            tokio::spawn(async move { reg.call(call).await })
+                        })
+                        .collect();
+                    let mut executed = 0;
+                    for t in tasks {
+                        let r = t.await.unwrap();
+                        assert!(r.is_completed());
+                        executed += usize::from(!r.replayed());
+                    }
+                    total += start.elapsed();
+                    assert_eq!(executed, 1, "exactly one execution");
+                }
+                total
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_per_call, bench_concurrency);
+criterion_main!(benches);
