@@ -32,6 +32,10 @@ pub use identity::{Fingerprint, IdemKey, Scope};
 pub use outcome::{Outcome, OutcomeClass};
 pub use reconcile::{Escalation, EscalationSink, ReadBack, ReadBackCtx, Reconciler, Resolution};
 pub use registry::{Registry, RegistryBuilder, ToolCall, ToolResult};
+#[cfg(feature = "postgres")]
+pub use store::PostgresStore;
+#[cfg(feature = "redis")]
+pub use store::RedisStore;
 pub use store::{IdemStore, MemoryStore, Record, RecordState, StoreError};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, SqliteSync};

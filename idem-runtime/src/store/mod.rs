@@ -13,17 +13,33 @@
 //!   records never expire.
 
 mod clock;
+#[cfg(feature = "testing")]
+pub mod conformance;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod record;
+#[cfg(feature = "redis")]
+mod redis;
 pub mod rules;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
+pub use self::postgres::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "redis")]
+pub use self::redis::{RedisStore, RedisStoreBuilder};
+#[cfg(feature = "sqlite")]
+pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use memory::MemoryStore;
-pub use record::{AttemptRecord, ClaimToken, Record, RecordState, Settlement};
+pub use record::{
+    AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState, Settlement,
+};
 
 use crate::identity::{Fingerprint, IdemKey};
 
@@ -56,6 +72,9 @@ pub struct ClaimRequest {
     pub tool: String,
     /// How long the claim holds without renewal.
     pub lease: Duration,
+    /// What was asked for, saved with the claim so a reconciler or a person can act on it
+    /// even if this worker dies before it settles.
+    pub operation: Option<Operation>,
 }
 
 /// What a claim found.

@@ -1,0 +1,1295 @@
+//! [`PostgresStore`]: many workers sharing one PostgreSQL database, and the one thing only a
+//! database you own can do — commit a handler's effect and its record in one transaction
+//! ([`PostgresStore::run_in_transaction`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use futures_util::future::BoxFuture;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{NoTls, Row, Transaction};
+
+use super::rules::{self, Aged};
+use super::{
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation,
+    ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
+};
+use crate::identity::{Fingerprint, IdemKey};
+use crate::tool::{ToolError, WriteCtx};
+
+/// The schema used when none is configured.
+pub const DEFAULT_SCHEMA: &str = "idem";
+
+/// The newest table layout this version writes.
+const SCHEMA_VERSION: i32 = 1;
+
+/// An [`IdemStore`] in PostgreSQL, for many workers on many machines.
+///
+/// # Table
+///
+/// One table, `<schema>.idem_records` (default schema `idem`), keyed by the idem key, with
+/// an index on `(state, created_at, key)` for listing. [`PostgresStoreBuilder::connect`]
+/// creates the schema and applies its migrations itself, under an advisory lock so that
+/// many workers starting at once do not race, and records the layout version in
+/// `<schema>.idem_schema_version`; a database migrated by a newer version of this library is
+/// refused rather than misread. Payloads and attempt evidence are stored as JSON text,
+/// byte for byte what was settled (`payload::jsonb` makes them queryable).
+///
+/// # Operations
+///
+/// - `claim` is one statement: `INSERT … ON CONFLICT (key) DO NOTHING` that also returns the
+///   row it conflicted with. Of N concurrent claimers exactly one inserts.
+/// - `settle` and `renew` are one token-fenced `UPDATE` in the common case (a live claim
+///   settled by its holder); anything else (an expired lease, a late result, a repeated
+///   settle) reads the row `FOR UPDATE` in a transaction and applies [`super::rules`], the
+///   same functions every backend uses.
+/// - Time (leases, retention) comes from the store's [`Clock`], not the database's `now()`,
+///   so all backends age records alike; keep worker clocks in sync.
+/// - Completed and failed records are aged when read. Call [`PostgresStore::purge_expired`]
+///   periodically to drop the results and tombstones of keys that are never read again.
+///
+/// # Durability
+///
+/// A claim is committed before the handler runs, so it survives a crash of the worker and a
+/// restart of PostgreSQL (with the default `synchronous_commit = on` and `fsync = on`;
+/// `synchronous_commit = off` can lose the last few hundred milliseconds of commits on a
+/// server crash, and a lost claim can mean a duplicate). Replication follows your
+/// PostgreSQL setup: with asynchronous replicas a failover can lose acknowledged claims.
+///
+/// # Transactional handlers
+///
+/// When the effect of a tool is a write to this same database, use
+/// [`PostgresStore::run_in_transaction`]: the effect and the *completed* record commit
+/// together, so no crash can separate them.
+///
+/// # Faults
+///
+/// An unreachable database is [`StoreError::Unavailable`] (the executor then refuses the
+/// call before its handler runs). A row that does not decode — an unknown state, a
+/// malformed token or fingerprint, JSON that does not parse — is [`StoreError::Corrupt`]
+/// from every operation on its key, and left out of listings with an error logged.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    schema: String,
+    sql: Sql,
+    clock: Arc<dyn Clock>,
+    retention: Retention,
+    lock_timeout: Duration,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.inner.schema)
+            .field("retention", &self.inner.retention)
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Source {
+    Url(String),
+    Pool(Pool),
+}
+
+/// Configures and connects a [`PostgresStore`]; from [`PostgresStore::builder`] or
+/// [`PostgresStore::with_pool`].
+#[must_use = "a builder does nothing until `connect` is awaited"]
+pub struct PostgresStoreBuilder {
+    source: Source,
+    schema: String,
+    clock: Arc<dyn Clock>,
+    retention: Retention,
+    max_connections: usize,
+    lock_timeout: Duration,
+}
+
+impl std::fmt::Debug for PostgresStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStoreBuilder")
+            .field("schema", &self.schema)
+            .field("retention", &self.retention)
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// The schema holding the store's tables (default `idem`): a lowercase SQL identifier
+    /// (`[a-z_][a-z0-9_]*`, at most 63 characters). Created if missing.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The clock leases and retention are measured with (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How long results and tombstones are kept (default [`Retention::default`]).
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Size of the connection pool built from a URL (default 16; ignored with
+    /// [`PostgresStore::with_pool`]).
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long a settle waits for a record locked by a transactional handler that is
+    /// still running before it gives up (default 2 s).
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// Connects, creates the schema and applies pending migrations.
+    ///
+    /// Fails with [`StoreError::Unavailable`] when the database cannot be reached and with
+    /// [`StoreError::Backend`] for a malformed URL or schema name, or a database migrated
+    /// by a newer version of this library.
+    pub async fn connect(self) -> Result<PostgresStore, StoreError> {
+        if !valid_identifier(&self.schema) {
+            return Err(StoreError::Backend(format!(
+                "invalid schema name {:?}: use [a-z_][a-z0-9_]*, at most 63 characters",
+                self.schema
+            )));
+        }
+        let pool = match self.source {
+            Source::Pool(pool) => pool,
+            Source::Url(url) => {
+                let mut config: tokio_postgres::Config = url
+                    .parse()
+                    .map_err(|e| StoreError::Backend(format!("invalid Postgres URL: {e}")))?;
+                if config.get_connect_timeout().is_none() {
+                    config.connect_timeout(Duration::from_secs(5));
+                }
+                let manager = Manager::from_config(
+                    config,
+                    NoTls,
+                    ManagerConfig {
+                        recycling_method: RecyclingMethod::Fast,
+                    },
+                );
+                Pool::builder(manager)
+                    .max_size(self.max_connections)
+                    .wait_timeout(Some(Duration::from_secs(10)))
+                    .create_timeout(Some(Duration::from_secs(10)))
+                    .runtime(deadpool_postgres::Runtime::Tokio1)
+                    .build()
+                    .map_err(|e| StoreError::Backend(format!("building the pool: {e}")))?
+            }
+        };
+        let store = PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                sql: Sql::new(&self.schema),
+                schema: self.schema,
+                clock: self.clock,
+                retention: self.retention,
+                lock_timeout: self.lock_timeout,
+            }),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+}
+
+fn valid_identifier(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+        && s.len() <= 63
+}
+
+/// Every statement, with the schema filled in once.
+struct Sql {
+    claim: String,
+    select: String,
+    select_for_update: String,
+    select_skip_locked: String,
+    upsert: String,
+    delete: String,
+    settle_fast: String,
+    renew_fast: String,
+    release_fast: String,
+    expired_leases: String,
+    list: String,
+    expire_results: String,
+    drop_tombstones: String,
+    mark_tx: String,
+    lock_tx: String,
+    settle_tx: String,
+}
+
+const COLUMNS: &str = "key, fingerprint, tool, state, token, lease_until, created_at, \
+    updated_at, payload, message, downstream_ref, result_expired, attempts, tx_effect, \
+    operation, read_backs";
+
+/// Appends the JSON array `$n` to the stored one, as text (no JSON round trip: the evidence
+/// is kept byte for byte).
+fn append_json(column: &str, n: u8) -> String {
+    format!(
+        "CASE WHEN ${n} = '[]' THEN {column} WHEN {column} = '[]' THEN ${n} \
+         ELSE left({column}, -1) || ',' || right(${n}, -1) END"
+    )
+}
+
+impl Sql {
+    fn new(schema: &str) -> Sql {
+        let t = format!("\"{schema}\".idem_records");
+        Sql {
+            claim: format!(
+                "WITH ins AS ( \
+                   INSERT INTO {t} (key, fingerprint, tool, state, token, lease_until, \
+                     created_at, updated_at, operation) \
+                   VALUES ($1, $2, $3, 'running', $4, $5, $6, $6, $7) \
+                   ON CONFLICT (key) DO NOTHING RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM ins), r.key, r.fingerprint, r.tool, r.state, \
+                   r.token, r.lease_until, r.created_at, r.updated_at, r.payload, r.message, \
+                   r.downstream_ref, r.result_expired, r.attempts, r.tx_effect, r.operation, \
+                   r.read_backs \
+                 FROM (SELECT 1) AS one LEFT JOIN {t} AS r ON r.key = $1"
+            ),
+            select: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
+            select_for_update: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1 FOR UPDATE"),
+            select_skip_locked: format!(
+                "SELECT {COLUMNS} FROM {t} WHERE key = $1 FOR UPDATE SKIP LOCKED"
+            ),
+            upsert: format!(
+                "INSERT INTO {t} ({COLUMNS}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+                   $16) \
+                 ON CONFLICT (key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
+                   tool = EXCLUDED.tool, state = EXCLUDED.state, token = EXCLUDED.token, \
+                   lease_until = EXCLUDED.lease_until, created_at = EXCLUDED.created_at, \
+                   updated_at = EXCLUDED.updated_at, payload = EXCLUDED.payload, \
+                   message = EXCLUDED.message, downstream_ref = EXCLUDED.downstream_ref, \
+                   result_expired = EXCLUDED.result_expired, attempts = EXCLUDED.attempts, \
+                   tx_effect = EXCLUDED.tx_effect, operation = EXCLUDED.operation, \
+                   read_backs = EXCLUDED.read_backs"
+            ),
+            delete: format!("DELETE FROM {t} WHERE key = $1"),
+            // The common settle: a live claim settled by its holder (rules::settle's first
+            // branch). Rows of transactional handlers take the locked path, so this never
+            // waits on a handler's open transaction.
+            settle_fast: format!(
+                "UPDATE {t} SET state = $3, lease_until = NULL, payload = $4, message = $5, \
+                   downstream_ref = COALESCE($6, downstream_ref), attempts = {}, \
+                   read_backs = {}, result_expired = false, updated_at = $8 \
+                 WHERE key = $1 AND token = $2 AND state = 'running' AND lease_until > $8 \
+                   AND NOT tx_effect \
+                 RETURNING {COLUMNS}",
+                append_json("attempts", 7),
+                append_json("read_backs", 9),
+            ),
+            renew_fast: format!(
+                "UPDATE {t} SET lease_until = $3, updated_at = $4 \
+                 WHERE key = $1 AND token = $2 AND state = 'running' AND lease_until > $4 \
+                   AND NOT tx_effect \
+                 RETURNING {COLUMNS}"
+            ),
+            release_fast: format!(
+                "DELETE FROM {t} \
+                 WHERE key = $1 AND token = $2 AND state = 'running' AND lease_until > $3 \
+                   AND NOT tx_effect \
+                 RETURNING {COLUMNS}"
+            ),
+            expired_leases: format!(
+                "SELECT key FROM {t} WHERE state = 'running' AND lease_until <= $1 \
+                 ORDER BY lease_until LIMIT 1000"
+            ),
+            list: format!(
+                "SELECT {COLUMNS} FROM {t} WHERE state = $1 ORDER BY created_at, key LIMIT $2"
+            ),
+            expire_results: format!(
+                "UPDATE {t} SET result_expired = true, payload = NULL \
+                 WHERE state IN ('completed', 'failed') AND NOT result_expired \
+                   AND updated_at <= $1"
+            ),
+            drop_tombstones: format!(
+                "DELETE FROM {t} WHERE state IN ('completed', 'failed') AND updated_at <= $1"
+            ),
+            mark_tx: format!(
+                "UPDATE {t} SET tx_effect = true \
+                 WHERE key = $1 AND token = $2 AND state = 'running' AND lease_until > $3"
+            ),
+            lock_tx: format!(
+                "SELECT 1 FROM {t} WHERE key = $1 AND token = $2 AND state = 'running' \
+                 FOR UPDATE"
+            ),
+            settle_tx: format!(
+                "UPDATE {t} SET state = 'completed', lease_until = NULL, payload = $3, \
+                   message = NULL, result_expired = false, tx_effect = false, \
+                   updated_at = $4 \
+                 WHERE key = $1 AND token = $2 AND state = 'running'"
+            ),
+        }
+    }
+
+    fn migrations(schema: &str) -> [String; 1] {
+        let t = format!("\"{schema}\".idem_records");
+        [format!(
+            "CREATE TABLE {t} ( \
+               key            text PRIMARY KEY, \
+               fingerprint    text NOT NULL, \
+               tool           text NOT NULL, \
+               state          text NOT NULL, \
+               token          text NOT NULL, \
+               lease_until    bigint, \
+               created_at     bigint NOT NULL, \
+               updated_at     bigint NOT NULL, \
+               payload        text, \
+               message        text, \
+               downstream_ref text, \
+               result_expired boolean NOT NULL DEFAULT false, \
+               attempts       text NOT NULL DEFAULT '[]', \
+               tx_effect      boolean NOT NULL DEFAULT false, \
+               operation      text, \
+               read_backs     text NOT NULL DEFAULT '[]'); \
+             CREATE INDEX idem_records_state ON {t} (state, created_at, key); \
+             CREATE INDEX idem_records_leases ON {t} (lease_until) WHERE state = 'running'; \
+             CREATE INDEX idem_records_retention ON {t} (updated_at) \
+               WHERE state IN ('completed', 'failed');"
+        )]
+    }
+}
+
+/// What a locked read-modify-write does to the row.
+enum Write {
+    Keep,
+    Put(Record, bool),
+    Delete,
+}
+
+/// The result of a locked operation.
+enum Locked<T> {
+    Done(T),
+    /// The row is locked by a transactional handler that is still running; its unlocked
+    /// view.
+    Busy(Record),
+}
+
+/// How a locked operation treats a row someone else holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Busy {
+    /// Wait (bounded by the lock timeout): the caller must write.
+    Wait,
+    /// Report a row held by a running transactional handler instead of waiting for it.
+    Skip,
+}
+
+fn ms(t: Timestamp) -> i64 {
+    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// PostgreSQL text cannot hold NUL; a message with one is kept with U+FFFD in its place.
+fn pg_text(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains('\0') {
+        std::borrow::Cow::Owned(s.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
+fn pg_err(e: tokio_postgres::Error) -> StoreError {
+    match e.code() {
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => StoreError::Backend(
+            "the record is locked by a transaction still in progress \
+             (a transactional handler that is still running)"
+                .into(),
+        ),
+        Some(c)
+            if c.code().starts_with("08")
+                || *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || *c == SqlState::TOO_MANY_CONNECTIONS =>
+        {
+            StoreError::Unavailable(format!("postgres: {e}"))
+        }
+        Some(_) => StoreError::Backend(format!("postgres: {e}")),
+        // No SQLSTATE: the connection broke, timed out or could not be made.
+        None => StoreError::Unavailable(format!("postgres: {e}")),
+    }
+}
+
+fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_err(e),
+        other => StoreError::Unavailable(format!("postgres pool: {other}")),
+    }
+}
+
+/// Decodes a record from `row`'s columns starting at `at` (in [`COLUMNS`] order); `None`
+/// when the key column is NULL (an outer join that found nothing). The flag is `tx_effect`.
+fn decode(row: &Row, at: usize) -> Result<Option<(Record, bool)>, StoreError> {
+    let raw_key: Option<String> = row.try_get(at).map_err(|e| StoreError::Corrupt {
+        key: "?".into(),
+        detail: e.to_string(),
+    })?;
+    let Some(raw_key) = raw_key else {
+        return Ok(None);
+    };
+    let corrupt = |detail: String| StoreError::Corrupt {
+        key: raw_key.clone(),
+        detail,
+    };
+    let col = |i: usize| at + i;
+    macro_rules! get {
+        ($i:expr, $t:ty) => {
+            row.try_get::<_, $t>(col($i))
+                .map_err(|e| corrupt(format!("column {}: {e}", $i)))?
+        };
+    }
+    let time = |v: i64, what: &str| {
+        u64::try_from(v)
+            .map(Timestamp)
+            .map_err(|_| corrupt(format!("negative {what}")))
+    };
+    let key = IdemKey::parse(&raw_key).map_err(|e| corrupt(e.to_string()))?;
+    let fingerprint = Fingerprint::from_hex(&get!(1, String))
+        .ok_or_else(|| corrupt("malformed fingerprint".into()))?;
+    let tool = get!(2, String);
+    let state_name = get!(3, String);
+    let state = RecordState::parse(&state_name)
+        .ok_or_else(|| corrupt(format!("unknown state `{state_name}`")))?;
+    let token = ClaimToken::from_hex(&get!(4, String))
+        .ok_or_else(|| corrupt("malformed claim token".into()))?;
+    let lease_until = match get!(5, Option<i64>) {
+        Some(v) => Some(time(v, "lease")?),
+        None => None,
+    };
+    if state == RecordState::Running && lease_until.is_none() {
+        return Err(corrupt("a running record without a lease".into()));
+    }
+    let created_at = time(get!(6, i64), "created_at")?;
+    let updated_at = time(get!(7, i64), "updated_at")?;
+    let payload = match get!(8, Option<String>) {
+        Some(p) => Some(
+            serde_json::from_str(&p).map_err(|e| corrupt(format!("payload is not JSON: {e}")))?,
+        ),
+        None => None,
+    };
+    let message = get!(9, Option<String>);
+    let downstream_ref = get!(10, Option<String>);
+    let result_expired = get!(11, bool);
+    let attempts: Vec<AttemptRecord> = serde_json::from_str(&get!(12, String))
+        .map_err(|e| corrupt(format!("malformed attempts: {e}")))?;
+    let tx_effect = get!(13, bool);
+    let operation: Option<Operation> = match get!(14, Option<String>) {
+        Some(op) => Some(
+            serde_json::from_str(&op).map_err(|e| corrupt(format!("malformed operation: {e}")))?,
+        ),
+        None => None,
+    };
+    let read_backs: Vec<ReadBackRecord> = serde_json::from_str(&get!(15, String))
+        .map_err(|e| corrupt(format!("malformed read-backs: {e}")))?;
+    Ok(Some((
+        Record {
+            key,
+            fingerprint,
+            tool,
+            state,
+            token,
+            lease_until,
+            created_at,
+            updated_at,
+            payload,
+            message,
+            downstream_ref,
+            result_expired,
+            attempts,
+            operation,
+            read_backs,
+        },
+        tx_effect,
+    )))
+}
+
+fn decode_some(row: &Row) -> Result<(Record, bool), StoreError> {
+    decode(row, 0)?.ok_or_else(|| StoreError::Corrupt {
+        key: "?".into(),
+        detail: "a row without a key".into(),
+    })
+}
+
+fn to_json<T: serde::Serialize + ?Sized>(v: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Backend(format!("{what}: {e}")))
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user:password@host:port/db`) with the default schema,
+    /// the system clock and default retention, applying migrations.
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::builder(url).connect().await
+    }
+
+    /// A builder for a store at `url`.
+    pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
+        PostgresStore::builder_from(Source::Url(url.into()))
+    }
+
+    /// A builder for a store on an existing pool (e.g. one configured with TLS, or the pool
+    /// your handlers already use).
+    pub fn with_pool(pool: Pool) -> PostgresStoreBuilder {
+        PostgresStore::builder_from(Source::Pool(pool))
+    }
+
+    fn builder_from(source: Source) -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            source,
+            schema: DEFAULT_SCHEMA.to_owned(),
+            clock: Arc::new(SystemClock),
+            retention: Retention::default(),
+            max_connections: 16,
+            lock_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// The schema holding the store's tables.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// The connection pool (the same one [`PostgresStore::run_in_transaction`] uses).
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    async fn client(&self) -> Result<Object, StoreError> {
+        self.inner.pool.get().await.map_err(pool_err)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let schema = &self.inner.schema;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        // One migrator per schema at a time, across every worker.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('idem-migrate:' || $1::text))",
+            &[schema],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS \"{schema}\"; \
+             CREATE TABLE IF NOT EXISTS \"{schema}\".idem_schema_version ( \
+               version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());"
+        ))
+        .await
+        .map_err(pg_err)?;
+        let current: i32 = tx
+            .query_one(
+                &format!("SELECT COALESCE(max(version), 0) FROM \"{schema}\".idem_schema_version"),
+                &[],
+            )
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        if current > SCHEMA_VERSION {
+            return Err(StoreError::Backend(format!(
+                "schema \"{schema}\" is at version {current}, newer than this version of idem \
+                 understands ({SCHEMA_VERSION}); upgrade idem"
+            )));
+        }
+        for (i, step) in Sql::migrations(schema).iter().enumerate() {
+            let version = i32::try_from(i + 1).unwrap_or(i32::MAX);
+            if version <= current {
+                continue;
+            }
+            tx.batch_execute(step).await.map_err(pg_err)?;
+            tx.execute(
+                &format!("INSERT INTO \"{schema}\".idem_schema_version (version) VALUES ($1)"),
+                &[&version],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)
+    }
+
+    /// Applies lease expiry and retention to `record` (`rules::age`), plus one rule of this
+    /// backend: the running claim of a transactional handler whose lease has passed is
+    /// *freed*, not made unknown — its effect could only commit together with the record,
+    /// and the record is not completed, so nothing happened. Callers hold the row lock.
+    fn age(&self, record: &mut Record, tx_effect: bool, now: Timestamp) -> Aged {
+        if record.state == RecordState::Running
+            && tx_effect
+            && record.lease_until.is_some_and(|until| until <= now)
+        {
+            return Aged::Gone;
+        }
+        rules::age(record, now, &self.inner.retention)
+    }
+
+    /// Reads `key`'s row `FOR UPDATE` in a transaction, lets `f` decide, writes and commits.
+    async fn locked<T>(
+        &self,
+        key: &IdemKey,
+        busy: Busy,
+        f: impl FnOnce(Option<(Record, bool)>) -> (Write, Result<T, StoreError>),
+    ) -> Result<Locked<T>, StoreError> {
+        let sql = &self.inner.sql;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        tx.batch_execute(&format!(
+            "SET LOCAL lock_timeout = {}",
+            self.inner.lock_timeout.as_millis().max(1)
+        ))
+        .await
+        .map_err(pg_err)?;
+        let k = key.as_str();
+        let row = match busy {
+            Busy::Wait => tx.query_opt(&sql.select_for_update, &[&k]).await,
+            Busy::Skip => match tx.query_opt(&sql.select_skip_locked, &[&k]).await {
+                Ok(Some(row)) => Ok(Some(row)),
+                Ok(None) => match tx.query_opt(&sql.select, &[&k]).await.map_err(pg_err)? {
+                    None => Ok(None),
+                    Some(row) => {
+                        let (record, tx_effect) = decode_some(&row)?;
+                        if tx_effect && record.state == RecordState::Running {
+                            return Ok(Locked::Busy(record));
+                        }
+                        // Another store operation holds it for a moment: wait for it.
+                        tx.query_opt(&sql.select_for_update, &[&k]).await
+                    }
+                },
+                Err(e) => Err(e),
+            },
+        }
+        .map_err(pg_err)?;
+        let current = match &row {
+            Some(row) => Some(decode_some(row)?),
+            None => None,
+        };
+        let (write, out) = f(current);
+        match write {
+            Write::Keep => {}
+            Write::Delete => {
+                tx.execute(&sql.delete, &[&k]).await.map_err(pg_err)?;
+            }
+            Write::Put(record, tx_effect) => {
+                put(&tx, sql, &record, tx_effect).await?;
+            }
+        }
+        tx.commit().await.map_err(pg_err)?;
+        out.map(Locked::Done)
+    }
+
+    /// Applies retention to every completed and failed record at once: drops results past
+    /// the result window and tombstones past theirs. Records are also aged whenever they
+    /// are read; call this periodically (e.g. hourly) so keys that are never seen again do
+    /// not stay forever. Returns (results dropped, tombstones deleted).
+    pub async fn purge_expired(&self) -> Result<(u64, u64), StoreError> {
+        let now = self.inner.clock.now();
+        let r = &self.inner.retention;
+        let client = self.client().await?;
+        let cutoff = |d: Duration| ms(now).saturating_sub(ms(Timestamp(0).plus(d)));
+        let tombstones = client
+            .execute(&self.inner.sql.drop_tombstones, &[&cutoff(r.tombstones)])
+            .await
+            .map_err(pg_err)?;
+        let results = client
+            .execute(&self.inner.sql.expire_results, &[&cutoff(r.results)])
+            .await
+            .map_err(pg_err)?;
+        Ok((results, tombstones))
+    }
+
+    /// Runs a write handler's effect and settles its record as *completed* in **one**
+    /// PostgreSQL transaction.
+    ///
+    /// Use it when the tool's effect is a write to this same database (a ledger entry, an
+    /// order row, an outbox message). `f` gets the open transaction; do the whole effect
+    /// through it and return the output. Then, inside the same transaction, the record
+    /// held by `ctx`'s claim is settled as completed with that output (fenced by the claim
+    /// token), and the transaction commits. So:
+    ///
+    /// - commit → the effect **and** the completed record exist; a repeat replays the
+    ///   output;
+    /// - a crash, a dropped connection, an error returned by `f` → the transaction rolls
+    ///   back: **no** effect and the record is not completed. Because the claim was marked
+    ///   transactional before the effect started, the store knows nothing can have happened
+    ///   and frees the key as soon as the transaction is gone (a repeat runs it again)
+    ///   instead of blocking it as *unknown*.
+    ///
+    /// Never half. The executor's own settle afterwards finds the record already completed
+    /// by the same token and only adds its attempt evidence.
+    ///
+    /// Everything `f` does outside the transaction (an HTTP call, another database) is not
+    /// covered: such effects belong in an ordinary handler.
+    ///
+    /// # Errors
+    ///
+    /// - `f`'s error, after rolling back (nothing it wrote is kept). Return
+    ///   [`ToolError::rejected`] to free the key for another try;
+    /// - [`ToolError::Rejected`] when the claim is no longer held (its lease passed or it
+    ///   was taken over) or the store is unreachable — nothing was executed;
+    /// - [`ToolError::Unknown`] when the commit's outcome could not be determined (the
+    ///   connection broke during `COMMIT` and the record could not be read back).
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// use idem_runtime::store::PostgresStore;
+    /// use idem_runtime::{ToolError, WriteCtx};
+    ///
+    /// async fn credit(store: &PostgresStore, ctx: WriteCtx, account: i64, cents: i64)
+    ///     -> Result<serde_json::Value, ToolError>
+    /// {
+    ///     store
+    ///         .run_in_transaction(&ctx, |tx| {
+    ///             Box::pin(async move {
+    ///                 let row = tx
+    ///                     .query_one(
+    ///                         "UPDATE accounts SET balance = balance + $2 WHERE id = $1 \
+    ///                          RETURNING balance",
+    ///                         &[&account, &cents],
+    ///                     )
+    ///                     .await
+    ///                     .map_err(|e| ToolError::rejected(format!("not credited: {e}")))?;
+    ///                 let balance: i64 = row.get(0);
+    ///                 Ok(serde_json::json!({ "balance": balance }))
+    ///             })
+    ///         })
+    ///         .await
+    /// }
+    /// ```
+    pub async fn run_in_transaction<T, F>(&self, ctx: &WriteCtx, f: F) -> Result<T, ToolError>
+    where
+        T: serde::Serialize + Send,
+        F: for<'c> FnOnce(&'c mut Transaction<'_>) -> BoxFuture<'c, Result<T, ToolError>> + Send,
+    {
+        let sql = &self.inner.sql;
+        let key = ctx.key().as_str();
+        let token = ctx.claim_token().to_hex();
+        let not_run = |why: String| ToolError::rejected(format!("{why}; nothing was executed"));
+        let mut client = self
+            .client()
+            .await
+            .map_err(|e| not_run(format!("the idem store is unreachable ({e})")))?;
+
+        // 1. Mark the claim transactional, committed on its own: from here on a running
+        //    record whose transaction is gone provably has no effect.
+        let now = self.inner.clock.now();
+        let marked = client
+            .execute(&sql.mark_tx, &[&key, &token, &ms(now)])
+            .await
+            .map_err(|e| not_run(format!("could not mark the claim ({e})")))?;
+        if marked != 1 {
+            return Err(not_run(
+                "the claim is no longer held (its lease passed or it was taken over)".into(),
+            ));
+        }
+
+        // 2. Open the transaction and lock the record in it: while it is open, nobody can
+        //    free or settle the record; if the process dies, PostgreSQL rolls it back.
+        let mut tx = client
+            .transaction()
+            .await
+            .map_err(|e| not_run(format!("could not begin ({e})")))?;
+        let held = tx
+            .query_opt(&sql.lock_tx, &[&key, &token])
+            .await
+            .map_err(|e| not_run(format!("could not lock the record ({e})")))?;
+        if held.is_none() {
+            return Err(not_run(
+                "the claim was taken over before the transaction began".into(),
+            ));
+        }
+
+        // 3. The effect.
+        let output = match f(&mut tx).await {
+            Ok(output) => output,
+            Err(e) => {
+                // Dropping would roll back too; doing it here returns the connection clean.
+                let _ = tx.rollback().await;
+                return Err(e);
+            }
+        };
+
+        // 4. The record, in the same transaction, then one COMMIT for both.
+        let payload = match serde_json::to_string(&output) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(not_run(format!("the output does not serialize ({e})")));
+            }
+        };
+        let settled = tx
+            .execute(
+                &sql.settle_tx,
+                &[&key, &token, &payload, &ms(self.inner.clock.now())],
+            )
+            .await;
+        match settled {
+            Ok(1) => {}
+            Ok(_) => {
+                let _ = tx.rollback().await;
+                return Err(not_run("the record was not held at settle time".into()));
+            }
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(not_run(format!("could not settle the record ({e})")));
+            }
+        }
+        match tx.commit().await {
+            Ok(()) => Ok(output),
+            Err(e) if e.code().is_some() => {
+                // The server answered: it refused the commit, so it rolled back.
+                Err(not_run(format!("the transaction did not commit ({e})")))
+            }
+            Err(e) => {
+                drop(client);
+                self.resolve_commit(ctx, output, e).await
+            }
+        }
+    }
+
+    /// The connection broke during COMMIT: read the record back (waiting for the commit to
+    /// finish if the server is still at it) to learn which way it went.
+    async fn resolve_commit<T>(
+        &self,
+        ctx: &WriteCtx,
+        output: T,
+        e: tokio_postgres::Error,
+    ) -> Result<T, ToolError> {
+        let outcome = self
+            .locked(ctx.key(), Busy::Wait, |current| {
+                let state = current.map(|(r, _)| (r.state, r.token));
+                (Write::Keep, Ok(state))
+            })
+            .await;
+        match outcome {
+            Ok(Locked::Done(Some((RecordState::Completed, t)))) if t == ctx.claim_token() => {
+                Ok(output)
+            }
+            Ok(Locked::Done(Some((RecordState::Running, t)))) if t == ctx.claim_token() => Err(
+                ToolError::rejected(format!("the transaction did not commit ({e})")),
+            ),
+            Ok(Locked::Done(Some((state, _)))) => Err(ToolError::rejected(format!(
+                "the transaction did not commit ({e}); the record has moved on (now {state})"
+            ))),
+            Ok(Locked::Done(None)) => Err(ToolError::rejected(format!(
+                "the transaction did not commit ({e}); the claim was freed"
+            ))),
+            Ok(Locked::Busy(_)) | Err(_) => Err(ToolError::unknown(format!(
+                "the connection broke during COMMIT ({e}) and the record could not be read \
+                 back: the effect may or may not have committed"
+            ))),
+        }
+    }
+}
+
+async fn put(
+    tx: &Transaction<'_>,
+    sql: &Sql,
+    r: &Record,
+    tx_effect: bool,
+) -> Result<(), StoreError> {
+    let payload = match &r.payload {
+        Some(p) => Some(to_json(p, "payload")?),
+        None => None,
+    };
+    let attempts = to_json(&r.attempts, "attempts")?;
+    let operation = match &r.operation {
+        Some(op) => Some(to_json(op, "operation")?),
+        None => None,
+    };
+    let read_backs = to_json(&r.read_backs, "read-backs")?;
+    // Only a running claim can be transactional; a takeover or a settlement ends that.
+    let tx_effect = tx_effect && r.state == RecordState::Running;
+    tx.execute(
+        &sql.upsert,
+        &[
+            &r.key.as_str(),
+            &r.fingerprint.to_hex(),
+            &pg_text(&r.tool),
+            &r.state.as_str(),
+            &r.token.to_hex(),
+            &r.lease_until.map(ms),
+            &ms(r.created_at),
+            &ms(r.updated_at),
+            &payload,
+            &r.message.as_deref().map(pg_text),
+            &r.downstream_ref.as_deref().map(pg_text),
+            &r.result_expired,
+            &attempts,
+            &tx_effect,
+            &operation,
+            &read_backs,
+        ],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl IdemStore for PostgresStore {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let sql = &self.inner.sql;
+        let k = req.key.as_str();
+        let operation = match &req.operation {
+            Some(op) => Some(to_json(op, "operation")?),
+            None => None,
+        };
+        // A claim that races a concurrent insert, delete or free sees nothing in its
+        // snapshot; it simply tries again.
+        for _ in 0..16 {
+            let now = self.inner.clock.now();
+            let token = ClaimToken::fresh();
+            let row = {
+                let client = self.client().await?;
+                client
+                    .query_one(
+                        &sql.claim,
+                        &[
+                            &k,
+                            &req.fingerprint.to_hex(),
+                            &pg_text(&req.tool),
+                            &token.to_hex(),
+                            &ms(now.plus(req.lease)),
+                            &ms(now),
+                            &operation,
+                        ],
+                    )
+                    .await
+                    .map_err(pg_err)?
+            };
+            let inserted: bool = row.try_get(0).map_err(pg_err)?;
+            if inserted {
+                return Ok(ClaimOutcome::Claimed(token));
+            }
+            let Some((record, tx_effect)) = decode(&row, 1)? else {
+                continue;
+            };
+            let probe = record.state == RecordState::Running && tx_effect;
+            if !probe && self.age(&mut record.clone(), tx_effect, now) == Aged::Unchanged {
+                return Ok(rules::claim_against(Some(&record), req)
+                    .unwrap_or(ClaimOutcome::Existing(record)));
+            }
+            // Something to write (expiry), or a transactional claim to probe: if we can lock
+            // its row, the handler's transaction is gone without committing, and since its
+            // effect could only commit with the record, nothing happened: the key is free.
+            let outcome = self
+                .locked(&req.key, Busy::Skip, |current| {
+                    let fresh = || rules::new_claim(req, token, now);
+                    let Some((mut record, tx_effect)) = current else {
+                        return (Write::Put(fresh(), false), Ok(ClaimOutcome::Claimed(token)));
+                    };
+                    if record.state == RecordState::Running && tx_effect {
+                        return (Write::Put(fresh(), false), Ok(ClaimOutcome::Claimed(token)));
+                    }
+                    let write = match self.age(&mut record, tx_effect, now) {
+                        Aged::Gone => {
+                            return (Write::Put(fresh(), false), Ok(ClaimOutcome::Claimed(token)))
+                        }
+                        Aged::Changed => Write::Put(record.clone(), tx_effect),
+                        Aged::Unchanged => Write::Keep,
+                    };
+                    let outcome = rules::claim_against(Some(&record), req)
+                        .unwrap_or(ClaimOutcome::Existing(record));
+                    (write, Ok(outcome))
+                })
+                .await?;
+            return Ok(match outcome {
+                Locked::Done(outcome) => outcome,
+                // Its transaction is open: the handler is running.
+                Locked::Busy(record) => rules::claim_against(Some(&record), req)
+                    .unwrap_or(ClaimOutcome::Existing(record)),
+            });
+        }
+        Err(StoreError::Backend(format!(
+            "claiming {} kept racing concurrent changes",
+            req.key
+        )))
+    }
+
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.inner.clock.now();
+        let (k, t) = (key.as_str(), token.to_hex());
+        let row = {
+            let client = self.client().await?;
+            client
+                .query_opt(
+                    &self.inner.sql.renew_fast,
+                    &[&k, &t, &ms(now.plus(lease)), &ms(now)],
+                )
+                .await
+                .map_err(pg_err)?
+        };
+        if let Some(row) = row {
+            decode_some(&row)?;
+            return Ok(());
+        }
+        let outcome = self
+            .locked(key, Busy::Skip, |current| {
+                let Some((mut record, tx_effect)) = current else {
+                    return (Write::Keep, Err(rules::stale_absent(key)));
+                };
+                let changed = match self.age(&mut record, tx_effect, now) {
+                    Aged::Gone => return (Write::Delete, Err(rules::stale_absent(key))),
+                    Aged::Changed => true,
+                    Aged::Unchanged => false,
+                };
+                match rules::renew(&mut record, token, lease, now) {
+                    Ok(()) => (Write::Put(record, tx_effect), Ok(())),
+                    Err(e) if changed => (Write::Put(record, tx_effect), Err(e)),
+                    Err(e) => (Write::Keep, Err(e)),
+                }
+            })
+            .await?;
+        match outcome {
+            Locked::Done(()) => Ok(()),
+            // The handler's open transaction holds the record: a stronger lease than any.
+            Locked::Busy(record) if record.token == token => Ok(()),
+            Locked::Busy(record) => Err(StoreError::StaleToken {
+                key: key.clone(),
+                state: record.state.as_str().to_owned(),
+            }),
+        }
+    }
+
+    async fn settle(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        if settlement.state == RecordState::Running {
+            return Err(StoreError::Backend(
+                "a settlement cannot return a record to running".into(),
+            ));
+        }
+        let now = self.inner.clock.now();
+        let (k, t) = (key.as_str(), token.to_hex());
+        let payload = match &settlement.payload {
+            Some(p) => Some(to_json(p, "payload")?),
+            None => None,
+        };
+        let attempts = to_json(&settlement.attempts, "attempts")?;
+        let read_backs = to_json(&settlement.read_backs, "read-backs")?;
+        let row = {
+            let client = self.client().await?;
+            client
+                .query_opt(
+                    &self.inner.sql.settle_fast,
+                    &[
+                        &k,
+                        &t,
+                        &settlement.state.as_str(),
+                        &payload,
+                        &settlement.message.as_deref().map(pg_text),
+                        &settlement.downstream_ref.as_deref().map(pg_text),
+                        &attempts,
+                        &ms(now),
+                        &read_backs,
+                    ],
+                )
+                .await
+                .map_err(pg_err)?
+        };
+        if let Some(row) = row {
+            decode_some(&row)?;
+            return Ok(());
+        }
+        let outcome = self
+            .locked(key, Busy::Wait, |current| {
+                let Some((mut record, tx_effect)) = current else {
+                    return (Write::Keep, Err(rules::stale_absent(key)));
+                };
+                let changed = match self.age(&mut record, tx_effect, now) {
+                    Aged::Gone => return (Write::Delete, Err(rules::stale_absent(key))),
+                    Aged::Changed => true,
+                    Aged::Unchanged => false,
+                };
+                match rules::settle(&mut record, token, settlement, now) {
+                    Ok(()) => (Write::Put(record, tx_effect), Ok(())),
+                    Err(e) if changed => (Write::Put(record, tx_effect), Err(e)),
+                    Err(e) => (Write::Keep, Err(e)),
+                }
+            })
+            .await?;
+        match outcome {
+            Locked::Done(()) => Ok(()),
+            Locked::Busy(_) => unreachable_busy(),
+        }
+    }
+
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        let now = self.inner.clock.now();
+        let (k, t) = (key.as_str(), token.to_hex());
+        let row = {
+            let client = self.client().await?;
+            client
+                .query_opt(&self.inner.sql.release_fast, &[&k, &t, &ms(now)])
+                .await
+                .map_err(pg_err)?
+        };
+        if row.is_some() {
+            return Ok(());
+        }
+        let outcome = self
+            .locked(key, Busy::Wait, |current| {
+                let Some((mut record, tx_effect)) = current else {
+                    return (Write::Keep, Err(rules::stale_absent(key)));
+                };
+                let changed = match self.age(&mut record, tx_effect, now) {
+                    Aged::Gone => return (Write::Delete, Err(rules::stale_absent(key))),
+                    Aged::Changed => true,
+                    Aged::Unchanged => false,
+                };
+                match rules::release(&record, token) {
+                    Ok(()) => (Write::Delete, Ok(())),
+                    Err(e) if changed => (Write::Put(record, tx_effect), Err(e)),
+                    Err(e) => (Write::Keep, Err(e)),
+                }
+            })
+            .await?;
+        match outcome {
+            Locked::Done(()) => Ok(()),
+            Locked::Busy(_) => unreachable_busy(),
+        }
+    }
+
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError> {
+        let now = self.inner.clock.now();
+        let fresh = ClaimToken::fresh();
+        let outcome = self
+            .locked(key, Busy::Wait, |current| {
+                let Some((mut record, tx_effect)) = current else {
+                    return (Write::Keep, Err(StoreError::NotFound(key.clone())));
+                };
+                let changed = match self.age(&mut record, tx_effect, now) {
+                    Aged::Gone => return (Write::Delete, Err(StoreError::NotFound(key.clone()))),
+                    Aged::Changed => true,
+                    Aged::Unchanged => false,
+                };
+                match rules::reclaim(&mut record, expected, fresh, lease, now) {
+                    // A takeover is an ordinary claim, not a transactional one.
+                    Ok(()) => (Write::Put(record, false), Ok(fresh)),
+                    Err(e) if changed => (Write::Put(record, tx_effect), Err(e)),
+                    Err(e) => (Write::Keep, Err(e)),
+                }
+            })
+            .await?;
+        match outcome {
+            Locked::Done(t) => Ok(t),
+            Locked::Busy(_) => unreachable_busy(),
+        }
+    }
+
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+        let now = self.inner.clock.now();
+        let row = {
+            let client = self.client().await?;
+            client
+                .query_opt(&self.inner.sql.select, &[&key.as_str()])
+                .await
+                .map_err(pg_err)?
+        };
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let (record, tx_effect) = decode_some(&row)?;
+        if self.age(&mut record.clone(), tx_effect, now) == Aged::Unchanged {
+            return Ok(Some(record));
+        }
+        let outcome = self
+            .locked(key, Busy::Skip, |current| {
+                let Some((mut record, tx_effect)) = current else {
+                    return (Write::Keep, Ok(None));
+                };
+                match self.age(&mut record, tx_effect, now) {
+                    Aged::Gone => (Write::Delete, Ok(None)),
+                    Aged::Changed => (Write::Put(record.clone(), tx_effect), Ok(Some(record))),
+                    Aged::Unchanged => (Write::Keep, Ok(Some(record))),
+                }
+            })
+            .await?;
+        Ok(match outcome {
+            Locked::Done(r) => r,
+            // Held by its handler's open transaction: running, whatever the lease says.
+            Locked::Busy(record) => Some(record),
+        })
+    }
+
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let now = self.inner.clock.now();
+        let sql = &self.inner.sql;
+        // Expired leases first, so list(unknown) includes them and list(running) does not.
+        let expired = {
+            let client = self.client().await?;
+            client
+                .query(&sql.expired_leases, &[&ms(now)])
+                .await
+                .map_err(pg_err)?
+        };
+        for row in expired {
+            let raw: String = row.try_get(0).map_err(pg_err)?;
+            let Ok(key) = IdemKey::parse(&raw) else {
+                tracing::error!(key = %raw, "corrupt idem record left out of a listing");
+                continue;
+            };
+            match self.get(&key).await {
+                Ok(_) => {}
+                Err(e @ StoreError::Corrupt { .. }) => {
+                    tracing::error!(error = %e, "corrupt idem record left out of a listing");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if state.is_terminal() {
+            self.purge_expired().await?;
+        }
+        let rows = {
+            let client = self.client().await?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            client
+                .query(&sql.list, &[&state.as_str(), &limit])
+                .await
+                .map_err(pg_err)?
+        };
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match decode_some(row) {
+                Ok((record, _)) => out.push(record),
+                Err(e) => tracing::error!(error = %e, "corrupt idem record left out of a listing"),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `Busy` is only reported to [`Busy::Skip`] callers.
+fn unreachable_busy<T>() -> Result<T, StoreError> {
+    Err(StoreError::Backend(
+        "internal: a waiting lock reported a busy row".into(),
+    ))
+}

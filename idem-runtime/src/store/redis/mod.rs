@@ -1,0 +1,622 @@
+//! [`RedisStore`]: many workers on many machines sharing one Redis.
+//!
+//! Every operation is one `EVALSHA` of one Lua script (`script.lua`, next to this file) that
+//! implements the contract's rules ([`super::rules`]) atomically inside Redis. See
+//! [`RedisStore`] for the data layout and what Redis persistence means for the guarantees.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{ErrorKind, RedisError, Script, Value};
+
+use super::{
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation,
+    ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
+};
+use crate::identity::{Fingerprint, IdemKey};
+
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("script.lua")));
+
+/// The key prefix used when none is configured.
+pub const DEFAULT_PREFIX: &str = "idem:";
+
+/// An [`IdemStore`] in Redis, for many workers on many machines.
+///
+/// # One round trip, atomic
+///
+/// `claim`, `settle`, `renew`, `release`, `reclaim`, `get` and `list` are each a single
+/// `EVALSHA` of one Lua script, which Redis runs atomically: of N workers racing for a key
+/// exactly one gets the token, and a settle is fenced by the claim's token inside the same
+/// script that writes it. (After Redis restarts or its script cache is flushed, the first
+/// call pays one extra `SCRIPT LOAD`.) Time is read from the store's [`Clock`] on the worker
+/// and passed into the script, not taken from Redis `TIME`, so every backend ages records
+/// the same way; keep worker clocks in sync (NTP) and leases much longer than their skew.
+///
+/// # Layout
+///
+/// With the prefix `p` (default `idem:`):
+///
+/// | key | type | holds |
+/// |---|---|---|
+/// | `p` `r:` *idem key* | hash | the record; a running claim's lease end is a field in it |
+/// | `p` `s:` *state* | sorted set | keys in that state, scored by claim time (for [`IdemStore::list`]) |
+/// | `p` `leases` | sorted set | running keys by lease end (expired leases become *unknown* on listing) |
+/// | `p` `expiry` | sorted set | completed/failed keys by tombstone end (index clean-up) |
+///
+/// A running, pending, unknown or escalated record never has a Redis TTL: a TTL that fired
+/// on an unsettled claim would free a key whose handler may have committed — the duplicate
+/// this library exists to prevent. Lease expiry is decided by the lease end stored *in* the
+/// record. Completed and failed records get a `PEXPIRE` of the tombstone window (plus a
+/// minute of slack for clock skew); the shorter result window is a timestamp in the value,
+/// applied when the record is read.
+///
+/// The scripts touch several keys per call. On Redis Cluster, put the whole prefix in a hash
+/// tag (e.g. `{idem}:`) so every key of one store lives in one slot.
+///
+/// # Durability: what survives what
+///
+/// A claim is acknowledged once Redis has applied it **in memory**. Whether it survives a
+/// Redis crash or restart depends on Redis persistence, not on this library:
+///
+/// - `appendonly yes` + `appendfsync always`: every claim is fsynced before the reply. A
+///   Redis crash or power loss loses nothing acknowledged. Slowest.
+/// - `appendonly yes` + `appendfsync everysec` (Redis's default AOF policy): a Redis
+///   *process* crash loses nothing (the OS has the writes); a power loss or kernel crash can
+///   lose up to about a second of claims.
+/// - RDB snapshots only, or no persistence: a restart loses every claim since the last
+///   snapshot. A worker that retries such a call finds the key free and **runs the handler
+///   again**: a possible duplicate after a Redis crash. Use a durable configuration when the
+///   calls move money.
+///
+/// Replication is asynchronous: a failover to a replica can lose the last acknowledged
+/// claims in the same way. Set `maxmemory-policy noeviction`: an eviction policy that may
+/// drop keys can drop a claim (any `allkeys-*` policy) or a tombstone early (`volatile-*`).
+///
+/// # Faults
+///
+/// An unreachable or timed-out Redis is [`StoreError::Unavailable`]; the executor refuses
+/// the call *before* running its handler. A reply that never arrives leaves the caller
+/// unsure whether the script ran: a claim that did run is then found as this worker's
+/// running claim by the next attempt and turns *unknown* when its lease passes — never a
+/// second execution. A stored value that is not a record of this layout is
+/// [`StoreError::Corrupt`] from every operation on its key and is left out of listings
+/// (with an error logged).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), idem_runtime::StoreError> {
+/// use idem_runtime::store::RedisStore;
+///
+/// let store = RedisStore::builder("redis://127.0.0.1:6379/")
+///     .prefix("billing:idem:")
+///     .connect()
+///     .await?;
+/// let registry = idem_runtime::Registry::builder().store(store) /* .tool(…) */;
+/// # let _ = registry;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    prefix: String,
+    record_prefix: String,
+    /// The per-state, lease and expiry index keys, in the scripts' `KEYS[2..9]` order.
+    index_keys: [String; 8],
+    clock: Arc<dyn Clock>,
+    retention: Retention,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .field("retention", &self.inner.retention)
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures and connects a [`RedisStore`]; from [`RedisStore::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `connect` is awaited"]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    clock: Arc<dyn Clock>,
+    retention: Retention,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+    reconnect_retries: usize,
+}
+
+impl RedisStoreBuilder {
+    /// Prefix of every key this store writes (default `idem:`). Stores with different
+    /// prefixes on one Redis are independent.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The clock leases and retention are measured with (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How long results and tombstones are kept (default [`Retention::default`]).
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// How long one connection attempt may take (default 2 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for a reply before reporting [`StoreError::Unavailable`]
+    /// (default 5 s). A Redis that hangs must not hang the agent.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How many times a (re)connection is retried, with exponential backoff, before
+    /// an operation fails as unavailable (default 2).
+    pub fn reconnect_retries(mut self, retries: usize) -> Self {
+        self.reconnect_retries = retries;
+        self
+    }
+
+    /// Connects. Fails with [`StoreError::Unavailable`] when Redis cannot be reached, and
+    /// with [`StoreError::Backend`] when the URL is malformed.
+    pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        let client = ::redis::Client::open(self.url.as_str())
+            .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(self.connection_timeout)
+            .set_response_timeout(self.response_timeout)
+            .set_number_of_retries(self.reconnect_retries)
+            .set_max_delay(1000);
+        let conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(map_err)?;
+        let p = &self.prefix;
+        let index_keys = [
+            format!("{p}s:running"),
+            format!("{p}s:completed"),
+            format!("{p}s:failed"),
+            format!("{p}s:pending"),
+            format!("{p}s:unknown"),
+            format!("{p}s:escalated"),
+            format!("{p}leases"),
+            format!("{p}expiry"),
+        ];
+        let store = RedisStore {
+            inner: Arc::new(Inner {
+                conn,
+                record_prefix: format!("{p}r:"),
+                prefix: self.prefix,
+                index_keys,
+                clock: self.clock,
+                retention: self.retention,
+            }),
+        };
+        // Load the script now, so a Redis that refuses scripts fails here, not mid-call.
+        let mut conn = store.inner.conn.clone();
+        SCRIPT
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        Ok(store)
+    }
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://[:password@]host:port[/db]`, `rediss://…` for TLS) with
+    /// the default prefix, the system clock and default retention.
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        RedisStore::builder(url).connect().await
+    }
+
+    /// A builder for a store at `url`.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            clock: Arc::new(SystemClock),
+            retention: Retention::default(),
+            connection_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            reconnect_retries: 2,
+        }
+    }
+
+    /// The prefix of every key this store writes.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The Redis key holding `key`'s record (for operators and tests).
+    pub fn record_key(&self, key: &IdemKey) -> String {
+        format!("{}{}", self.inner.record_prefix, key.as_str())
+    }
+
+    /// Runs one operation of the script against `record_key`.
+    async fn run(
+        &self,
+        record_key: &str,
+        op: &str,
+        args: &[&[u8]],
+    ) -> Result<Vec<Value>, StoreError> {
+        let inner = &*self.inner;
+        let mut inv = SCRIPT.key(record_key);
+        for k in &inner.index_keys {
+            inv.key(k.as_str());
+        }
+        inv.arg(inner.clock.now().as_millis())
+            .arg(millis(inner.retention.results))
+            .arg(millis(inner.retention.tombstones))
+            .arg(inner.record_prefix.as_str())
+            .arg(op);
+        for a in args {
+            inv.arg(*a);
+        }
+        let mut conn = inner.conn.clone();
+        let reply: Value = inv.invoke_async(&mut conn).await.map_err(map_err)?;
+        match reply {
+            Value::Array(items) => Ok(items),
+            other => Err(unexpected(op, &other)),
+        }
+    }
+
+    fn decode(&self, fields: &Value) -> Result<Record, StoreError> {
+        decode_record(fields, &self.inner.record_prefix)
+    }
+}
+
+fn to_json<T: serde::Serialize + ?Sized>(v: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Backend(format!("{what}: {e}")))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn unexpected(op: &str, reply: &Value) -> StoreError {
+    StoreError::Backend(format!(
+        "unexpected reply to the idem {op} script: {reply:?}"
+    ))
+}
+
+fn map_err(e: RedisError) -> StoreError {
+    if e.code() == Some("IDEMCORRUPT") {
+        let detail = e.detail().unwrap_or_default();
+        let (key, detail) = detail.split_once(' ').unwrap_or((detail, ""));
+        return StoreError::Corrupt {
+            key: key.to_owned(),
+            detail: detail.to_owned(),
+        };
+    }
+    let unavailable = e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_cluster_error()
+        || matches!(
+            e.kind(),
+            ErrorKind::BusyLoadingError | ErrorKind::MasterDown | ErrorKind::ReadOnly
+        );
+    if unavailable {
+        StoreError::Unavailable(format!("redis: {e}"))
+    } else {
+        StoreError::Backend(format!("redis: {e}"))
+    }
+}
+
+/// The first element of a reply, as text.
+fn tag(items: &[Value]) -> Option<&str> {
+    match items.first() {
+        Some(Value::BulkString(b)) => std::str::from_utf8(b).ok(),
+        Some(Value::SimpleString(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// The stale-token error a script reported, or an unexpected-reply error.
+fn refusal(key: &IdemKey, op: &str, items: &[Value]) -> StoreError {
+    match (tag(items), items.get(1).and_then(text)) {
+        (Some("stale"), Some(state)) => StoreError::StaleToken {
+            key: key.clone(),
+            state,
+        },
+        (Some("invalid"), _) => {
+            StoreError::Backend("a settlement cannot return a record to running".into())
+        }
+        _ => unexpected(op, &Value::Array(items.to_vec())),
+    }
+}
+
+/// `Some(v)` → `+v`, `None` → `-`: how the script tells "empty" from "absent".
+fn opt_arg(v: Option<&str>) -> Vec<u8> {
+    match v {
+        Some(s) => {
+            let mut out = Vec::with_capacity(s.len() + 1);
+            out.push(b'+');
+            out.extend_from_slice(s.as_bytes());
+            out
+        }
+        None => b"-".to_vec(),
+    }
+}
+
+/// Parses an `HGETALL` reply into a record.
+fn decode_record(fields: &Value, record_prefix: &str) -> Result<Record, StoreError> {
+    let Value::Array(items) = fields else {
+        return Err(StoreError::Corrupt {
+            key: "?".into(),
+            detail: format!("expected a hash, got {fields:?}"),
+        });
+    };
+    let mut map: HashMap<String, String> = HashMap::with_capacity(items.len() / 2);
+    for pair in items.chunks(2) {
+        let (Some(f), Some(v)) = (pair.first().and_then(text), pair.get(1).and_then(text)) else {
+            return Err(StoreError::Corrupt {
+                key: "?".into(),
+                detail: "a field is not UTF-8 text".into(),
+            });
+        };
+        map.insert(f, v);
+    }
+    let raw_key = map.get("k").cloned().unwrap_or_default();
+    let corrupt = |detail: String| StoreError::Corrupt {
+        key: format!("{record_prefix}{raw_key}"),
+        detail,
+    };
+    let field = |name: &str| {
+        map.get(name)
+            .map(String::as_str)
+            .ok_or_else(|| corrupt(format!("missing field `{name}`")))
+    };
+    let time = |name: &str| -> Result<Timestamp, StoreError> {
+        field(name)?
+            .parse::<u64>()
+            .map(Timestamp)
+            .map_err(|_| corrupt(format!("field `{name}` is not a time")))
+    };
+    let key = IdemKey::parse(field("k")?).map_err(|e| corrupt(e.to_string()))?;
+    let fingerprint = Fingerprint::from_hex(field("fp")?)
+        .ok_or_else(|| corrupt("malformed fingerprint".into()))?;
+    let state = RecordState::parse(field("st")?)
+        .ok_or_else(|| corrupt(format!("unknown state `{}`", map["st"])))?;
+    let token =
+        ClaimToken::from_hex(field("tok")?).ok_or_else(|| corrupt("malformed token".into()))?;
+    let lease_until = match map.get("lease") {
+        Some(_) => Some(time("lease")?),
+        None => None,
+    };
+    let payload = match map.get("pl") {
+        Some(p) => Some(
+            serde_json::from_str(p).map_err(|e| corrupt(format!("payload is not JSON: {e}")))?,
+        ),
+        None => None,
+    };
+    let attempts: Vec<AttemptRecord> = serde_json::from_str(field("att")?)
+        .map_err(|e| corrupt(format!("malformed attempts: {e}")))?;
+    let read_backs: Vec<ReadBackRecord> = serde_json::from_str(field("rb")?)
+        .map_err(|e| corrupt(format!("malformed read-backs: {e}")))?;
+    let operation: Option<Operation> = match map.get("op") {
+        Some(op) => Some(
+            serde_json::from_str(op).map_err(|e| corrupt(format!("malformed operation: {e}")))?,
+        ),
+        None => None,
+    };
+    Ok(Record {
+        key,
+        fingerprint,
+        tool: field("tool")?.to_owned(),
+        state,
+        token,
+        lease_until,
+        created_at: time("ca")?,
+        updated_at: time("ua")?,
+        payload,
+        message: map.get("msg").cloned(),
+        downstream_ref: map.get("dref").cloned(),
+        result_expired: map.get("rx").map(String::as_str) == Some("1"),
+        attempts,
+        operation,
+        read_backs,
+    })
+}
+
+#[async_trait::async_trait]
+impl IdemStore for RedisStore {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let token = ClaimToken::fresh();
+        let rk = self.record_key(&req.key);
+        let operation = match &req.operation {
+            Some(op) => Some(to_json(op, "operation")?),
+            None => None,
+        };
+        let items = self
+            .run(
+                &rk,
+                "claim",
+                &[
+                    req.key.as_str().as_bytes(),
+                    req.fingerprint.to_hex().as_bytes(),
+                    req.tool.as_bytes(),
+                    token.to_hex().as_bytes(),
+                    millis(req.lease).to_string().as_bytes(),
+                    &opt_arg(operation.as_deref()),
+                ],
+            )
+            .await?;
+        match (tag(&items), items.get(1)) {
+            (Some("claimed"), _) => Ok(ClaimOutcome::Claimed(token)),
+            (Some("existing"), Some(fields)) => {
+                let record = self.decode(fields)?;
+                Ok(super::rules::claim_against(Some(&record), req)
+                    .unwrap_or(ClaimOutcome::Existing(record)))
+            }
+            _ => Err(unexpected("claim", &Value::Array(items))),
+        }
+    }
+
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let items = self
+            .run(
+                &self.record_key(key),
+                "renew",
+                &[
+                    token.to_hex().as_bytes(),
+                    millis(lease).to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        match tag(&items) {
+            Some("ok") => Ok(()),
+            _ => Err(refusal(key, "renew", &items)),
+        }
+    }
+
+    async fn settle(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        if settlement.state == RecordState::Running {
+            // Still checked by the script; refusing here saves the round trip.
+            return Err(StoreError::Backend(
+                "a settlement cannot return a record to running".into(),
+            ));
+        }
+        let payload = match &settlement.payload {
+            Some(p) => Some(to_json(p, "payload")?),
+            None => None,
+        };
+        let attempts = to_json(&settlement.attempts, "attempts")?;
+        let read_backs = to_json(&settlement.read_backs, "read-backs")?;
+        let items = self
+            .run(
+                &self.record_key(key),
+                "settle",
+                &[
+                    token.to_hex().as_bytes(),
+                    settlement.state.as_str().as_bytes(),
+                    &opt_arg(payload.as_deref()),
+                    &opt_arg(settlement.message.as_deref()),
+                    &opt_arg(settlement.downstream_ref.as_deref()),
+                    attempts.as_bytes(),
+                    read_backs.as_bytes(),
+                ],
+            )
+            .await?;
+        match tag(&items) {
+            Some("ok") => Ok(()),
+            _ => Err(refusal(key, "settle", &items)),
+        }
+    }
+
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        let items = self
+            .run(
+                &self.record_key(key),
+                "release",
+                &[token.to_hex().as_bytes()],
+            )
+            .await?;
+        match tag(&items) {
+            Some("ok") => Ok(()),
+            _ => Err(refusal(key, "release", &items)),
+        }
+    }
+
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError> {
+        let fresh = ClaimToken::fresh();
+        let items = self
+            .run(
+                &self.record_key(key),
+                "reclaim",
+                &[
+                    expected.to_hex().as_bytes(),
+                    fresh.to_hex().as_bytes(),
+                    millis(lease).to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        match tag(&items) {
+            Some("ok") => Ok(fresh),
+            Some("absent") => Err(StoreError::NotFound(key.clone())),
+            _ => Err(refusal(key, "reclaim", &items)),
+        }
+    }
+
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+        let items = self.run(&self.record_key(key), "get", &[]).await?;
+        match (tag(&items), items.get(1)) {
+            (Some("absent"), _) => Ok(None),
+            (Some("record"), Some(fields)) => self.decode(fields).map(Some),
+            _ => Err(unexpected("get", &Value::Array(items))),
+        }
+    }
+
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // KEYS[1] is unused by `list`; any key of this store's slot will do.
+        let items = self
+            .run(
+                &self.inner.index_keys[0],
+                "list",
+                &[state.as_str().as_bytes(), limit.to_string().as_bytes()],
+            )
+            .await?;
+        let (Some(Value::Array(records)), Some(Value::Array(bad))) = (items.first(), items.get(1))
+        else {
+            return Err(unexpected("list", &Value::Array(items)));
+        };
+        for k in bad.iter().filter_map(text) {
+            tracing::error!(key = %k, prefix = %self.inner.prefix,
+                "corrupt idem record left out of a listing; inspect it with HGETALL");
+        }
+        let mut out = Vec::with_capacity(records.len());
+        for fields in records {
+            match self.decode(fields) {
+                Ok(r) => out.push(r),
+                Err(e) => tracing::error!(error = %e, "corrupt idem record left out of a listing"),
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,362 @@
+-- idem RedisStore: the store contract's rules (idem_runtime::store::rules) in Lua.
+--
+-- One record per key, a hash at KEYS[1]:
+--   v    layout version ("1")          k     the idem key
+--   fp   fingerprint (64 hex)          tool  tool name
+--   st   state                         tok   claim token (32 hex)
+--   lease  lease end (ms; running only) ca / ua  created / updated (ms)
+--   pl   payload (JSON text; absent = none)   msg  message   dref  downstream ref
+--   rx   "1" once the result expired   att   attempts (JSON array text)
+--   op   the operation (JSON; absent = none)      rb    read-backs (JSON array text)
+--
+-- KEYS[2..7]: per-state sorted sets (score = created_at, member = key), in
+-- RecordState::ALL order; KEYS[8]: running leases (score = lease end); KEYS[9]: terminal
+-- records by tombstone expiry (score = updated_at + tombstone window).
+--
+-- ARGV[1] now (ms, from the caller's clock, so tests can move time), ARGV[2] result
+-- retention (ms), ARGV[3] tombstone retention (ms), ARGV[4] record key prefix, ARGV[5]
+-- the operation, then the operation's arguments from ARGV[6].
+--
+-- Every check that can fail happens before the first write: Redis does not roll a script
+-- back when it errors half-way.
+
+local NOW = tonumber(ARGV[1])
+local RESULTS = tonumber(ARGV[2])
+local TOMBS = tonumber(ARGV[3])
+local RPREFIX = ARGV[4]
+local OP = ARGV[5]
+local IDX = { running = 2, completed = 3, failed = 4, pending = 5, unknown = 6, escalated = 7 }
+local LEASES, EXPIRY = KEYS[8], KEYS[9]
+-- The value's own timestamps decide expiry; the Redis TTL only reclaims memory, a minute
+-- later, so clock skew between workers and Redis never drops a tombstone early.
+local TTL_SLACK = 60000
+
+local function num(x)
+  return string.format('%.0f', x)
+end
+
+local function corrupt(rk, detail)
+  error({ err = 'IDEMCORRUPT ' .. rk .. ' ' .. detail })
+end
+
+-- Timestamp's Display (RFC 3339, UTC, milliseconds), so messages match other backends.
+local function rfc3339(ms)
+  local secs = math.floor(ms / 1000)
+  local msr = ms % 1000
+  local days = math.floor(secs / 86400)
+  local rem = secs % 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400 + (m <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d,
+    math.floor(rem / 3600), math.floor(rem / 60) % 60, rem % 60, msr)
+end
+
+local function terminal(st)
+  return st == 'completed' or st == 'failed'
+end
+
+-- Drops a key whose record is gone from every index.
+local function forget(k)
+  for _, i in pairs(IDX) do
+    redis.call('ZREM', KEYS[i], k)
+  end
+  redis.call('ZREM', LEASES, k)
+  redis.call('ZREM', EXPIRY, k)
+end
+
+-- Reads the record at rk with time applied (rules::age): an expired lease becomes unknown,
+-- an expired result a tombstone, a lapsed tombstone nothing. Returns nil when absent.
+local function age(rk)
+  local t = redis.call('TYPE', rk)['ok']
+  if t == 'none' then
+    return nil
+  end
+  if t ~= 'hash' then
+    corrupt(rk, 'the value is a ' .. t .. ', not a record hash')
+  end
+  local f = redis.call('HMGET', rk, 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 'v', 'rb')
+  local r = { k = f[1], st = f[2], tok = f[3], lease = tonumber(f[5]), ca = tonumber(f[6]),
+    ua = tonumber(f[7]), rx = f[8] }
+  if f[10] ~= '1' then
+    corrupt(rk, 'unknown layout version ' .. tostring(f[10]))
+  end
+  if not r.k or RPREFIX .. r.k ~= rk then
+    corrupt(rk, 'its key field does not match its name')
+  end
+  if not r.st or not IDX[r.st] then
+    corrupt(rk, 'unknown state ' .. tostring(r.st))
+  end
+  if not r.tok or not string.match(r.tok, '^' .. string.rep('%x', 32) .. '$') then
+    corrupt(rk, 'malformed claim token')
+  end
+  if not f[4] or not string.match(f[4], '^' .. string.rep('%x', 64) .. '$') then
+    corrupt(rk, 'malformed fingerprint')
+  end
+  if not r.ca or not r.ua then
+    corrupt(rk, 'missing or malformed times')
+  end
+  if not f[9] or string.sub(f[9], 1, 1) ~= '[' then
+    corrupt(rk, 'malformed attempts')
+  end
+  if not f[11] or string.sub(f[11], 1, 1) ~= '[' then
+    corrupt(rk, 'malformed read-backs')
+  end
+  if r.st == 'running' and not r.lease then
+    corrupt(rk, 'a running record without a lease')
+  end
+
+  if r.st == 'running' and r.lease <= NOW then
+    redis.call('HSET', rk, 'st', 'unknown', 'ua', num(NOW), 'msg', 'lease expired at '
+      .. rfc3339(r.lease) .. ' with the handler unsettled; it may have committed')
+    redis.call('HDEL', rk, 'lease')
+    redis.call('ZREM', KEYS[IDX.running], r.k)
+    redis.call('ZADD', KEYS[IDX.unknown], num(r.ca), r.k)
+    redis.call('ZREM', LEASES, r.k)
+    r.st, r.ua, r.lease = 'unknown', NOW, nil
+  elseif terminal(r.st) then
+    if r.ua + TOMBS <= NOW then
+      redis.call('DEL', rk)
+      redis.call('ZREM', KEYS[IDX[r.st]], r.k)
+      redis.call('ZREM', EXPIRY, r.k)
+      return nil
+    elseif r.rx ~= '1' and r.ua + RESULTS <= NOW then
+      redis.call('HSET', rk, 'rx', '1')
+      redis.call('HDEL', rk, 'pl')
+      r.rx = '1'
+    end
+  end
+  return r
+end
+
+local function move(r, to)
+  if r.st ~= to then
+    redis.call('ZREM', KEYS[IDX[r.st]], r.k)
+    redis.call('ZADD', KEYS[IDX[to]], num(r.ca), r.k)
+  end
+end
+
+-- Terminal records get the tombstone TTL; everything else must never expire.
+local function retain(rk, k, st)
+  if terminal(st) then
+    redis.call('PEXPIRE', rk, num(TOMBS + TTL_SLACK))
+    redis.call('ZADD', EXPIRY, num(NOW + TOMBS), k)
+  else
+    redis.call('PERSIST', rk)
+    redis.call('ZREM', EXPIRY, k)
+  end
+end
+
+-- Appends a JSON array to the one stored in `field`, as text (no JSON round trip, so
+-- nothing in the evidence is reformatted).
+local function append_to(rk, field, new)
+  if new == '[]' then
+    return
+  end
+  local old = redis.call('HGET', rk, field)
+  if not old or old == '[]' then
+    redis.call('HSET', rk, field, new)
+  else
+    redis.call('HSET', rk, field, string.sub(old, 1, -2) .. ',' .. string.sub(new, 2))
+  end
+end
+
+-- Appends a settlement's evidence: ARGV[11] attempts, ARGV[12] read-backs.
+local function append(rk)
+  append_to(rk, 'att', ARGV[11])
+  append_to(rk, 'rb', ARGV[12])
+end
+
+-- "+value" sets a field, "-" removes it.
+local function opt(rk, field, v, keep_when_absent)
+  if string.sub(v, 1, 1) == '+' then
+    redis.call('HSET', rk, field, string.sub(v, 2))
+  elseif not keep_when_absent then
+    redis.call('HDEL', rk, field)
+  end
+end
+
+-- Ages a few terminal records whose tombstone window has passed, so the indexes do not
+-- keep members of records that Redis already expired.
+local function sweep()
+  local due = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', num(NOW), 'LIMIT', 0, 4)
+  for _, k in ipairs(due) do
+    local ok, r = pcall(age, RPREFIX .. k)
+    if not ok then
+      redis.call('ZREM', EXPIRY, k)
+    elseif r == nil then
+      forget(k)
+    elseif not terminal(r.st) then
+      redis.call('ZREM', EXPIRY, k)
+    else
+      redis.call('ZADD', EXPIRY, num(r.ua + TOMBS), k)
+    end
+  end
+end
+
+local rk = KEYS[1]
+
+if OP == 'claim' then
+  -- ARGV: 6 key, 7 fingerprint, 8 tool, 9 token, 10 lease (ms), 11 operation (opt)
+  sweep()
+  local r = age(rk)
+  if r then
+    return { 'existing', redis.call('HGETALL', rk) }
+  end
+  local k = ARGV[6]
+  local lease = NOW + tonumber(ARGV[10])
+  redis.call('HSET', rk, 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
+    'tok', ARGV[9], 'lease', num(lease), 'ca', num(NOW), 'ua', num(NOW), 'rx', '0', 'att', '[]', 'rb', '[]')
+  opt(rk, 'op', ARGV[11], true)
+  redis.call('ZADD', KEYS[IDX.running], num(NOW), k)
+  redis.call('ZADD', LEASES, num(lease), k)
+  return { 'claimed' }
+elseif OP == 'renew' then
+  -- ARGV: 6 token, 7 lease (ms)
+  local r = age(rk)
+  if not r then
+    return { 'stale', 'absent' }
+  end
+  if r.st ~= 'running' or r.tok ~= ARGV[6] then
+    return { 'stale', r.st }
+  end
+  local lease = NOW + tonumber(ARGV[7])
+  redis.call('HSET', rk, 'lease', num(lease), 'ua', num(NOW))
+  redis.call('ZADD', LEASES, num(lease), r.k)
+  return { 'ok' }
+elseif OP == 'settle' then
+  -- ARGV: 6 token, 7 state, 8 payload, 9 message, 10 downstream ref (opt), 11 attempts,
+  -- 12 read-backs
+  local new = ARGV[7]
+  local r = age(rk)
+  if not r then
+    return { 'stale', 'absent' }
+  end
+  if r.tok ~= ARGV[6] then
+    return { 'stale', r.st }
+  end
+  if r.st == 'running' then
+    -- applied below
+  elseif r.st == new and new ~= 'unknown' then
+    -- A retried settle, or a handler that settled in its own transaction: keep the first
+    -- result, add the evidence.
+    append(rk)
+    redis.call('HSET', rk, 'ua', num(NOW))
+    retain(rk, r.k, r.st)
+    return { 'ok' }
+  elseif r.st == 'unknown' then
+    if new == 'unknown' or new == 'running' then
+      append(rk)
+      redis.call('HSET', rk, 'ua', num(NOW))
+      return { 'ok' }
+    end
+  else
+    return { 'stale', r.st }
+  end
+  if new == 'running' or not IDX[new] then
+    return { 'invalid' }
+  end
+  redis.call('HSET', rk, 'st', new, 'ua', num(NOW), 'rx', '0')
+  redis.call('HDEL', rk, 'lease')
+  opt(rk, 'pl', ARGV[8], false)
+  opt(rk, 'msg', ARGV[9], false)
+  opt(rk, 'dref', ARGV[10], true)
+  append(rk)
+  move(r, new)
+  redis.call('ZREM', LEASES, r.k)
+  retain(rk, r.k, new)
+  return { 'ok' }
+elseif OP == 'release' then
+  -- ARGV: 6 token
+  local r = age(rk)
+  if not r then
+    return { 'stale', 'absent' }
+  end
+  if r.st ~= 'running' or r.tok ~= ARGV[6] then
+    return { 'stale', r.st }
+  end
+  redis.call('DEL', rk)
+  redis.call('ZREM', KEYS[IDX.running], r.k)
+  redis.call('ZREM', LEASES, r.k)
+  return { 'ok' }
+elseif OP == 'reclaim' then
+  -- ARGV: 6 expected token, 7 fresh token, 8 lease (ms)
+  local r = age(rk)
+  if not r then
+    return { 'absent' }
+  end
+  local takeable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
+  if not takeable or r.tok ~= ARGV[6] then
+    return { 'stale', r.st }
+  end
+  local lease = NOW + tonumber(ARGV[8])
+  redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', num(lease), 'ua', num(NOW))
+  move(r, 'running')
+  redis.call('ZADD', LEASES, num(lease), r.k)
+  retain(rk, r.k, 'running')
+  return { 'ok' }
+elseif OP == 'get' then
+  local r = age(rk)
+  if not r then
+    return { 'absent' }
+  end
+  return { 'record', redis.call('HGETALL', rk) }
+elseif OP == 'list' then
+  -- KEYS[1] is unused; ARGV: 6 state, 7 limit. Returns { records, corrupt keys }.
+  local state, limit = ARGV[6], tonumber(ARGV[7])
+  local out, bad = {}, {}
+  -- Expired leases first, so list(unknown) includes them and list(running) does not.
+  local offset = 0
+  while true do
+    local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', num(NOW), 'LIMIT', offset, 128)
+    if #due == 0 then
+      break
+    end
+    for _, k in ipairs(due) do
+      local ok, r = pcall(age, RPREFIX .. k)
+      if not ok then
+        offset = offset + 1
+      elseif r == nil then
+        forget(k)
+      elseif r.st ~= 'running' then
+        redis.call('ZREM', LEASES, k)
+      else
+        redis.call('ZADD', LEASES, num(r.lease), k)
+      end
+    end
+  end
+  local idx = KEYS[IDX[state]]
+  offset = 0
+  while #out < limit do
+    local batch = redis.call('ZRANGE', idx, offset, offset + 127)
+    if #batch == 0 then
+      break
+    end
+    for _, k in ipairs(batch) do
+      if #out >= limit then
+        break
+      end
+      local ok, r = pcall(age, RPREFIX .. k)
+      if not ok then
+        table.insert(bad, k)
+        offset = offset + 1
+      elseif r == nil then
+        forget(k)
+      elseif r.st ~= state then
+        redis.call('ZREM', idx, k)
+      else
+        table.insert(out, redis.call('HGETALL', RPREFIX .. k))
+        offset = offset + 1
+      end
+    end
+  end
+  return { out, bad }
+end
+return redis.error_reply('IDEMBADOP unknown operation ' .. tostring(OP))

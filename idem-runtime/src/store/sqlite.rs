@@ -1,0 +1,951 @@
+//! [`SqliteStore`]: the embedded, durable store for one machine.
+//!
+//! One table keyed by the key, in WAL mode. Every read-modify-write runs in a
+//! `BEGIN IMMEDIATE` transaction (the database's write lock, which also excludes other
+//! processes on the same file) and decides through [`rules`], so the contract lives in one
+//! place. SQLite calls block, so they run on tokio's blocking pool, never on a runtime
+//! worker.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
+use tokio::sync::{Notify, Semaphore};
+
+use super::rules::{self, Aged};
+use super::{
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation,
+    ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
+};
+use crate::identity::{Fingerprint, IdemKey};
+
+/// The schema version this build reads and writes.
+const SCHEMA_VERSION: i64 = 1;
+
+/// Columns in the order [`decode`] reads them.
+const COLUMNS: &str = "key, state, fingerprint, tool, token, lease_until, created_at, \
+                       updated_at, result_expired, payload, message, downstream_ref, attempts, \
+                       operation, read_backs";
+
+/// How hard SQLite works to make a commit survive (`PRAGMA synchronous`).
+///
+/// Either way, a claim is committed before [`IdemStore::claim`] returns, so before the
+/// handler runs; the modes differ in what a commit survives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SqliteSync {
+    /// `synchronous = FULL` (the default): every commit waits for `fsync` of the write-ahead
+    /// log. A committed claim or result survives a process crash **and** a power loss or
+    /// kernel panic. Costs one `fsync` per claim and per settle (well under a millisecond on
+    /// an SSD with a write cache, several on a spinning disk or network volume).
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: commits are written to the log but only `fsync`ed at
+    /// checkpoints. A committed claim survives a **process** crash (`kill -9`, panic, OOM
+    /// kill) — the log is in the OS's page cache — but a power loss or kernel panic may roll
+    /// back the last commits. A rolled-back claim means a restarted agent finds the key free
+    /// and runs the handler again: a duplicate effect. Choose it only when the machine's
+    /// durability is someone else's problem (a disposable VM whose loss also loses the agent
+    /// run) or the downstream is keyed and deduplicates by itself.
+    Normal,
+}
+
+impl SqliteSync {
+    fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Full => "FULL",
+            SqliteSync::Normal => "NORMAL",
+        }
+    }
+}
+
+/// An [`IdemStore`] in a SQLite database file: durable across restarts, for the processes
+/// of one machine.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), idem_runtime::StoreError> {
+/// use idem_runtime::store::{SqliteStore, SqliteSync};
+///
+/// let store = SqliteStore::open("/var/lib/my-agent/idem.sqlite3").await?;
+/// // or, with options:
+/// let store = SqliteStore::builder("/var/lib/my-agent/idem.sqlite3")
+///     .sync(SqliteSync::Full)
+///     .open()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// - **Durability.** A claim is committed (and, with the default [`SqliteSync::Full`],
+///   `fsync`ed) before `claim` returns, so a crash at any later point leaves the claim on
+///   disk; after the lease passes it reads as *unknown*, and the handler never runs twice.
+/// - **Concurrency.** Safe from many tasks and many processes on one file. Writes in this
+///   process go through one connection, one at a time (SQLite has one writer anyway);
+///   reads use a small pool and run alongside writes (WAL). Other processes wait for the
+///   write lock up to the busy timeout, then get [`StoreError::Unavailable`].
+/// - **Not** for a network file system (NFS, SMB): SQLite's locking is unreliable there,
+///   and two machines could both claim a key. Use Redis or Postgres across machines.
+/// - **Schema.** One table `idem_records` (and `idem_meta`, holding the schema version),
+///   created on first open. A file whose schema version this build does not know is refused,
+///   never rewritten. Rows that do not decode are [`StoreError::Corrupt`].
+/// - **Housekeeping.** Expired leases and retention are applied whenever a record is read
+///   or listed; [`SqliteStore::sweep`] applies them to every record at once (deleting
+///   lapsed tombstones). [`IdemStore::list`] sweeps first.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    sync: SqliteSync,
+    busy_timeout: Duration,
+    clock: Arc<dyn Clock>,
+    retention: Retention,
+    /// One connection for read-modify-write transactions: in-process writers queue here
+    /// (asynchronously) instead of spinning in SQLite's busy handler.
+    writer: Pool,
+    readers: Pool,
+    /// Woken after every write, so in-process waiters see settlements at once.
+    changed: Notify,
+}
+
+/// Connections handed out one per permit; opened lazily, returned after use.
+struct Pool {
+    permits: Arc<Semaphore>,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Pool {
+    fn new(size: usize) -> Pool {
+        Pool {
+            permits: Arc::new(Semaphore::new(size.max(1))),
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<Connection>> {
+        // The vector is only pushed to and popped from; a panic elsewhere cannot leave it
+        // inconsistent.
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .field("sync", &self.inner.sync)
+            .field("retention", &self.inner.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options for opening a [`SqliteStore`]. See [`SqliteStore::builder`].
+#[derive(Debug, Clone)]
+pub struct SqliteStoreBuilder {
+    path: PathBuf,
+    sync: SqliteSync,
+    busy_timeout: Duration,
+    clock: Arc<dyn Clock>,
+    retention: Retention,
+    readers: usize,
+}
+
+impl SqliteStoreBuilder {
+    /// `PRAGMA synchronous` (default [`SqliteSync::Full`]); see [`SqliteSync`] for the
+    /// trade-off.
+    pub fn sync(mut self, sync: SqliteSync) -> Self {
+        self.sync = sync;
+        self
+    }
+
+    /// The retention windows (default: results 24 h, tombstones 30 days).
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// The clock leases and retention are measured with (default: the system clock; a
+    /// [`super::ManualClock`] in tests). Processes sharing a file should agree on the time.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How long an operation waits for another process's write lock before failing with
+    /// [`StoreError::Unavailable`] (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// How many read connections may be open at once (default 4, at least 1).
+    pub fn readers(mut self, readers: usize) -> Self {
+        self.readers = readers.max(1);
+        self
+    }
+
+    /// Opens (creating if needed) the database, on tokio's blocking pool.
+    pub async fn open(self) -> Result<SqliteStore, StoreError> {
+        tokio::task::spawn_blocking(move || self.open_blocking())
+            .await
+            .map_err(|e| StoreError::Backend(format!("opening the SQLite store failed: {e}")))?
+    }
+
+    /// Opens (creating if needed) the database on the calling thread, for code outside an
+    /// async context. The store's operations still need a tokio runtime.
+    pub fn open_blocking(self) -> Result<SqliteStore, StoreError> {
+        let inner = Inner {
+            path: self.path,
+            sync: self.sync,
+            busy_timeout: self.busy_timeout,
+            clock: self.clock,
+            retention: self.retention,
+            writer: Pool::new(1),
+            readers: Pool::new(self.readers),
+            changed: Notify::new(),
+        };
+        let mut conn = inner.connect()?;
+        migrate(&mut conn, &inner.path)?;
+        inner.writer.idle().push(conn);
+        Ok(SqliteStore {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+impl Inner {
+    fn connect(&self) -> Result<Connection, StoreError> {
+        let conn = Connection::open(&self.path).map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot open SQLite database {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        conn.busy_timeout(self.busy_timeout).map_err(db_err)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(db_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Backend(format!(
+                "SQLite database {} cannot use WAL (journal_mode is {mode})",
+                self.path.display()
+            )));
+        }
+        conn.pragma_update(None, "synchronous", self.sync.pragma())
+            .map_err(db_err)?;
+        Ok(conn)
+    }
+}
+
+/// Creates the schema on a new database and checks the version of an existing one.
+fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db_err)?;
+    let table_exists = |name: &str| -> Result<bool, StoreError> {
+        tx.query_row(
+            "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+            [name],
+            |_| Ok(()),
+        )
+        .optional()
+        .map(|found| found.is_some())
+        .map_err(db_err)
+    };
+    let had_meta = table_exists("idem_meta")?;
+    let had_records = table_exists("idem_records")?;
+    if had_meta {
+        let version: Option<i64> = tx
+            .query_row(
+                "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| foreign(path, &format!("unreadable schema version ({e})")))?;
+        return match version {
+            Some(SCHEMA_VERSION) if had_records => Ok(()),
+            Some(SCHEMA_VERSION) => {
+                Err(foreign(path, "idem_meta exists but idem_records does not"))
+            }
+            Some(v) if v > SCHEMA_VERSION => Err(StoreError::Backend(format!(
+                "SQLite database {} has idem schema version {v}, written by a newer idem; \
+                 this build knows version {SCHEMA_VERSION}. Upgrade idem (the file is untouched).",
+                path.display()
+            ))),
+            Some(v) => Err(foreign(path, &format!("unknown schema version {v}"))),
+            None => Err(foreign(path, "idem_meta has no schema version")),
+        };
+    }
+    if had_records {
+        return Err(foreign(
+            path,
+            "a table named idem_records exists but was not created by idem",
+        ));
+    }
+    tx.execute_batch(
+        "CREATE TABLE idem_meta (
+             name  TEXT PRIMARY KEY NOT NULL,
+             value ANY NOT NULL
+         ) STRICT;
+         CREATE TABLE idem_records (
+             key            TEXT PRIMARY KEY NOT NULL,
+             state          TEXT NOT NULL,
+             fingerprint    TEXT NOT NULL,
+             tool           TEXT NOT NULL,
+             token          TEXT NOT NULL,
+             lease_until    INTEGER,
+             created_at     INTEGER NOT NULL,
+             updated_at     INTEGER NOT NULL,
+             result_expired INTEGER NOT NULL,
+             payload        TEXT,
+             message        TEXT,
+             downstream_ref TEXT,
+             attempts       TEXT NOT NULL,
+             operation      TEXT,
+             read_backs     TEXT NOT NULL
+         ) STRICT, WITHOUT ROWID;
+         CREATE INDEX idem_records_by_state ON idem_records (state, created_at, key);
+         CREATE INDEX idem_records_by_age ON idem_records (state, result_expired, updated_at);",
+    )
+    .map_err(db_err)?;
+    tx.execute(
+        "INSERT INTO idem_meta (name, value) VALUES ('schema_version', ?1)",
+        [SCHEMA_VERSION],
+    )
+    .map_err(db_err)?;
+    tx.commit().map_err(db_err)
+}
+
+fn foreign(path: &Path, detail: &str) -> StoreError {
+    StoreError::Corrupt {
+        key: "<schema>".to_owned(),
+        detail: format!(
+            "{} is not an idem SQLite database: {detail}",
+            path.display()
+        ),
+    }
+}
+
+fn db_err(e: rusqlite::Error) -> StoreError {
+    if let rusqlite::Error::SqliteFailure(f, _) = &e {
+        match f.code {
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                return StoreError::Unavailable(format!(
+                    "SQLite database is locked by another writer past the busy timeout: {e}"
+                ))
+            }
+            ErrorCode::CannotOpen
+            | ErrorCode::DiskFull
+            | ErrorCode::SystemIoFailure
+            | ErrorCode::PermissionDenied
+            | ErrorCode::ReadOnly
+            | ErrorCode::FileLockingProtocolFailed
+            | ErrorCode::OutOfMemory => return StoreError::Unavailable(format!("SQLite: {e}")),
+            ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => {
+                return StoreError::Corrupt {
+                    key: "<database>".to_owned(),
+                    detail: e.to_string(),
+                }
+            }
+            _ => {}
+        }
+    }
+    StoreError::Backend(format!("SQLite: {e}"))
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path` with the defaults: [`SqliteSync::Full`],
+    /// the system clock, default [`Retention`].
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        SqliteStore::builder(path).open().await
+    }
+
+    /// Options for the store at `path`.
+    pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
+        SqliteStoreBuilder {
+            path: path.as_ref().to_owned(),
+            sync: SqliteSync::default(),
+            busy_timeout: Duration::from_secs(5),
+            clock: Arc::new(SystemClock),
+            retention: Retention::default(),
+            readers: 4,
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The synchronous mode in use.
+    pub fn sync_mode(&self) -> SqliteSync {
+        self.inner.sync
+    }
+
+    /// Applies lease expiry and retention to every record now: expired running claims
+    /// become *unknown*, results past the retention window become tombstones, lapsed
+    /// tombstones are deleted. Returns how many records changed or were deleted.
+    ///
+    /// Reads and listings do this for the records they touch; call it periodically to keep
+    /// the file from holding lapsed tombstones of keys nobody asks about again.
+    pub async fn sweep(&self) -> Result<usize, StoreError> {
+        self.write(sweep).await
+    }
+
+    /// Runs `f` on a read connection, on the blocking pool.
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Inner) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.on_connection(false, move |conn, inner| f(conn, inner))
+            .await
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the writer connection, with the time
+    /// read after the lock is taken; commits if `f` returns `Ok`, rolls back otherwise.
+    async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction<'_>, &Inner, Timestamp) -> Result<T, StoreError>
+            + Send
+            + 'static,
+    {
+        let out = self
+            .on_connection(true, move |conn, inner| {
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(db_err)?;
+                let now = inner.clock.now();
+                let out = f(&tx, inner, now)?;
+                // Returns only once the commit is in the log (and, with `Full`, on disk).
+                tx.commit().map_err(db_err)?;
+                Ok(out)
+            })
+            .await;
+        if out.is_ok() {
+            self.inner.changed.notify_waiters();
+        }
+        out
+    }
+
+    async fn on_connection<T, F>(&self, writer: bool, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &Inner) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let pool = if writer {
+            &inner.writer
+        } else {
+            &inner.readers
+        };
+        let permit = pool
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Unavailable("the SQLite store is closed".to_owned()))?;
+        // Everything, including giving the connection back, happens on the blocking thread:
+        // if the caller is cancelled, the operation still finishes (a claim committed is a
+        // claim kept) and the connection returns to the pool.
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let pool = if writer {
+                &inner.writer
+            } else {
+                &inner.readers
+            };
+            let popped = pool.idle().pop();
+            let mut conn = match popped {
+                Some(c) => c,
+                None => inner.connect()?,
+            };
+            let out = f(&mut conn, &inner);
+            pool.idle().push(conn);
+            out
+        })
+        .await
+        .map_err(|e| StoreError::Backend(format!("SQLite store task failed: {e}")))?
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rows
+// ---------------------------------------------------------------------------------------
+
+fn load(conn: &Connection, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM idem_records WHERE key = ?1"
+        ))
+        .map_err(db_err)?;
+    let mut rows = stmt.query([key.as_str()]).map_err(db_err)?;
+    match rows.next().map_err(db_err)? {
+        Some(row) => decode(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Loads `key` and applies time to it, writing back what changed (inside a write
+/// transaction).
+fn load_aged(
+    tx: &rusqlite::Transaction<'_>,
+    inner: &Inner,
+    key: &IdemKey,
+    now: Timestamp,
+) -> Result<Option<Record>, StoreError> {
+    let Some(mut record) = load(tx, key)? else {
+        return Ok(None);
+    };
+    match rules::age(&mut record, now, &inner.retention) {
+        Aged::Unchanged => Ok(Some(record)),
+        Aged::Changed => {
+            put(tx, &record)?;
+            Ok(Some(record))
+        }
+        Aged::Gone => {
+            delete(tx, key)?;
+            Ok(None)
+        }
+    }
+}
+
+fn put(conn: &Connection, r: &Record) -> Result<(), StoreError> {
+    let payload = r
+        .payload
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Backend(format!("cannot encode the payload: {e}")))?;
+    let attempts = serde_json::to_string(&r.attempts)
+        .map_err(|e| StoreError::Backend(format!("cannot encode the attempts: {e}")))?;
+    let operation = r
+        .operation
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Backend(format!("cannot encode the operation: {e}")))?;
+    let read_backs = serde_json::to_string(&r.read_backs)
+        .map_err(|e| StoreError::Backend(format!("cannot encode the read-backs: {e}")))?;
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "INSERT INTO idem_records ({COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+             ON CONFLICT (key) DO UPDATE SET
+                 state = excluded.state, fingerprint = excluded.fingerprint,
+                 tool = excluded.tool, token = excluded.token,
+                 lease_until = excluded.lease_until, created_at = excluded.created_at,
+                 updated_at = excluded.updated_at, result_expired = excluded.result_expired,
+                 payload = excluded.payload, message = excluded.message,
+                 downstream_ref = excluded.downstream_ref, attempts = excluded.attempts,
+                 operation = excluded.operation, read_backs = excluded.read_backs"
+        ))
+        .map_err(db_err)?;
+    stmt.execute(params![
+        r.key.as_str(),
+        r.state.as_str(),
+        r.fingerprint.to_hex(),
+        r.tool,
+        r.token.to_hex(),
+        r.lease_until.map(sql_time),
+        sql_time(r.created_at),
+        sql_time(r.updated_at),
+        i64::from(r.result_expired),
+        payload,
+        r.message,
+        r.downstream_ref,
+        attempts,
+        operation,
+        read_backs,
+    ])
+    .map_err(db_err)?;
+    Ok(())
+}
+
+fn delete(conn: &Connection, key: &IdemKey) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM idem_records WHERE key = ?1")
+        .and_then(|mut s| s.execute([key.as_str()]))
+        .map_err(db_err)?;
+    Ok(())
+}
+
+/// Milliseconds as SQLite's signed integer. Times past year 292 million (a `Duration::MAX`
+/// lease) are stored as `i64::MAX`: still "never" in practice.
+fn sql_time(t: Timestamp) -> i64 {
+    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Decodes a row selected with [`COLUMNS`]. Anything unexpected is [`StoreError::Corrupt`].
+fn decode(row: &Row<'_>) -> Result<Record, StoreError> {
+    let raw_key = match row.get_ref(0) {
+        Ok(ValueRef::Text(t)) => String::from_utf8_lossy(t).into_owned(),
+        Ok(other) => format!("<{:?} key>", other.data_type()),
+        Err(e) => format!("<unreadable key: {e}>"),
+    };
+    decode_fields(row).map_err(|detail| StoreError::Corrupt {
+        key: raw_key,
+        detail,
+    })
+}
+
+fn decode_fields(row: &Row<'_>) -> Result<Record, String> {
+    let key = IdemKey::parse(text(row, 0, "key")?).map_err(|e| format!("key: {e}"))?;
+    let state_name = text(row, 1, "state")?;
+    let state = RecordState::parse(state_name)
+        .ok_or_else(|| format!("state: unknown state {state_name:?}"))?;
+    let fingerprint = Fingerprint::from_hex(text(row, 2, "fingerprint")?)
+        .ok_or("fingerprint: not 64 hex digits")?;
+    let tool = text(row, 3, "tool")?.to_owned();
+    let token = ClaimToken::from_hex(text(row, 4, "token")?).ok_or("token: not 32 hex digits")?;
+    let lease_until = opt_int(row, 5, "lease_until")?.map(time).transpose()?;
+    let created_at = time(int(row, 6, "created_at")?)?;
+    let updated_at = time(int(row, 7, "updated_at")?)?;
+    let result_expired = match int(row, 8, "result_expired")? {
+        0 => false,
+        1 => true,
+        n => return Err(format!("result_expired: {n} is not 0 or 1")),
+    };
+    let payload = opt_text(row, 9, "payload")?
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| format!("payload: not JSON ({e})"))?;
+    let message = opt_text(row, 10, "message")?.map(str::to_owned);
+    let downstream_ref = opt_text(row, 11, "downstream_ref")?.map(str::to_owned);
+    let attempts: Vec<AttemptRecord> =
+        serde_json::from_str(text(row, 12, "attempts")?).map_err(|e| format!("attempts: {e}"))?;
+    let operation: Option<Operation> = opt_text(row, 13, "operation")?
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|e| format!("operation: {e}"))?;
+    let read_backs: Vec<ReadBackRecord> = serde_json::from_str(text(row, 14, "read_backs")?)
+        .map_err(|e| format!("read_backs: {e}"))?;
+    if state == RecordState::Running && lease_until.is_none() {
+        // It would never expire: the key would be in flight forever.
+        return Err("running without a lease".to_owned());
+    }
+    Ok(Record {
+        key,
+        fingerprint,
+        tool,
+        state,
+        token,
+        lease_until,
+        created_at,
+        updated_at,
+        payload,
+        message,
+        downstream_ref,
+        result_expired,
+        attempts,
+        operation,
+        read_backs,
+    })
+}
+
+fn value<'r>(row: &'r Row<'_>, i: usize, name: &str) -> Result<ValueRef<'r>, String> {
+    row.get_ref(i).map_err(|e| format!("{name}: {e}"))
+}
+
+fn text<'r>(row: &'r Row<'_>, i: usize, name: &str) -> Result<&'r str, String> {
+    opt_text(row, i, name)?.ok_or_else(|| format!("{name}: NULL"))
+}
+
+fn opt_text<'r>(row: &'r Row<'_>, i: usize, name: &str) -> Result<Option<&'r str>, String> {
+    match value(row, i, name)? {
+        ValueRef::Null => Ok(None),
+        ValueRef::Text(t) => std::str::from_utf8(t)
+            .map(Some)
+            .map_err(|_| format!("{name}: not UTF-8")),
+        other => Err(format!(
+            "{name}: {:?} where text belongs",
+            other.data_type()
+        )),
+    }
+}
+
+fn int(row: &Row<'_>, i: usize, name: &str) -> Result<i64, String> {
+    opt_int(row, i, name)?.ok_or_else(|| format!("{name}: NULL"))
+}
+
+fn opt_int(row: &Row<'_>, i: usize, name: &str) -> Result<Option<i64>, String> {
+    match value(row, i, name)? {
+        ValueRef::Null => Ok(None),
+        ValueRef::Integer(n) => Ok(Some(n)),
+        other => Err(format!(
+            "{name}: {:?} where an integer belongs",
+            other.data_type()
+        )),
+    }
+}
+
+fn time(ms: i64) -> Result<Timestamp, String> {
+    u64::try_from(ms)
+        .map(Timestamp)
+        .map_err(|_| format!("negative time {ms}"))
+}
+
+/// Applies time to every record that may need it: expired leases, results past retention,
+/// lapsed tombstones. The SQL only preselects; [`rules::age`] decides.
+fn sweep(
+    tx: &rusqlite::Transaction<'_>,
+    inner: &Inner,
+    now: Timestamp,
+) -> Result<usize, StoreError> {
+    let now_sql = sql_time(now);
+    let results_cut = now_sql.saturating_sub(millis(inner.retention.results));
+    let tombstones_cut = now_sql.saturating_sub(millis(inner.retention.tombstones));
+    let candidates = {
+        let mut stmt = tx
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM idem_records
+                 WHERE (state = 'running' AND lease_until <= ?1)
+                    OR (state IN ('completed', 'failed') AND result_expired = 0
+                        AND updated_at <= ?2)
+                    OR (state IN ('completed', 'failed') AND updated_at <= ?3)"
+            ))
+            .map_err(db_err)?;
+        let mut rows = stmt
+            .query(params![now_sql, results_cut, tombstones_cut])
+            .map_err(db_err)?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(db_err)? {
+            match decode(row) {
+                Ok(record) => out.push(record),
+                // One bad row must not stop housekeeping for the rest; it is reported as
+                // corrupt to whoever reads or lists it.
+                Err(e) => tracing::warn!(error = %e, "sweep skipped an undecodable record"),
+            }
+        }
+        out
+    };
+    let mut changed = 0;
+    for mut record in candidates {
+        match rules::age(&mut record, now, &inner.retention) {
+            Aged::Unchanged => {}
+            Aged::Changed => {
+                put(tx, &record)?;
+                changed += 1;
+            }
+            Aged::Gone => {
+                delete(tx, &record.key)?;
+                changed += 1;
+            }
+        }
+    }
+    Ok(changed)
+}
+
+/// True when [`sweep`] would find something to look at.
+fn needs_sweep(conn: &Connection, inner: &Inner, now: Timestamp) -> Result<bool, StoreError> {
+    let now_sql = sql_time(now);
+    let results_cut = now_sql.saturating_sub(millis(inner.retention.results));
+    let tombstones_cut = now_sql.saturating_sub(millis(inner.retention.tombstones));
+    conn.prepare_cached(
+        "SELECT 1 FROM idem_records
+         WHERE (state = 'running' AND lease_until <= ?1)
+            OR (state IN ('completed', 'failed') AND result_expired = 0 AND updated_at <= ?2)
+            OR (state IN ('completed', 'failed') AND updated_at <= ?3)
+         LIMIT 1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![now_sql, results_cut, tombstones_cut], |_| Ok(()))
+            .optional()
+    })
+    .map(|found| found.is_some())
+    .map_err(db_err)
+}
+
+fn list_rows(
+    conn: &Connection,
+    state: RecordState,
+    limit: usize,
+) -> Result<Vec<Record>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM idem_records WHERE state = ?1
+             ORDER BY created_at, key LIMIT ?2"
+        ))
+        .map_err(db_err)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut rows = stmt.query(params![state.as_str(), limit]).map_err(db_err)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(db_err)? {
+        out.push(decode(row)?);
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// The contract
+// ---------------------------------------------------------------------------------------
+
+#[async_trait::async_trait]
+impl IdemStore for SqliteStore {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        // A repeat of a settled or running key is answered from a read connection, without
+        // queueing for the write lock; only a free (or time-changed) key needs it.
+        let key = req.key.clone();
+        let seen = self
+            .read(move |conn, inner| {
+                let now = inner.clock.now();
+                Ok(load(conn, &key)?.and_then(|mut r| {
+                    (rules::age(&mut r, now, &inner.retention) == Aged::Unchanged).then_some(r)
+                }))
+            })
+            .await?;
+        if let Some(outcome) = rules::claim_against(seen.as_ref(), req) {
+            return Ok(outcome);
+        }
+        let req = req.clone();
+        self.write(move |tx, inner, now| {
+            let existing = load_aged(tx, inner, &req.key, now)?;
+            if let Some(outcome) = rules::claim_against(existing.as_ref(), &req) {
+                return Ok(outcome);
+            }
+            let token = ClaimToken::fresh();
+            put(tx, &rules::new_claim(&req, token, now))?;
+            Ok(ClaimOutcome::Claimed(token))
+        })
+        .await
+    }
+
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let key = key.clone();
+        self.write(move |tx, inner, now| {
+            let mut record =
+                load_aged(tx, inner, &key, now)?.ok_or_else(|| rules::stale_absent(&key))?;
+            rules::renew(&mut record, token, lease, now)?;
+            put(tx, &record)
+        })
+        .await
+    }
+
+    async fn settle(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        let key = key.clone();
+        self.write(move |tx, inner, now| {
+            let mut record =
+                load_aged(tx, inner, &key, now)?.ok_or_else(|| rules::stale_absent(&key))?;
+            rules::settle(&mut record, token, settlement, now)?;
+            put(tx, &record)
+        })
+        .await
+    }
+
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        let key = key.clone();
+        self.write(move |tx, inner, now| {
+            let record =
+                load_aged(tx, inner, &key, now)?.ok_or_else(|| rules::stale_absent(&key))?;
+            rules::release(&record, token)?;
+            delete(tx, &key)
+        })
+        .await
+    }
+
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError> {
+        let key = key.clone();
+        self.write(move |tx, inner, now| {
+            let mut record = load_aged(tx, inner, &key, now)?
+                .ok_or_else(|| StoreError::NotFound(key.clone()))?;
+            let fresh = ClaimToken::fresh();
+            rules::reclaim(&mut record, expected, fresh, lease, now)?;
+            put(tx, &record)?;
+            Ok(fresh)
+        })
+        .await
+    }
+
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+        let k = key.clone();
+        let seen = self
+            .read(move |conn, inner| {
+                let now = inner.clock.now();
+                Ok(match load(conn, &k)? {
+                    None => Some(None),
+                    Some(mut r) => (rules::age(&mut r, now, &inner.retention) == Aged::Unchanged)
+                        .then_some(Some(r)),
+                })
+            })
+            .await?;
+        if let Some(record) = seen {
+            return Ok(record);
+        }
+        // Time changed the record: record that (once), under the write lock.
+        let key = key.clone();
+        self.write(move |tx, inner, now| load_aged(tx, inner, &key, now))
+            .await
+    }
+
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let listed = self
+            .read(move |conn, inner| {
+                // One read transaction: the check and the listing see the same snapshot.
+                let tx = conn.unchecked_transaction().map_err(db_err)?;
+                if needs_sweep(&tx, inner, inner.clock.now())? {
+                    return Ok(None);
+                }
+                list_rows(&tx, state, limit).map(Some)
+            })
+            .await?;
+        if let Some(records) = listed {
+            return Ok(records);
+        }
+        self.write(move |tx, inner, now| {
+            sweep(tx, inner, now)?;
+            list_rows(tx, state, limit)
+        })
+        .await
+    }
+
+    async fn wait_settled(
+        &self,
+        key: &IdemKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            // Registered before looking, so a write in between still wakes us.
+            let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let record = self.get(key).await?;
+            if !matches!(&record, Some(r) if r.state == RecordState::Running) {
+                return Ok(record);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(record);
+            }
+            // In-process writes wake us at once; other processes' writes and lease expiry
+            // are noticed by polling.
+            let _ = tokio::time::timeout(pause.min(deadline - now), changed).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! `RedisStore` against the store conformance suite, plus its own fault checks.
+//!
+//! Needs a Redis: `IDEM_REDIS_URL=redis://127.0.0.1:6379/ cargo test --all-features`. Without
+//! the variable every check prints why it is skipped. Each check works under its own
+//! key prefix and deletes it afterwards, so runs never collide.
+#![cfg(all(feature = "testing", feature = "redis"))]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
+use idem_runtime::store::{IdemStore, RedisStore, StoreError};
+use idem_runtime::IdemKey;
+
+const VAR: &str = "IDEM_REDIS_URL";
+
+fn url() -> Option<String> {
+    std::env::var(VAR).ok().filter(|s| !s.trim().is_empty())
+}
+
+fn skip_reason() -> String {
+    format!(
+        "{VAR} not set; start a Redis and export {VAR}=redis://127.0.0.1:6379/ to run the Redis \
+         checks (.ci/run does this)"
+    )
+}
+
+/// A key prefix of its own, deleted with everything under it when dropped.
+struct Prefix {
+    url: String,
+    prefix: String,
+}
+
+impl Prefix {
+    fn fresh(url: &str) -> Prefix {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Prefix {
+            url: url.to_owned(),
+            prefix: format!(
+                "idem-test:{}-{nanos}-{}:",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
+    }
+}
+
+impl Drop for Prefix {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = match redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix))
+            .query(&mut conn)
+        {
+            Ok(k) => k,
+            Err(_) => return,
+        };
+        if !keys.is_empty() {
+            let _: Result<(), _> = redis::cmd("DEL").arg(keys).query(&mut conn);
+        }
+    }
+}
+
+struct Redis;
+
+impl StoreFactory for Redis {
+    type Store = RedisStore;
+    type Location = Prefix;
+
+    fn durable(&self) -> bool {
+        true
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        url().is_none().then(skip_reason)
+    }
+
+    async fn location(&self) -> Result<Prefix, StoreError> {
+        let url = url().ok_or_else(|| StoreError::Unavailable(skip_reason()))?;
+        Ok(Prefix::fresh(&url))
+    }
+
+    async fn open(&self, at: &Prefix, options: &StoreOptions) -> Result<RedisStore, StoreError> {
+        RedisStore::builder(at.url.as_str())
+            .prefix(at.prefix.as_str())
+            .clock(options.clock())
+            .retention(options.retention)
+            .connect()
+            .await
+    }
+
+    async fn corrupt(&self, at: &Prefix, key: &IdemKey) -> Result<bool, StoreError> {
+        let client =
+            redis::Client::open(at.url.as_str()).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let record_key = format!("{}r:{}", at.prefix, key.as_str());
+        redis::pipe()
+            .del(&record_key)
+            .set(&record_key, b"\xff not a record".as_slice())
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        Ok(true)
+    }
+}
+
+idem_runtime::store_conformance_tests!(Redis);
+
+/// A Redis that is not there is `Unavailable` at connect time, quickly.
+#[tokio::test]
+async fn unreachable_redis_is_unavailable() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let r = RedisStore::builder(format!("redis://127.0.0.1:{port}/"))
+        .connection_timeout(Duration::from_millis(500))
+        .reconnect_retries(0)
+        .connect()
+        .await;
+    match r {
+        Err(StoreError::Unavailable(msg)) => assert!(msg.contains("redis"), "{msg}"),
+        other => panic!("connecting to a closed port must be Unavailable, got {other:?}"),
+    }
+}
+
+/// A malformed URL is a configuration error, not "unavailable".
+#[tokio::test]
+async fn malformed_url_is_a_backend_error() {
+    match RedisStore::connect("not a url").await {
+        Err(StoreError::Backend(msg)) => assert!(msg.contains("URL"), "{msg}"),
+        other => panic!("a malformed URL must be a Backend error, got {other:?}"),
+    }
+}
+
+/// Foreign data of the right type but the wrong shape (a hash someone else wrote under our
+/// prefix) is corrupt too, and no claim is granted over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_hash_is_corrupt() {
+    let Some(url) = url() else {
+        eprintln!("skipping: {}", skip_reason());
+        return;
+    };
+    let at = Prefix::fresh(&url);
+    let store = RedisStore::builder(url.as_str())
+        .prefix(at.prefix.as_str())
+        .connect()
+        .await
+        .expect("connect");
+    let key = conformance::key("foreign-hash");
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    redis::cmd("HSET")
+        .arg(store.record_key(&key))
+        .arg("st")
+        .arg("running")
+        .arg("owner")
+        .arg("someone else")
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("hset");
+    let req = idem_runtime::store::ClaimRequest {
+        key: key.clone(),
+        fingerprint: conformance::fingerprint("x"),
+        tool: "t".into(),
+        lease: Duration::from_secs(10),
+        operation: None,
+    };
+    assert!(matches!(
+        store.claim(&req).await,
+        Err(StoreError::Corrupt { .. })
+    ));
+    assert!(matches!(
+        store.get(&key).await,
+        Err(StoreError::Corrupt { .. })
+    ));
+}
+
+/// The record of a running claim carries no Redis TTL (its lease is inside the value); a
+/// completed one expires with its tombstone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_terminal_records_have_a_ttl() {
+    let Some(url) = url() else {
+        eprintln!("skipping: {}", skip_reason());
+        return;
+    };
+    let at = Prefix::fresh(&url);
+    let store = RedisStore::builder(url.as_str())
+        .prefix(at.prefix.as_str())
+        .connect()
+        .await
+        .expect("connect");
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let key = conformance::key("ttl");
+    let req = idem_runtime::store::ClaimRequest {
+        key: key.clone(),
+        fingerprint: conformance::fingerprint("x"),
+        tool: "t".into(),
+        lease: Duration::from_millis(50),
+        operation: None,
+    };
+    let token = match store.claim(&req).await.expect("claim") {
+        idem_runtime::store::ClaimOutcome::Claimed(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(store.record_key(&key))
+        .query_async(&mut conn)
+        .await
+        .expect("pttl");
+    assert_eq!(ttl, -1, "a running claim must never carry a Redis TTL");
+    store
+        .settle(
+            &key,
+            token,
+            idem_runtime::store::Settlement::new(idem_runtime::RecordState::Completed),
+        )
+        .await
+        .expect("settle");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(store.record_key(&key))
+        .query_async(&mut conn)
+        .await
+        .expect("pttl");
+    let tombstones = idem_runtime::store::Retention::default().tombstones;
+    assert!(
+        ttl > 0 && ttl as u128 > tombstones.as_millis() - 60_000,
+        "a completed record expires with its tombstone window, got PTTL {ttl}"
+    );
+}
