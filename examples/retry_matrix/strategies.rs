@@ -1,0 +1,411 @@
+//! The five client strategies: four hand-rolled retry loops from the seed experiment, and
+//! idem (the charge tool called through a `Registry`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::identity::canonical::to_canonical_vec;
+use idem::store::{Clock, Timestamp};
+use idem::{
+    tool, toolbox, CallError, Fingerprint, MemoryStore, Outcome, Registry, RetryPolicy, ToolCall,
+    ToolError, WriteCtx,
+};
+use serde_json::json;
+
+use crate::billing::{
+    BillingService, Charge, ChargeRequest, Client, ClientError, Glitch, KeyContract, Network,
+};
+
+/// The task: charge this customer…
+pub const CUSTOMER: &str = "acme";
+/// …this many cents, exactly once.
+pub const AMOUNT: u64 = 4900;
+/// The task id (the intent the agent minted before its first send).
+pub const TASK: &str = "task-42";
+/// The agent run the idem calls belong to.
+pub const RUN_ID: &str = "run-1";
+/// Attempts per call, for every strategy (idem's executor included).
+pub const ATTEMPTS: u32 = 3;
+/// Pause between attempts.
+pub const PAUSE: Duration = Duration::from_secs(1);
+
+/// A client strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Retry without a key.
+    Naive,
+    /// No key; after a failed attempt, list the customer's charges and take any charge of the
+    /// same amount as proof that it went through.
+    VerifyThenRetry,
+    /// A new key on every attempt: `{task}-retry{i}`.
+    NewKeyPerAttempt,
+    /// One key from task + tool + canonical arguments, pinned before the first attempt; stop
+    /// on an error response; "unknown: escalate" when every attempt timed out.
+    PinnedKey,
+    /// The charge tool through idem's `Registry`; the key comes from `WriteCtx`.
+    Idem,
+}
+
+impl Strategy {
+    /// Every strategy, in table order.
+    pub const ALL: [Strategy; 5] = [
+        Strategy::Naive,
+        Strategy::VerifyThenRetry,
+        Strategy::NewKeyPerAttempt,
+        Strategy::PinnedKey,
+        Strategy::Idem,
+    ];
+
+    /// The seed experiment's four strategies.
+    pub const SEED: [Strategy; 4] = [
+        Strategy::Naive,
+        Strategy::VerifyThenRetry,
+        Strategy::NewKeyPerAttempt,
+        Strategy::PinnedKey,
+    ];
+
+    /// The name printed in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Naive => "naive",
+            Strategy::VerifyThenRetry => "verify-then-retry",
+            Strategy::NewKeyPerAttempt => "new-key-per-attempt",
+            Strategy::PinnedKey => "pinned-key",
+            Strategy::Idem => "idem",
+        }
+    }
+
+    /// Carries out one turn: the agent asks for the charge once; the strategy decides what
+    /// goes over the wire and what the agent is told.
+    pub async fn run(self, world: &World, turn: &Turn) -> Told {
+        match self {
+            Strategy::Naive => retry_loop(world, turn, |_| None, false).await,
+            Strategy::VerifyThenRetry => retry_loop(world, turn, |_| None, true).await,
+            Strategy::NewKeyPerAttempt => {
+                retry_loop(world, turn, |i| Some(format!("{TASK}-retry{i}")), false).await
+            }
+            Strategy::PinnedKey => pinned_key(world, turn).await,
+            Strategy::Idem => idem_call(world, turn).await,
+        }
+    }
+}
+
+/// One request of the agent for the charge.
+#[derive(Clone, Debug)]
+pub struct Turn {
+    /// The model's `tool_use_id` for this call.
+    pub call_id: String,
+    /// The amount sent on attempt 1, 2, 3 (they differ only in the changed-params block).
+    pub amounts: [u64; ATTEMPTS as usize],
+}
+
+impl Turn {
+    /// The agent's first (and usually only) request.
+    pub fn first() -> Self {
+        Turn {
+            call_id: "toolu_01".into(),
+            amounts: [AMOUNT; ATTEMPTS as usize],
+        }
+    }
+
+    /// The same request, re-issued by the model in a later turn with a new `tool_use_id`.
+    pub fn reissued(&self) -> Self {
+        Turn {
+            call_id: "toolu_02".into(),
+            ..self.clone()
+        }
+    }
+
+    /// The same request with every attempt (or, for idem, the call) sending `amount`.
+    pub fn with_amounts(mut self, amounts: [u64; ATTEMPTS as usize]) -> Self {
+        self.amounts = amounts;
+        self
+    }
+
+    fn amount(&self, attempt: u32) -> u64 {
+        self.amounts[(attempt - 1) as usize]
+    }
+}
+
+/// What the agent ended up believing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Belief {
+    /// "It's done."
+    Completed,
+    /// An error it may act on (retry, give up, tell the user).
+    Failed,
+    /// "Nobody knows yet; do not retry" (idem's unknown or pending, the pinned key's escalation).
+    Unknown,
+    /// "Refused: this action was already requested with other parameters."
+    Refused,
+    /// The worker died before it could tell the agent anything.
+    Crashed,
+}
+
+/// What the agent was told at the end of a turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Told {
+    /// The gist.
+    pub belief: Belief,
+    /// The short text printed in the table.
+    pub text: String,
+}
+
+impl Told {
+    /// What the agent was told, and its gist.
+    pub fn new(belief: Belief, text: impl Into<String>) -> Self {
+        Told {
+            belief,
+            text: text.into(),
+        }
+    }
+
+    /// The report of a worker that died mid-call.
+    pub fn crashed() -> Self {
+        Told::new(Belief::Crashed, "(worker crashed)")
+    }
+}
+
+/// Everything one run touches: a fresh billing service, the network to it, and (for idem) a
+/// registry with its own store. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct World {
+    /// The service whose ledger is counted.
+    pub service: Arc<BillingService>,
+    client: Client,
+    registry: Registry,
+}
+
+impl World {
+    /// A fresh world. `glitch` breaks the first request; `contract` says whether the service
+    /// honours keys (idem's charge tool declares the same).
+    pub fn new(contract: KeyContract, glitch: Option<Glitch>) -> Self {
+        let service = BillingService::new(contract);
+        let client = Client::new(Network::new(service.clone(), glitch), service.clone());
+        let clock: Arc<dyn Clock> = Arc::new(SimClock::starting_now());
+        let builder = Registry::builder()
+            .store(MemoryStore::with_clock(clock.clone()))
+            .clock(clock)
+            .retry_policy(RetryPolicy {
+                max_attempts: ATTEMPTS,
+                initial_backoff: PAUSE,
+                max_backoff: PAUSE,
+            });
+        // The tool declares the service's key contract truthfully.
+        let builder = match contract {
+            KeyContract::Honoured => builder.toolbox(Arc::new(KeyedBilling {
+                client: client.clone(),
+            })),
+            KeyContract::Ignored => builder.toolbox(Arc::new(UnkeyedBilling {
+                client: client.clone(),
+            })),
+        };
+        let registry = builder.build().expect("the charge tool's spec is valid");
+        World {
+            service,
+            client,
+            registry,
+        }
+    }
+
+    /// The client the hand-rolled strategies (and the charge tool) use.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+/// idem's store and executor read time from tokio's (paused) clock, like everything else in
+/// the simulation, so a lease passes when the simulation says so.
+#[derive(Debug)]
+struct SimClock {
+    started: tokio::time::Instant,
+}
+
+impl SimClock {
+    /// Simulated wall-clock time starts at 2026-01-01T00:00:00Z.
+    const EPOCH: Timestamp = Timestamp(1_767_225_600_000);
+
+    fn starting_now() -> Self {
+        SimClock {
+            started: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        Self::EPOCH.plus(self.started.elapsed())
+    }
+}
+
+/// Arguments of the charge tool.
+#[derive(Debug, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+pub struct ChargeArgs {
+    /// The customer to charge.
+    pub customer: String,
+    /// The amount in cents.
+    pub amount: u64,
+}
+
+/// The charge tool's state when the billing service honours keys: the tool says so
+/// (`downstream = "keyed"`), so the executor may retry an unknown attempt with the same key.
+struct KeyedBilling {
+    client: Client,
+}
+
+#[toolbox]
+impl KeyedBilling {
+    /// Charge a customer's card (amount in cents).
+    ///
+    /// The timeout (45 s) is above the client's own 30 s, so the handler sees that timeout
+    /// and reports it as *unknown* itself.
+    #[tool(write, downstream = "keyed", timeout = "45s")]
+    async fn charge(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<Charge, ToolError> {
+        charge_with_key(&self.client, ctx, args).await
+    }
+}
+
+/// The charge tool's state when the service ignores keys: the tool declares no key contract
+/// (the default, `downstream = "unkeyed"`), so an unknown attempt is never sent again.
+struct UnkeyedBilling {
+    client: Client,
+}
+
+#[toolbox]
+impl UnkeyedBilling {
+    /// Charge a customer's card (amount in cents).
+    #[tool(write, timeout = "45s")]
+    async fn charge(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<Charge, ToolError> {
+        charge_with_key(&self.client, ctx, args).await
+    }
+}
+
+/// The handler of both: passes the operation's key downstream and says what the answer
+/// proves.
+async fn charge_with_key(
+    client: &Client,
+    ctx: WriteCtx,
+    args: ChargeArgs,
+) -> Result<Charge, ToolError> {
+    let req = ChargeRequest {
+        customer: args.customer,
+        amount: args.amount,
+        idempotency_key: Some(ctx.key().as_str().to_owned()),
+    };
+    client.create_charge(req).await.map_err(|e| match e {
+        // Silence, a 5xx, or "the first request with this key is still running": the
+        // charge may have happened. Only a 4xx that says "not executed" is a rejection.
+        ClientError::Timeout => ToolError::unknown(&e),
+        ClientError::Api(ref api) if api.status == 409 || api.status >= 500 => {
+            ToolError::unknown(&e)
+        }
+        ClientError::Api(_) => ToolError::rejected(&e),
+    })
+}
+
+async fn idem_call(world: &World, turn: &Turn) -> Told {
+    let call = ToolCall::new(
+        RUN_ID,
+        "charge",
+        json!({ "customer": CUSTOMER, "amount": turn.amount(1) }),
+    )
+    .call_id(turn.call_id.clone())
+    // The task id is the intent: minted before the first send, the same on every retry,
+    // re-issue and restart, and it keeps the key when a retry changes the arguments.
+    .intent(TASK);
+    let result = world.registry.call(call).await;
+    let attempts = match result.attempts() {
+        0 if result.replayed() => " (replayed)".to_owned(),
+        0 | 1 => String::new(),
+        n => format!(" ({n} attempts)"),
+    };
+    match result.as_result() {
+        Ok(Outcome::Completed { output }) => {
+            let id = output["id"].as_str().unwrap_or("?");
+            Told::new(Belief::Completed, format!("completed {id}{attempts}"))
+        }
+        Ok(Outcome::ResultExpired { .. }) => Told::new(Belief::Completed, "already done"),
+        Ok(Outcome::Unknown { .. }) => Told::new(
+            Belief::Unknown,
+            format!("unknown: not sent again{attempts}"),
+        ),
+        Ok(Outcome::Pending { downstream_ref, .. }) => {
+            Told::new(Belief::Unknown, format!("pending {downstream_ref}"))
+        }
+        Ok(Outcome::Escalated { .. }) => Told::new(Belief::Unknown, "escalated"),
+        Ok(Outcome::Failed { message, .. }) => {
+            Told::new(Belief::Failed, format!("failed: {message}"))
+        }
+        Ok(Outcome::Rejected { message }) => {
+            Told::new(Belief::Failed, format!("rejected: {message}"))
+        }
+        Ok(other) => Told::new(Belief::Failed, format!("{other:?}")),
+        Err(CallError::ChangedParams { .. }) => {
+            Told::new(Belief::Refused, "refused: same intent, changed params")
+        }
+        Err(e) => Told::new(Belief::Failed, format!("error: {e}")),
+    }
+}
+
+/// Naive, verify-then-retry and new-key-per-attempt: retry on any failure.
+async fn retry_loop(
+    world: &World,
+    turn: &Turn,
+    key: impl Fn(u32) -> Option<String>,
+    verify: bool,
+) -> Told {
+    let mut last = ClientError::Timeout;
+    for attempt in 1..=ATTEMPTS {
+        if attempt > 1 {
+            tokio::time::sleep(PAUSE).await;
+        }
+        let amount = turn.amount(attempt);
+        let req = ChargeRequest {
+            customer: CUSTOMER.into(),
+            amount,
+            idempotency_key: key(attempt),
+        };
+        match world.client.create_charge(req).await {
+            Ok(charge) => return Told::new(Belief::Completed, format!("completed {}", charge.id)),
+            Err(e) => last = e,
+        }
+        if verify {
+            if let Some(found) = world
+                .client
+                .list_charges(CUSTOMER)
+                .into_iter()
+                .find(|c| c.amount == amount)
+            {
+                return Told::new(Belief::Completed, format!("completed (found {})", found.id));
+            }
+        }
+    }
+    Told::new(Belief::Failed, format!("failed: {last}"))
+}
+
+/// The pinned intent key: one key, every attempt; stop on an error response.
+async fn pinned_key(world: &World, turn: &Turn) -> Told {
+    let args = json!({ "customer": CUSTOMER, "amount": turn.amount(1) });
+    let digest = Fingerprint::of_canonical(&to_canonical_vec(&args)).to_hex();
+    let key = format!("{TASK}-charge-{}", &digest[..16]);
+    for attempt in 1..=ATTEMPTS {
+        if attempt > 1 {
+            tokio::time::sleep(PAUSE).await;
+        }
+        let req = ChargeRequest {
+            customer: CUSTOMER.into(),
+            amount: turn.amount(attempt),
+            idempotency_key: Some(key.clone()),
+        };
+        match world.client.create_charge(req).await {
+            Ok(charge) => return Told::new(Belief::Completed, format!("completed {}", charge.id)),
+            Err(ClientError::Timeout) => continue,
+            Err(ClientError::Api(e)) if e.status == 400 => {
+                return Told::new(Belief::Refused, format!("refused: {e}"))
+            }
+            Err(ClientError::Api(e)) => return Told::new(Belief::Failed, format!("error {e}")),
+        }
+    }
+    Told::new(Belief::Unknown, "unknown: escalate")
+}
