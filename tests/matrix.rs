@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::reconcile::{Action, Decision};
-use idem::store::Clock;
+use idem::store::{Clock, Timestamp, TokioClock};
 use idem::{
     CallError, IdemStore, MemoryStore, Outcome, OutcomeClass, Reconciler, RecordState, Registry,
     ToolCall, ToolResult,
@@ -26,7 +26,7 @@ use idem::{
 use serde_json::json;
 
 use support::payments::{Keys, Leg, Misstep, Payments, Proxy, RefundStatus, STRIPE_KEY_RETENTION};
-use support::tools::{ChargeTool, RefundTool, TokioClock, TOOL_TIMEOUT};
+use support::tools::{ChargeTool, RefundTool, TOOL_TIMEOUT};
 
 const RUN: &str = "run-1";
 const HOUR: Duration = Duration::from_secs(3600);
@@ -45,7 +45,7 @@ impl World {
     fn new(keys: Keys) -> Self {
         let payments = Payments::with(keys, STRIPE_KEY_RETENTION);
         let proxy = Proxy::new(payments.clone());
-        let clock: Arc<dyn Clock> = TokioClock::starting_now();
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(Timestamp(1_767_225_600_000)));
         let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::with_clock(clock.clone()));
         let registry = Self::start(&proxy, &clock, &store, keys);
         World {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::identity::canonical::to_canonical_vec;
-use idem::store::{Clock, Timestamp};
+use idem::store::{Clock, Timestamp, TokioClock};
 use idem::{
     tool, toolbox, CallError, Fingerprint, MemoryStore, Outcome, Registry, RetryPolicy, ToolCall,
     ToolError, WriteCtx,
@@ -183,7 +183,7 @@ impl World {
     pub fn new(contract: KeyContract, glitch: Option<Glitch>) -> Self {
         let service = BillingService::new(contract);
         let client = Client::new(Network::new(service.clone(), glitch), service.clone());
-        let clock: Arc<dyn Clock> = Arc::new(SimClock::starting_now());
+        let clock: Arc<dyn Clock> = Arc::new(sim_clock());
         let builder = Registry::builder()
             .store(MemoryStore::with_clock(clock.clone()))
             .clock(clock)
@@ -217,26 +217,9 @@ impl World {
 
 /// idem's store and executor read time from tokio's (paused) clock, like everything else in
 /// the simulation, so a lease passes when the simulation says so.
-#[derive(Debug)]
-struct SimClock {
-    started: tokio::time::Instant,
-}
-
-impl SimClock {
-    /// Simulated wall-clock time starts at 2026-01-01T00:00:00Z.
-    const EPOCH: Timestamp = Timestamp(1_767_225_600_000);
-
-    fn starting_now() -> Self {
-        SimClock {
-            started: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        Self::EPOCH.plus(self.started.elapsed())
-    }
+/// Simulated wall-clock time starts at 2026-01-01T00:00:00Z and moves with tokio's paused clock.
+fn sim_clock() -> TokioClock {
+    TokioClock::starting_at(Timestamp(1_767_225_600_000))
 }
 
 /// Arguments of the charge tool.

@@ -1,41 +1,14 @@
 //! idem tools that call the stub payment service through its proxy, and the clock that keeps
 //! idem's store on the same (paused) time as everything else.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use idem::store::{Clock, Timestamp};
 use idem::{Downstream, ReadBack, ReadBackCtx, ToolError, ToolSpec, WriteCtx, WriteTool};
 
 use super::payments::{ApiError, Charge, Object, Proxy, Refund, RefundStatus, Request};
 
 /// The charge and refund tools' timeout in these tests.
 pub const TOOL_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Wall-clock time read from tokio's clock, so leases and retention move with
-/// `tokio::time::advance` and paused-time sleeps like everything else in a test.
-#[derive(Debug)]
-pub struct TokioClock {
-    started: tokio::time::Instant,
-}
-
-impl TokioClock {
-    /// Simulated time starts at 2026-01-01T00:00:00Z.
-    const EPOCH: Timestamp = Timestamp(1_767_225_600_000);
-
-    /// A clock reading `EPOCH` now.
-    pub fn starting_now() -> Arc<Self> {
-        Arc::new(TokioClock {
-            started: tokio::time::Instant::now(),
-        })
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> Timestamp {
-        Self::EPOCH.plus(self.started.elapsed())
-    }
-}
 
 /// What an error response means for the outcome: only a refusal that provably executed
 /// nothing is "rejected"; a conflict with a running request or a server error may hide an

@@ -126,6 +126,33 @@ impl Clock for ManualClock {
     }
 }
 
+/// Wall-clock time that advances with tokio's clock, from a chosen start.
+///
+/// With tokio's paused time (`#[tokio::test(start_paused = true)]`,
+/// `tokio::time::advance`), leases and retention then move together with timeouts and
+/// sleeps, so a simulation needs one clock instead of two kept in step by hand.
+#[derive(Clone, Debug)]
+pub struct TokioClock {
+    start: Timestamp,
+    started: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock that reads `start` now and moves with tokio's clock from here.
+    pub fn starting_at(start: Timestamp) -> Self {
+        TokioClock {
+            start,
+            started: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        self.start.plus(self.started.elapsed())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

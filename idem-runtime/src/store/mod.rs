@@ -35,7 +35,7 @@ pub use self::postgres::{PostgresStore, PostgresStoreBuilder};
 pub use self::redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use memory::MemoryStore;
 pub use record::{
     AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState, Settlement,
