@@ -75,6 +75,9 @@ struct Run {
     ledger: Vec<Charge>,
     /// What the agent was told, turn by turn.
     told: Vec<Told>,
+    /// idem only: what one reconciliation pass decided once everything had landed, and what
+    /// the model was told when it asked again.
+    reconciled: Option<String>,
 }
 
 impl Run {
@@ -96,7 +99,10 @@ impl Run {
 
     fn report(&self) -> String {
         let texts: Vec<&str> = self.told.iter().map(|t| t.text.as_str()).collect();
-        texts.join(" | ")
+        match &self.reconciled {
+            Some(r) => format!("{} => {r}", texts.join(" | ")),
+            None => texts.join(" | "),
+        }
     }
 
     /// True when every answer the agent got said "completed": it has no reason to look.
@@ -224,12 +230,18 @@ async fn run(block: Block, fault: Fault, strategy: Strategy) -> Run {
         _ => vec![strategy.run(&world, &first).await],
     };
     tokio::time::sleep(fault.settle_time()).await;
+    let reconciled = match strategy {
+        Strategy::Idem => world.reconcile().await,
+        _ => None,
+    };
     Run {
         block,
         fault: fault.name(),
         strategy,
+        // Counted after the reconciler too: settling must not charge again.
         ledger: world.service.ledger_snapshot(),
         told,
+        reconciled,
     }
 }
 
@@ -258,6 +270,7 @@ async fn key_reuse_check() -> Run {
         strategy: Strategy::PinnedKey,
         ledger: world.service.ledger_snapshot(),
         told: vec![told(first), told(reused)],
+        reconciled: None,
     }
 }
 

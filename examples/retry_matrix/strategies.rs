@@ -7,8 +7,8 @@ use std::time::Duration;
 use idem::identity::canonical::to_canonical_vec;
 use idem::store::{Clock, Timestamp, TokioClock};
 use idem::{
-    tool, toolbox, CallError, Fingerprint, MemoryStore, Outcome, Registry, RetryPolicy, ToolCall,
-    ToolError, WriteCtx,
+    tool, toolbox, CallError, Fingerprint, MemoryStore, Outcome, Reconciler, Registry, RetryPolicy,
+    ToolCall, ToolError, WriteCtx,
 };
 use serde_json::json;
 
@@ -209,6 +209,22 @@ impl World {
         }
     }
 
+    /// One reconciliation pass (the reconciler, never the model, settles unknown records),
+    /// then what the model is told when it asks again. `None` when nothing was unsettled.
+    pub async fn reconcile(&self) -> Option<String> {
+        let decisions = Reconciler::new(&self.registry).run_once().await.ok()?;
+        let done: Vec<String> = decisions.iter().map(|d| d.detail.clone()).collect();
+        if done.is_empty() {
+            return None;
+        }
+        let asked_again = idem_call(self, &Turn::first().reissued()).await;
+        Some(format!(
+            "reconciler: {}; asked again: {}",
+            done.join(", "),
+            asked_again.text
+        ))
+    }
+
     /// The client the hand-rolled strategies (and the charge tool) use.
     pub fn client(&self) -> &Client {
         &self.client
@@ -216,8 +232,8 @@ impl World {
 }
 
 /// idem's store and executor read time from tokio's (paused) clock, like everything else in
-/// the simulation, so a lease passes when the simulation says so.
-/// Simulated wall-clock time starts at 2026-01-01T00:00:00Z and moves with tokio's paused clock.
+/// the simulation, so a lease passes when the simulation says so. Simulated wall-clock time
+/// starts at 2026-01-01T00:00:00Z and moves with tokio's paused clock.
 fn sim_clock() -> TokioClock {
     TokioClock::starting_at(Timestamp(1_767_225_600_000))
 }
