@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use idem::identity::canonical::to_canonical_vec;
-use idem::{MemoryStore, ReadCtx, ReadTool, Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::{
+    MemoryStore, ReadCtx, ReadTool, Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -92,14 +94,22 @@ fn registry() -> Registry {
 }
 
 fn bench_per_call(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut g = c.benchmark_group("per_call");
-    for (label, tool, args) in [("100B", "charge", small_args()), ("10KiB", "store_blob", large_args())] {
+    for (label, tool, args) in [
+        ("100B", "charge", small_args()),
+        ("10KiB", "store_blob", large_args()),
+    ] {
         let bytes = serde_json::to_vec(&args).unwrap().len();
         g.throughput(Throughput::Bytes(bytes as u64));
-        g.bench_with_input(BenchmarkId::new("floor_canonical_sha256", label), &args, |b, a| {
-            b.iter(|| floor(std::hint::black_box(a)))
-        });
+        g.bench_with_input(
+            BenchmarkId::new("floor_canonical_sha256", label),
+            &args,
+            |b, a| b.iter(|| floor(std::hint::black_box(a))),
+        );
         // Fresh write: a new run id each time, so every call claims a new key.
         let reg = registry();
         let n = AtomicU64::new(0);
@@ -157,31 +167,38 @@ fn bench_concurrency(c: &mut Criterion) {
             .unwrap();
         let reg = registry();
         let n = Arc::new(AtomicU64::new(0));
-        g.bench_function(BenchmarkId::new("distinct_keys", format!("{threads}_threads")), |b| {
-            b.to_async(&rt).iter(|| {
-                let reg = reg.clone();
-                let n = n.clone();
-                async move {
-                    // One task per worker thread, each making CALLS / threads calls.
-                    let tasks: Vec<_> = (0..threads)
-                        .map(|_| {
-                            let reg = reg.clone();
-                            let n = n.clone();
-                            tokio::spawn(async move {
-                                for _ in 0..CALLS / threads as u64 {
-                                    let run = n.fetch_add(1, Ordering::Relaxed);
-                                    let call = ToolCall::new(format!("run-{run}"), "charge", small_args());
-                                    assert!(reg.call(call).await.is_completed());
-                                }
+        g.bench_function(
+            BenchmarkId::new("distinct_keys", format!("{threads}_threads")),
+            |b| {
+                b.to_async(&rt).iter(|| {
+                    let reg = reg.clone();
+                    let n = n.clone();
+                    async move {
+                        // One task per worker thread, each making CALLS / threads calls.
+                        let tasks: Vec<_> = (0..threads)
+                            .map(|_| {
+                                let reg = reg.clone();
+                                let n = n.clone();
+                                tokio::spawn(async move {
+                                    for _ in 0..CALLS / threads as u64 {
+                                        let run = n.fetch_add(1, Ordering::Relaxed);
+                                        let call = ToolCall::new(
+                                            format!("run-{run}"),
+                                            "charge",
+                                            small_args(),
+                                        );
+                                        assert!(reg.call(call).await.is_completed());
+                                    }
+                                })
                             })
-                        })
-                        .collect();
-                    for t in tasks {
-                        t.await.unwrap();
+                            .collect();
+                        for t in tasks {
+                            t.await.unwrap();
+                        }
                     }
-                }
-            })
-        });
+                })
+            },
+        );
     }
     g.finish();
 

@@ -1,7 +1,106 @@
 //! idem: exactly-once tool calls for Rust AI agents.
 #![warn(missing_docs)]
 
+/// Turns an `async fn` into a tool the [`Registry`] can dispatch to.
+///
+/// ```
+/// use idem::{tool, ReadCtx, Registry, ToolError, WriteCtx};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Deserialize, Serialize, schemars::JsonSchema)]
+/// struct ChargeArgs { customer: String, invoice: String, cents: u64 }
+///
+/// /// Charge a customer's card.        <- the description the model sees
+/// #[tool(write, key(customer, invoice), downstream = "keyed", timeout = "10s")]
+/// async fn charge_card(ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
+///     // billing.create_charge(&args, ctx.key().as_str()).await
+///     Ok(format!("charged {} cents under {}", args.cents, ctx.key()))
+/// }
+///
+/// /// What time is it?
+/// #[tool(read)]
+/// async fn now(_ctx: ReadCtx) -> Result<u64, ToolError> {
+///     Ok(1_700_000_000)
+/// }
+///
+/// let registry = Registry::builder().tool(charge_card).tool(now).build()?;
+/// assert_eq!(charge_card::NAME, "charge_card");
+/// # Ok::<(), idem::BuildError>(())
+/// ```
+///
+/// # The handler
+///
+/// `async fn name(ctx, args) -> Result<T, E>`:
+///
+/// - `ctx` is a [`WriteCtx`] for `#[tool(write)]` (it carries the idempotency key; only the
+///   executor can make one) and a [`ReadCtx`] for `#[tool(read)]` (no key). The type checker
+///   confirms it, so an alias works and a look-alike does not.
+/// - `args` (optional) is any type with `Deserialize + Serialize + JsonSchema`; its schema is
+///   the tool's input schema. Without it the tool takes `{}`.
+/// - `T: Serialize` is the output the model sees (and, for writes, what repeats replay);
+///   `E` is [`ToolError`] or any type with `impl From<E> for ToolError`.
+///
+/// The fn becomes `fn charge_card() -> charge_card`, returning the tool (whose type is named
+/// like the fn and has a `NAME` constant); `Registry::builder().tool(charge_card)` takes it.
+/// The handler itself is reached through [`WriteTool::call`] / [`ReadTool::call`]: in a test,
+/// `charge_card().call(WriteCtx::for_test(key), args)` with the `testing` feature.
+///
+/// # Options
+///
+/// | option | tools | meaning |
+/// |---|---|---|
+/// | `read` / `write` | — | exactly one: does the tool change anything? |
+/// | `name = "…"` | both | the name the model sees (default: the fn's); 1–64 of `[A-Za-z0-9_-]` |
+/// | `description = "…"` | both | default: the doc comment, wrapped lines folded |
+/// | `timeout = "30s"` | both | per attempt; `ms`, `s`, `m`, `h`, or sums like `"1h30m"` |
+/// | `key(field, …)` | write | key material: these fields of the args (default: all of them) |
+/// | `downstream = "keyed"` | write | the downstream honours idempotency keys (default `"unkeyed"`) |
+/// | `window = "23h"` | write | safe retry window of a keyed downstream |
+/// | `lease = "1m"` | write | claim lease (default: timeout + 30 s) |
+/// | `destructive` | write | MCP `destructiveHint` |
+///
+/// Every mistake (a write without `WriteCtx`, an unknown option, `key(nope)`, a bad duration,
+/// a name outside the charset, args that do not derive the traits, a return type that is not
+/// a `Result`) is a compile error at the offending token saying what to write instead.
+#[doc(inline)]
 pub use idem_macros::tool;
+
+/// Turns the `#[tool(..)]` methods of an inherent impl block into tools that share `&self`.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+///
+/// use idem::{tool, toolbox, ReadCtx, Registry, ToolError, WriteCtx};
+///
+/// #[derive(Default)]
+/// struct Counter { hits: AtomicU64 }
+///
+/// #[toolbox]
+/// impl Counter {
+///     /// Count a hit.
+///     #[tool(write)]
+///     async fn hit(&self, _ctx: WriteCtx) -> Result<u64, ToolError> {
+///         Ok(self.hits.fetch_add(1, Ordering::SeqCst) + 1)
+///     }
+///
+///     /// How many hits so far?
+///     #[tool(read)]
+///     async fn hits(&self, _ctx: ReadCtx) -> Result<u64, ToolError> {
+///         Ok(self.hits.load(Ordering::SeqCst))
+///     }
+/// }
+///
+/// let registry = Registry::builder().toolbox(Arc::new(Counter::default())).build()?;
+/// assert_eq!(registry.tools().count(), 2);
+/// # Ok::<(), idem::BuildError>(())
+/// ```
+///
+/// The methods stay callable as written. Generic impl blocks are not supported: implement the
+/// tools for a concrete type.
+#[doc(inline)]
+pub use idem_macros::toolbox;
+
 pub use idem_runtime::*;
 
 #[doc(hidden)]
@@ -11,3 +110,8 @@ pub mod __private {
     pub use serde;
     pub use serde_json;
 }
+
+/// The README's quick start, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,9 +1,49 @@
-//! Procedural macros of idem. Use them through the `idem` crate: `#[idem::tool(write)]`.
+//! Procedural macros of [idem](https://docs.rs/idem). Use them through the `idem` crate:
+//! `#[idem::tool(write)]`, `#[idem::toolbox]`.
+//!
+//! Each macro runs the same pipeline, one module per stage:
+//!
+//! 1. **parse** — `attr` reads the `#[tool(..)]` options, `ast` builds a typed view of the
+//!    handler (its parameters `classify`-ed, its `docs`);
+//! 2. **validate** — `valid` checks what the grammar cannot (names, write-only options);
+//! 3. **expand** — `expand` generates the tool type and its trait impl, `toolbox` does it
+//!    per method of an impl block.
+//!
+//! Every stage collects `syn::Error`s instead of stopping at the first. On any error
+//! `fallback` still emits the item (so the rest of the crate, and the IDE, keep working)
+//! plus the errors, so one mistake gives one error.
+//!
+//! The macros recognise the context parameter by position and shape, and the generated code
+//! passes it through a hidden trait spanned on the user's type, so the type checker has the
+//! last word (see `idem_runtime::macro_support`).
+
+mod ast;
+mod attr;
+mod classify;
+mod docs;
+mod duration;
+mod expand;
+mod fallback;
+mod paths;
+#[cfg(test)]
+mod tests;
+mod toolbox;
+mod valid;
 
 use proc_macro::TokenStream;
 
-/// Placeholder until the macro lands: emits the item unchanged.
+/// Turns an `async fn` into a tool: `#[tool(read)]` or `#[tool(write)]`.
+///
+/// See the `idem` crate for the options and examples.
 #[proc_macro_attribute]
-pub fn tool(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::tool(attr.into(), item.into()).into()
+}
+
+/// Turns the `#[tool(..)]` methods of an inherent impl block into tools that share `self`.
+///
+/// See the `idem` crate for an example.
+#[proc_macro_attribute]
+pub fn toolbox(attr: TokenStream, item: TokenStream) -> TokenStream {
+    toolbox::toolbox(attr.into(), item.into()).into()
 }

@@ -1,0 +1,330 @@
+//! The grammar of `#[tool(..)]`: which options exist, their value forms, duplicates.
+//!
+//! Every option keeps the tokens it came from, so later stages can point at them. Errors are
+//! collected, not returned at the first, so one attribute with two typos reports both.
+
+use proc_macro2::{Span, TokenStream};
+use syn::ext::IdentExt;
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Meta, Token};
+
+use crate::duration;
+
+/// Every option, in the order the "unknown option" error lists them.
+const VALID: &str = "`read`, `write`, `name = \"…\"`, `description = \"…\"`, `timeout = \"30s\"`, \
+     and for write tools `key(field, …)`, `downstream = \"keyed\" | \"unkeyed\"`, \
+     `window = \"23h\"`, `lease = \"1m\"`, `destructive`";
+
+/// Marks a method `#[toolbox]` has already expanded; `#[tool]` then leaves it alone.
+pub(crate) const TOOLBOX_MARK: &str = "__idem_toolbox_method";
+
+/// Read or write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Read,
+    Write,
+}
+
+/// A duration option: its value and the literal it came from.
+#[derive(Clone, Debug)]
+pub(crate) struct DurationOpt {
+    pub(crate) millis: u64,
+    pub(crate) span: Span,
+}
+
+/// `downstream = "keyed" | "unkeyed"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Downstream {
+    Keyed,
+    Unkeyed,
+}
+
+/// `key(field, …)`.
+#[derive(Clone)]
+pub(crate) struct KeyOpt {
+    /// The `key` token.
+    pub(crate) span: Span,
+    pub(crate) fields: Vec<Ident>,
+}
+
+/// The parsed `#[tool(..)]` attribute.
+#[derive(Clone, Default)]
+pub(crate) struct ToolAttr {
+    pub(crate) kind: Option<(Kind, Span)>,
+    pub(crate) name: Option<LitStr>,
+    pub(crate) description: Option<LitStr>,
+    pub(crate) timeout: Option<DurationOpt>,
+    pub(crate) key: Option<KeyOpt>,
+    pub(crate) downstream: Option<(Downstream, Span)>,
+    pub(crate) window: Option<DurationOpt>,
+    pub(crate) lease: Option<DurationOpt>,
+    pub(crate) destructive: Option<Span>,
+    /// Both `read` and `write` were given (already an error): skip checks that need the kind.
+    pub(crate) kind_conflict: bool,
+    /// Set by `#[toolbox]` on methods it has expanded.
+    pub(crate) toolbox_mark: bool,
+}
+
+impl ToolAttr {
+    /// Options only write tools take, with their spans, for the "read tool" check.
+    pub(crate) fn write_only(&self) -> Vec<(&'static str, Span)> {
+        let mut found = Vec::new();
+        if let Some(key) = &self.key {
+            found.push(("key", key.span));
+        }
+        if let Some((_, span)) = self.downstream {
+            found.push(("downstream", span));
+        }
+        if let Some(window) = &self.window {
+            found.push(("window", window.span));
+        }
+        if let Some(lease) = &self.lease {
+            found.push(("lease", lease.span));
+        }
+        if let Some(span) = self.destructive {
+            found.push(("destructive", span));
+        }
+        found
+    }
+}
+
+/// Collects errors; `syn::Error::combine` keeps each with its own span.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    pub(crate) fn at(&mut self, span: Span, message: impl std::fmt::Display) {
+        self.push(syn::Error::new(span, message));
+    }
+
+    /// An error spanning all of `tokens` (first to last token, also on stable).
+    pub(crate) fn spanned(
+        &mut self,
+        tokens: impl quote::ToTokens,
+        message: impl std::fmt::Display,
+    ) {
+        self.push(syn::Error::new_spanned(tokens, message));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    pub(crate) fn into_compile_error(self) -> TokenStream {
+        self.0
+            .map(syn::Error::into_compile_error)
+            .unwrap_or_default()
+    }
+}
+
+/// Parses the tokens inside `#[tool(..)]`. Returns what it could read even when it reports
+/// errors, so the fallback can still emit a useful item.
+pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> ToolAttr {
+    let mut attr = ToolAttr::default();
+    let metas = match Punctuated::<Meta, Token![,]>::parse_terminated.parse2(tokens) {
+        Ok(metas) => metas,
+        Err(e) => {
+            errors.push(syn::Error::new(
+                e.span(),
+                format!("{e}; expected options like `#[tool(write, timeout = \"30s\")]`"),
+            ));
+            return attr;
+        }
+    };
+    for meta in metas {
+        option(&mut attr, meta, errors);
+    }
+    attr
+}
+
+fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
+    let Some(ident) = meta.path().get_ident().map(IdentExt::unraw) else {
+        errors.spanned(
+            meta.path(),
+            format!("unknown option; valid options are {VALID}"),
+        );
+        return;
+    };
+    let name = ident.to_string();
+    let span = ident.span();
+    match name.as_str() {
+        "read" | "write" => {
+            if !flag(&meta, &name, errors) {
+                return;
+            }
+            let kind = if name == "read" {
+                Kind::Read
+            } else {
+                Kind::Write
+            };
+            match attr.kind {
+                Some((prev, _)) if prev == kind => errors.at(span, format!("duplicate `{name}`")),
+                Some(_) => {
+                    errors.at(
+                        span,
+                        "a tool is either `read` or `write`, not both: keep `write` if the tool has an effect",
+                    );
+                    attr.kind_conflict = true;
+                }
+                None => attr.kind = Some((kind, span)),
+            }
+        }
+        "name" | "description" => {
+            let Some(lit) = string_value(&meta, &name, "\"…\"", errors) else {
+                return;
+            };
+            let slot = if name == "name" {
+                &mut attr.name
+            } else {
+                &mut attr.description
+            };
+            set_once(slot, lit, &name, span, errors);
+        }
+        "timeout" | "window" | "lease" => {
+            let example = match name.as_str() {
+                "timeout" => "\"30s\"",
+                "window" => "\"23h\"",
+                _ => "\"1m\"",
+            };
+            let Some(lit) = string_value(&meta, &name, example, errors) else {
+                return;
+            };
+            let value = match duration::parse_millis(&lit.value()) {
+                Ok(millis) => DurationOpt {
+                    millis,
+                    span: lit.span(),
+                },
+                Err(message) => {
+                    errors.at(lit.span(), format!("`{name}`: {message}"));
+                    return;
+                }
+            };
+            let slot = match name.as_str() {
+                "timeout" => &mut attr.timeout,
+                "window" => &mut attr.window,
+                _ => &mut attr.lease,
+            };
+            set_once(slot, value, &name, span, errors);
+        }
+        "downstream" => {
+            let Some(lit) = string_value(&meta, &name, "\"keyed\"", errors) else {
+                return;
+            };
+            let value = match lit.value().as_str() {
+                "keyed" => Downstream::Keyed,
+                "unkeyed" => Downstream::Unkeyed,
+                other => {
+                    errors.at(
+                        lit.span(),
+                        format!(
+                            "`downstream = \"{other}\"`: expected \"keyed\" (the downstream \
+                             deduplicates requests by idempotency key) or \"unkeyed\" (it does not; \
+                             the default)"
+                        ),
+                    );
+                    return;
+                }
+            };
+            set_once(&mut attr.downstream, (value, span), &name, span, errors);
+        }
+        "key" => {
+            let Meta::List(list) = &meta else {
+                errors.spanned(
+                    &meta,
+                    "expected `key(field, …)`: the fields of the args whose values identify the operation",
+                );
+                return;
+            };
+            let fields =
+                match list.parse_args_with(Punctuated::<Ident, Token![,]>::parse_terminated) {
+                    Ok(fields) => fields.into_iter().collect::<Vec<_>>(),
+                    Err(e) => {
+                        errors.push(syn::Error::new(
+                            e.span(),
+                            "expected field names: `key(customer, invoice)`",
+                        ));
+                        return;
+                    }
+                };
+            if fields.is_empty() {
+                errors.at(
+                    list.delimiter.span().join(),
+                    "`key()` names no field; name the fields that identify the operation, or remove `key` to use the whole arguments",
+                );
+                return;
+            }
+            let mut seen: Vec<String> = Vec::new();
+            for field in &fields {
+                let field_name = field.unraw().to_string();
+                if seen.contains(&field_name) {
+                    errors.at(field.span(), format!("duplicate key field `{field_name}`"));
+                }
+                seen.push(field_name);
+            }
+            set_once(&mut attr.key, KeyOpt { span, fields }, &name, span, errors);
+        }
+        "destructive" => {
+            if flag(&meta, &name, errors) {
+                set_once(&mut attr.destructive, span, &name, span, errors);
+            }
+        }
+        TOOLBOX_MARK => attr.toolbox_mark = true,
+        _ => errors.at(
+            span,
+            format!("unknown option `{name}`; valid options are {VALID}"),
+        ),
+    }
+}
+
+/// A bare word such as `write`; reports `write = …` or `write(…)`.
+fn flag(meta: &Meta, name: &str, errors: &mut Errors) -> bool {
+    match meta {
+        Meta::Path(_) => true,
+        _ => {
+            errors.spanned(
+                meta,
+                format!("`{name}` takes no value: write just `{name}`"),
+            );
+            false
+        }
+    }
+}
+
+/// The string literal of `name = "…"`.
+fn string_value(meta: &Meta, name: &str, example: &str, errors: &mut Errors) -> Option<LitStr> {
+    let value = match meta {
+        Meta::NameValue(nv) => &nv.value,
+        _ => {
+            errors.spanned(meta, format!("expected `{name} = {example}`"));
+            return None;
+        }
+    };
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Some(lit.clone()),
+        other => {
+            errors.spanned(
+                other,
+                format!("expected a string literal: `{name} = {example}`"),
+            );
+            None
+        }
+    }
+}
+
+fn set_once<T>(slot: &mut Option<T>, value: T, name: &str, span: Span, errors: &mut Errors) {
+    if slot.is_some() {
+        errors.at(span, format!("duplicate `{name}`"));
+    } else {
+        *slot = Some(value);
+    }
+}

@@ -1,0 +1,296 @@
+//! Code generation: the tool type, its `ReadTool`/`WriteTool` impl and the compile-time checks
+//! the type checker owns.
+//!
+//! Everything generated names the runtime by an absolute path through the facade (see
+//! `paths`), derives nothing from the user's serde or schemars, and spans the conversions on
+//! the user's own tokens: a context that is not a context, a return type that is not a
+//! `Result`, an error that does not convert into `ToolError` or a `key` field the args lack is
+//! an error at that token.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Ident, ItemFn, Type, Visibility};
+
+use crate::ast::{self, ToolFn};
+use crate::attr::{self, Downstream, Errors, Kind};
+use crate::classify::Mode;
+use crate::{fallback, paths, valid};
+
+/// `#[tool(..)]` on a free fn.
+pub(crate) fn tool(attr_tokens: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let parsed = attr::parse(attr_tokens.clone(), &mut errors);
+    if parsed.toolbox_mark {
+        // A method `#[toolbox]` has expanded and checked; it stays as written.
+        return item;
+    }
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            errors.at(
+                Span::call_site(),
+                "`#[tool]` goes on an `async fn`, or on a `&self` method inside a `#[toolbox]` impl block",
+            );
+            let errors = errors.into_compile_error();
+            return quote!(#item #errors);
+        }
+    };
+    if func.sig.receiver().is_some() {
+        // A method without `#[toolbox]`: report it and leave the method valid in its impl.
+        crate::classify::classify(&func.sig, None, Mode::Free, &mut errors);
+        let errors = errors.into_compile_error();
+        return quote!(#func #errors);
+    }
+    let tool = ToolFn::new(parsed, &func.attrs, &func.sig, Mode::Free, &mut errors);
+    valid::check(&tool, &attr_tokens, &mut errors);
+    let rt = paths::runtime();
+    if !errors.is_empty() {
+        return fallback::free_fn(&rt, &func, &tool, errors);
+    }
+    free_fn(&rt, &func, &tool)
+}
+
+/// The tool: `charge_card()` returns the tool value of type `charge_card`, which is what
+/// `Registry::builder().tool(charge_card)` takes.
+fn free_fn(rt: &TokenStream, func: &ItemFn, tool: &ToolFn) -> TokenStream {
+    let ident = &func.sig.ident;
+    let items = tool_items(func, tool);
+
+    // The handler moves, unchanged, into the trait method: callable only through the trait,
+    // which takes a `WriteCtx` that only the executor (or a `testing` build) can make.
+    let mut handler = func.clone();
+    handler.vis = Visibility::Inherited;
+    handler
+        .attrs
+        .retain(|a| !ast::is_doc(a) && !a.path().is_ident("cfg"));
+    // In its own block: an item named like a binding of `call` (a tool called `args`) would
+    // shadow that binding in the whole block it is declared in.
+    let bound = Ident::new("handler", Span::mixed_site());
+    let call_handler = |ctx: TokenStream, args: TokenStream| {
+        let args = tool.params.args.as_ref().map(|_| quote!(, #args));
+        quote!(#bound(#ctx #args))
+    };
+    let trait_impl = tool_impl(
+        rt,
+        tool,
+        &quote!(#ident),
+        quote!(let #bound = { #handler #ident };),
+        call_handler,
+        quote!(),
+    );
+    quote! {
+        #items
+        #trait_impl
+    }
+}
+
+/// What every free-fn tool has, also on error: the tool type `charge_card` (a braced struct,
+/// so it takes no name in the value namespace), its `NAME`, and `fn charge_card()` returning
+/// it, with the handler's docs and visibility.
+pub(crate) fn tool_items(func: &ItemFn, tool: &ToolFn) -> TokenStream {
+    let ident = &func.sig.ident;
+    let vis = &func.vis;
+    let docs = func.attrs.iter().filter(|a| ast::is_doc(a));
+    let cfgs = &tool.cfgs;
+    let name = &tool.name;
+    let type_doc = format!(
+        " The `{name}` tool: what `{ident}()` returns and `Registry::builder().tool({ident})` registers."
+    );
+    quote! {
+        #[doc = #type_doc]
+        #(#cfgs)*
+        #[allow(non_camel_case_types)]
+        #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug)]
+        #vis struct #ident {}
+
+        #(#cfgs)*
+        impl #ident {
+            /// The tool's name, as the model sees it.
+            #vis const NAME: &'static str = #name;
+        }
+
+        #(#docs)*
+        #(#cfgs)*
+        #[inline]
+        #vis fn #ident() -> #ident {
+            #ident {}
+        }
+    }
+}
+
+/// The `ReadTool`/`WriteTool` impl for `target`.
+///
+/// `prelude` goes first in `call` (the free fn's handler); `invoke(ctx, args)` is the handler
+/// call, given the converted context and the args binding. `setup` runs before the future is
+/// made (a toolbox clones its `Arc` there).
+pub(crate) fn tool_impl(
+    rt: &TokenStream,
+    tool: &ToolFn,
+    target: &TokenStream,
+    prelude: TokenStream,
+    invoke: impl Fn(TokenStream, TokenStream) -> TokenStream,
+    setup: TokenStream,
+) -> TokenStream {
+    let kind = tool.kind.unwrap_or(Kind::Write);
+    let (trait_, ctx_rt, context, from) = match kind {
+        Kind::Read => (
+            quote!(ReadTool),
+            quote!(ReadCtx),
+            quote!(ReadContext),
+            quote!(from_read_ctx),
+        ),
+        Kind::Write => (
+            quote!(WriteTool),
+            quote!(WriteCtx),
+            quote!(WriteContext),
+            quote!(from_write_ctx),
+        ),
+    };
+    // Generated bindings are mixed-site: they never clash with the user's names (a tool
+    // called `args` or `ctx` still works).
+    let ctx = Ident::new("ctx", Span::mixed_site());
+    let args = Ident::new("args", Span::mixed_site());
+
+    let args_ty = match &tool.params.args {
+        Some(ty) => quote!(#ty),
+        None => quote!(#rt::macro_support::NoArgs),
+    };
+    let args_pat = match &tool.params.args {
+        Some(_) => quote!(#args),
+        None => quote!(_),
+    };
+    let ret: &Type = match &tool.params.ret {
+        Some(ret) => ret,
+        // Unreachable: a missing return type is an error, and errors go to the fallback.
+        None => return quote!(),
+    };
+    let ctx_ty: &Type = match &tool.params.ctx {
+        Some(ty) => ty,
+        None => return quote!(),
+    };
+    let ret_span = ret.span();
+    // Every mention of the output is spanned on the return type: when it is not a `Result`,
+    // rustc reports one error there instead of one per mention.
+    let output = match &tool.params.output {
+        Some(ok) => quote!(#ok),
+        None => quote_spanned!(ret_span=> <#ret as #rt::macro_support::HandlerReturn>::Ok),
+    };
+    let future = quote_spanned! {ret_span=>
+        impl ::core::future::Future<
+            Output = ::core::result::Result<Self::Output, #rt::tool::ToolError>,
+        > + ::core::marker::Send
+    };
+    let convert =
+        quote_spanned!(ret_span=> <#ret as #rt::macro_support::HandlerReturn>::into_tool_result);
+    // Located at the return type, so an error type without `Into<ToolError>` is reported
+    // there; mixed-site, so it cannot clash with a user's name.
+    let handed =
+        quote_spanned!(ctx_ty.span()=> <#ctx_ty as #rt::macro_support::#context>::#from(#ctx));
+    let returned = Ident::new("returned", ret_span.resolved_at(Span::mixed_site()));
+    let call = invoke(handed, quote!(#args));
+    // The future's output is checked against `Self::Output` here; spanned on the return type
+    // too, so a return type that is not a `Result` is reported there.
+    let body = quote_spanned! {ret_span=>
+        async move {
+            let #returned = #call.await;
+            #convert(#returned)
+        }
+    };
+    let spec = spec(rt, tool);
+    let key_check = key_check(tool, &args_ty);
+    let cfgs = &tool.cfgs;
+
+    quote! {
+        #(#cfgs)*
+        impl #rt::tool::#trait_ for #target {
+            type Args = #args_ty;
+            type Output = #output;
+
+            fn spec(&self) -> #rt::tool::ToolSpec {
+                #spec
+            }
+
+            fn call(
+                &self,
+                #ctx: #rt::tool::#ctx_rt,
+                #args_pat: Self::Args,
+            ) -> #future {
+                #prelude
+                #setup
+                #body
+            }
+        }
+
+        #key_check
+    }
+}
+
+/// The `ToolSpec` expression.
+fn spec(rt: &TokenStream, tool: &ToolFn) -> TokenStream {
+    let name = &tool.name;
+    let description = &tool.description;
+    let mut spec = quote!(#rt::tool::ToolSpec::new(#name).description(#description));
+    let duration = |millis: u64| quote!(::core::time::Duration::from_millis(#millis));
+    if let Some(timeout) = &tool.attr.timeout {
+        let d = duration(timeout.millis);
+        spec.extend(quote!(.timeout(#d)));
+    }
+    if let Some((downstream, _)) = tool.attr.downstream {
+        let variant = match downstream {
+            Downstream::Keyed => quote!(Keyed),
+            Downstream::Unkeyed => quote!(Unkeyed),
+        };
+        spec.extend(quote!(.downstream(#rt::tool::Downstream::#variant)));
+    }
+    if let Some(window) = &tool.attr.window {
+        let d = duration(window.millis);
+        spec.extend(quote!(.window(#d)));
+    }
+    if let Some(lease) = &tool.attr.lease {
+        let d = duration(lease.millis);
+        spec.extend(quote!(.lease(#d)));
+    }
+    if tool.attr.destructive.is_some() {
+        spec.extend(quote!(.destructive(true)));
+    }
+    if let Some(key) = &tool.attr.key {
+        let names = key.fields.iter().map(|f| {
+            use syn::ext::IdentExt;
+            f.unraw().to_string()
+        });
+        spec.extend(quote!(.key_fields([#(#names),*])));
+    }
+    spec
+}
+
+/// `key(customer)`: a field access per named field, spanned on the name, so a field the args
+/// lack is rustc's own "no field `nope` on type `ChargeArgs`" at `nope`. Never called.
+fn key_check(tool: &ToolFn, args_ty: &TokenStream) -> TokenStream {
+    let Some(key) = &tool.attr.key else {
+        return quote!();
+    };
+    if tool.params.args.is_none() {
+        return quote!();
+    }
+    let args = Ident::new("args", Span::mixed_site());
+    let check = format_ident!(
+        "__idem_key_fields_of_{}",
+        tool.ident,
+        span = Span::mixed_site()
+    );
+    let accesses = key
+        .fields
+        .iter()
+        .map(|field| quote_spanned!(field.span()=> let _ = &#args.#field;));
+    let cfgs = &tool.cfgs;
+    quote! {
+        #(#cfgs)*
+        const _: () = {
+            #[allow(dead_code, non_snake_case)]
+            fn #check(#args: #args_ty) {
+                #(#accesses)*
+            }
+        };
+    }
+}

@@ -1,0 +1,79 @@
+//! Expansion snapshots: what `#[tool]` and `#[toolbox]` generate, pretty-printed, so a reviewer
+//! reads the generated code in a diff. Update with `INSTA_UPDATE=always cargo test -p
+//! idem-macros`, then review the `.snap` files.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+fn pretty(tokens: TokenStream) -> String {
+    match syn::parse2::<syn::File>(tokens.clone()) {
+        Ok(file) => prettyplease::unparse(&file),
+        Err(e) => format!("/* does not parse as a file: {e} */\n{tokens}"),
+    }
+}
+
+#[test]
+fn read_tool() {
+    let out = crate::expand::tool(
+        quote!(read, timeout = "5s"),
+        quote! {
+            /// List a customer's charges.
+            pub async fn list_charges(ctx: ReadCtx, args: ListArgs) -> Result<Vec<Charge>, ToolError> {
+                billing::list(ctx.run_id(), &args.customer).await
+            }
+        },
+    );
+    insta::assert_snapshot!(pretty(out));
+}
+
+#[test]
+fn write_tool() {
+    let out = crate::expand::tool(
+        quote!(
+            write,
+            key(customer, invoice),
+            downstream = "keyed",
+            window = "23h",
+            destructive
+        ),
+        quote! {
+            /// Charge a customer's card
+            /// for one invoice.
+            async fn charge_card(ctx: WriteCtx, args: ChargeArgs) -> Result<Receipt, BillingError> {
+                billing::charge(&args, ctx.key().as_str()).await
+            }
+        },
+    );
+    insta::assert_snapshot!(pretty(out));
+}
+
+#[test]
+fn toolbox() {
+    let out = crate::toolbox::toolbox(
+        quote!(),
+        quote! {
+            impl Billing {
+                /// Refund a charge.
+                #[tool(write, key(charge))]
+                async fn refund(&self, ctx: WriteCtx, args: RefundArgs) -> Result<Refund, ToolError> {
+                    self.client.refund(&args.charge, ctx.key().as_str()).await
+                }
+            }
+        },
+    );
+    insta::assert_snapshot!(pretty(out));
+}
+
+#[test]
+fn error_keeps_the_item() {
+    let out = crate::expand::tool(
+        quote!(write, timeout = "soon"),
+        quote! {
+            /// Charge.
+            async fn charge_card(ctx: WriteCtx, args: ChargeArgs) -> Result<Receipt, ToolError> {
+                todo!()
+            }
+        },
+    );
+    insta::assert_snapshot!(pretty(out));
+}

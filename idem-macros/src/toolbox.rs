@@ -1,0 +1,185 @@
+//! `#[toolbox]`: tools that share state, as `&self` methods of one inherent impl block.
+//!
+//! The methods stay as written (callable directly, with a `WriteCtx` only the executor can
+//! make). Per `#[tool]` method the expansion adds a private type holding an `Arc` of the
+//! state, its tool impl, and one `Toolbox` impl listing them all.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote};
+use syn::parse::Parser;
+use syn::{Attribute, ImplItem, ItemImpl, Meta};
+
+use crate::ast::ToolFn;
+use crate::attr::{self, Errors, Kind, TOOLBOX_MARK};
+use crate::classify::Mode;
+use crate::{expand, fallback, paths, valid};
+
+/// `#[toolbox]` on an impl block.
+pub(crate) fn toolbox(attr_tokens: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    if !attr_tokens.is_empty() {
+        errors.spanned(
+            &attr_tokens,
+            "`#[toolbox]` takes no options; put them on each method's `#[tool(..)]`",
+        );
+    }
+    let mut imp: ItemImpl = match syn::parse2(item.clone()) {
+        Ok(imp) => imp,
+        Err(_) => {
+            errors.at(
+                Span::call_site(),
+                "`#[toolbox]` goes on an inherent impl block: `#[toolbox] impl MyState { … }`",
+            );
+            let errors = errors.into_compile_error();
+            return quote!(#item #errors);
+        }
+    };
+    if let Some((path, _)) = &imp.trait_ {
+        errors.spanned(
+            path,
+            "`#[toolbox]` goes on an inherent impl block (`impl MyState { … }`), not on a trait impl",
+        );
+    }
+    if !imp.generics.params.is_empty() {
+        errors.spanned(
+            &imp.generics,
+            "`#[toolbox]` does not support generic impl blocks: write it for a concrete type, e.g. `impl Billing<Stripe>`, and wrap the generic state in it",
+        );
+    }
+
+    let mut tools = Vec::new();
+    for item in &mut imp.items {
+        let ImplItem::Fn(method) = item else { continue };
+        let Some((attr_tokens, attr)) = take_tool_attr(&mut method.attrs, &mut errors) else {
+            continue;
+        };
+        let parsed = attr::parse(attr_tokens, &mut errors);
+        let tool = ToolFn::new(
+            parsed,
+            &method.attrs,
+            &method.sig,
+            Mode::Method,
+            &mut errors,
+        );
+        valid::check(&tool, &attr, &mut errors);
+        tools.push(tool);
+    }
+    if tools.is_empty() && errors.is_empty() {
+        errors.spanned(
+            &imp.self_ty,
+            "this `#[toolbox]` has no tools: mark its `&self` methods with `#[tool(read)]` or `#[tool(write)]`",
+        );
+    }
+    check_unique_names(&tools, &mut errors);
+
+    let rt = paths::runtime();
+    if !errors.is_empty() {
+        return fallback::toolbox(&rt, &imp, errors);
+    }
+    expand(&rt, &imp, &tools)
+}
+
+/// Finds the method's `#[tool(..)]`, returns its options, and marks it done, so that `#[tool]`
+/// — which still runs on the method, keeping the user's `use idem::tool` in use — leaves it as
+/// written.
+fn take_tool_attr(
+    attrs: &mut [Attribute],
+    errors: &mut Errors,
+) -> Option<(TokenStream, Attribute)> {
+    let mut found = None;
+    for attr in attrs.iter_mut() {
+        let is_tool = attr
+            .path()
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "tool");
+        if !is_tool {
+            continue;
+        }
+        let tokens = match &attr.meta {
+            Meta::Path(_) => TokenStream::new(),
+            Meta::List(list) => list.tokens.clone(),
+            Meta::NameValue(nv) => {
+                errors.spanned(nv, "expected `#[tool(read)]` or `#[tool(write)]`");
+                TokenStream::new()
+            }
+        };
+        if found.is_some() {
+            errors.spanned(&*attr, "duplicate `#[tool]` on one method");
+        } else {
+            found = Some((tokens, attr.clone()));
+        }
+        let path = attr.path().clone();
+        let mark = format_ident!("{}", TOOLBOX_MARK);
+        match Attribute::parse_outer.parse2(quote!(#[#path(#mark)])) {
+            Ok(mut marked) if marked.len() == 1 => *attr = marked.remove(0),
+            _ => errors.spanned(&*attr, "could not rewrite this attribute"),
+        }
+    }
+    found
+}
+
+fn check_unique_names(tools: &[ToolFn], errors: &mut Errors) {
+    for (i, tool) in tools.iter().enumerate() {
+        if tools[..i].iter().any(|t| t.name == tool.name) {
+            errors.at(
+                tool.name_span,
+                format!(
+                    "two tools of this toolbox are named `{}`; tool names must be unique",
+                    tool.name
+                ),
+            );
+        }
+    }
+}
+
+fn expand(rt: &TokenStream, imp: &ItemImpl, tools: &[ToolFn]) -> TokenStream {
+    let self_ty = &imp.self_ty;
+    let state = syn::Ident::new("state", Span::mixed_site());
+    let tools_var = syn::Ident::new("tools", Span::mixed_site());
+    let mut items = Vec::new();
+    let mut registrations = Vec::new();
+    for tool in tools {
+        let method = &tool.ident;
+        let holder = format_ident!("__IdemTool_{}", method, span = Span::mixed_site());
+        let invoke = |ctx: TokenStream, args: TokenStream| {
+            let args = tool.params.args.as_ref().map(|_| quote!(, #args));
+            quote!(<#self_ty>::#method(&#state, #ctx #args))
+        };
+        let setup = quote!(let #state = ::std::sync::Arc::clone(&self.0););
+        let trait_impl = expand::tool_impl(rt, tool, &quote!(#holder), quote!(), invoke, setup);
+        let cfgs = &tool.cfgs;
+        let erase = match tool.kind {
+            Some(Kind::Read) => quote!(read),
+            _ => quote!(write),
+        };
+        items.push(quote! {
+            #(#cfgs)*
+            #[allow(non_camel_case_types)]
+            struct #holder(::std::sync::Arc<#self_ty>);
+
+            #trait_impl
+        });
+        registrations.push(quote! {
+            #(#cfgs)*
+            #tools_var.push(#rt::tool::DynTool::#erase(#holder(::std::sync::Arc::clone(&self))));
+        });
+    }
+    quote! {
+        #imp
+
+        const _: () = {
+            #(#items)*
+
+            impl #rt::tool::Toolbox for #self_ty {
+                fn tools(
+                    self: ::std::sync::Arc<Self>,
+                ) -> ::std::vec::Vec<#rt::tool::DynTool> {
+                    let mut #tools_var = ::std::vec::Vec::new();
+                    #(#registrations)*
+                    #tools_var
+                }
+            }
+        };
+    }
+}

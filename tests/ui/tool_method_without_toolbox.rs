@@ -1,0 +1,34 @@
+use std::sync::Arc;
+
+use idem::{tool, toolbox, ReadCtx, Registry, ToolError, WriteCtx};
+use serde::{Deserialize, Serialize};
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+struct RefundArgs {
+    charge: String,
+}
+
+struct Billing;
+
+impl Billing {
+    /// Refund: the impl lacks `#[toolbox]`.
+    #[tool(write)]
+    async fn refund(&self, ctx: WriteCtx, args: RefundArgs) -> Result<String, ToolError> {
+        let _ = ctx;
+        Ok(args.charge)
+    }
+}
+
+#[toolbox]
+impl Billing {
+    /// Balance.
+    #[tool(read)]
+    async fn balance(&self, ctx: ReadCtx) -> Result<u64, ToolError> {
+        let _ = ctx;
+        Ok(0)
+    }
+}
+
+fn main() {
+    let _ = Registry::builder().toolbox(Arc::new(Billing));
+}
