@@ -5,9 +5,8 @@
 ///
 /// ```
 /// use idem::{tool, ReadCtx, Registry, ToolError, WriteCtx};
-/// use serde::{Deserialize, Serialize};
 ///
-/// #[derive(Deserialize, Serialize, schemars::JsonSchema)]
+/// #[idem::args] // derives Deserialize, Serialize and JsonSchema through idem
 /// struct ChargeArgs { customer: String, invoice: String, cents: u64 }
 ///
 /// /// Charge a customer's card.        <- the description the model sees
@@ -101,7 +100,33 @@ pub use idem_macros::tool;
 #[doc(inline)]
 pub use idem_macros::toolbox;
 
+/// Derives what a tool's arguments need — `Deserialize`, `Serialize` and `JsonSchema` —
+/// through idem's own serde and schemars, so a project needs no direct dependency on them.
+///
+/// ```
+/// /// Arguments of `charge_card`.
+/// #[idem::args]
+/// #[serde(deny_unknown_fields)] // serde and schemars options work as usual
+/// struct ChargeArgs {
+///     /// The customer to charge (field docs become schema descriptions).
+///     customer: String,
+///     cents: u64,
+///     memo: Option<String>,
+/// }
+/// ```
+///
+/// Equivalent to `#[derive(Deserialize, Serialize, JsonSchema)]` with `#[serde(crate = …)]`
+/// and `#[schemars(crate = …)]` pointing into idem; deriving them yourself works just as well.
+#[doc(inline)]
+pub use idem_macros::args;
+
 pub use idem_runtime::*;
+
+/// The serde idem uses (for `#[serde(crate = "idem::serde")]` and friends).
+pub use serde;
+
+/// The schemars idem uses.
+pub use schemars;
 
 #[doc(hidden)]
 pub mod __private {

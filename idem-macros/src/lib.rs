@@ -17,6 +17,7 @@
 //! passes it through a hidden trait spanned on the user's type, so the type checker has the
 //! last word (see `idem_runtime::macro_support`).
 
+mod args;
 mod ast;
 mod attr;
 mod classify;
@@ -38,6 +39,15 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::tool(attr.into(), item.into()).into()
+}
+
+/// Derives what a tool's arguments need — `Deserialize`, `Serialize` and `JsonSchema` —
+/// through the `idem` crate, so a project needs no direct serde or schemars dependency.
+///
+/// See the `idem` crate for an example.
+#[proc_macro_attribute]
+pub fn args(attr: TokenStream, item: TokenStream) -> TokenStream {
+    args::args(attr.into(), item.into()).into()
 }
 
 /// Turns the `#[tool(..)]` methods of an inherent impl block into tools that share `self`.

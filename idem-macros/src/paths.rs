@@ -5,17 +5,30 @@ use proc_macro2::{Ident, Span, TokenStream};
 use proc_macro_crate::{crate_name, FoundCrate};
 use quote::quote;
 
-/// The absolute path of the runtime, e.g. `::idem::__private::idem_runtime`.
-pub(crate) fn runtime() -> TokenStream {
-    let facade = match crate_name("idem") {
-        Ok(FoundCrate::Name(name)) => {
-            let name = Ident::new(&name, Span::call_site());
-            quote!(::#name)
-        }
+/// The name the user's manifest gives the `idem` package.
+fn facade_name() -> String {
+    match crate_name("idem") {
+        Ok(FoundCrate::Name(name)) => name,
         // `Itself`: an example or a doc test of the facade (the library itself never uses its
         // own macro), where the facade is the extern crate `idem`. An unreadable manifest
         // (e.g. rustdoc's scraper) gets the plain name too.
-        Ok(FoundCrate::Itself) | Err(_) => quote!(::idem),
-    };
+        Ok(FoundCrate::Itself) | Err(_) => "idem".to_owned(),
+    }
+}
+
+/// The absolute path of the facade, e.g. `::idem` (or `::idem2` when renamed).
+pub(crate) fn facade() -> TokenStream {
+    let name = Ident::new(&facade_name(), Span::call_site());
+    quote!(::#name)
+}
+
+/// [`facade`] as text, for attributes that take a path in a string (`#[serde(crate = "…")]`).
+pub(crate) fn facade_string() -> String {
+    format!("::{}", facade_name())
+}
+
+/// The absolute path of the runtime, e.g. `::idem::__private::idem_runtime`.
+pub(crate) fn runtime() -> TokenStream {
+    let facade = facade();
     quote!(#facade::__private::idem_runtime)
 }

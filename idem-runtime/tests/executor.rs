@@ -715,6 +715,10 @@ fn duplicate_and_invalid_names_fail_the_build() {
         Registry::builder().tool(bad).build(),
         Err(idem_runtime::BuildError::InvalidName(_))
     ));
+    let mut typo = charge(&ledger);
+    typo.spec = typo.spec.key_fields(["customer_id"]);
+    let err = Registry::builder().tool(typo).build().unwrap_err();
+    assert!(err.to_string().contains("key field `customer_id`"), "{err}");
     let mut long = charge(&ledger);
     long.spec = ToolSpec::new("x".repeat(65));
     assert!(Registry::builder().tool(long).build().is_err());

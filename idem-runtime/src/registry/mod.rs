@@ -133,6 +133,7 @@ impl RegistryBuilder {
                     message: "lease must be greater than zero".to_owned(),
                 });
             }
+            check_key_fields(&tool)?;
             let name = spec.name().to_owned();
             if tools.contains_key(&name) {
                 return Err(BuildError::DuplicateName(name));
@@ -159,6 +160,42 @@ impl RegistryBuilder {
             }),
         })
     }
+}
+
+/// Key fields name JSON properties of the arguments. A field that is not one (a typo in a
+/// hand-written spec, or a Rust field name under `#[serde(rename)]`) would read as null on
+/// every call and merge operations that differ: refuse it when the registry is built.
+fn check_key_fields(tool: &DynTool) -> Result<(), BuildError> {
+    let spec = tool.spec();
+    let mut fields = spec.key_field_names().peekable();
+    if fields.peek().is_none() {
+        return Ok(());
+    }
+    let invalid = |message: String| BuildError::InvalidSpec {
+        tool: spec.name().to_owned(),
+        message,
+    };
+    let Some(props) = tool
+        .input_schema()
+        .get("properties")
+        .and_then(Value::as_object)
+    else {
+        return Err(invalid(
+            "key(…) names fields, but the arguments are not a JSON object with properties"
+                .to_owned(),
+        ));
+    };
+    for field in fields {
+        if !props.contains_key(field) {
+            let known: Vec<&str> = props.keys().map(String::as_str).collect();
+            return Err(invalid(format!(
+                "key field `{field}` is not a property of the arguments (they have: {}); \
+                 under #[serde(rename)] name the JSON property",
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Counts the bytes of a value's JSON text without building it.

@@ -1,0 +1,7 @@
+// `#[idem::args]` takes no options.
+#[idem::args(rename_all = "camelCase")]
+struct ChargeArgs {
+    customer: String,
+}
+
+fn main() {}
