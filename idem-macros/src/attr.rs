@@ -14,7 +14,8 @@ use crate::duration;
 /// Every option, in the order the "unknown option" error lists them.
 const VALID: &str = "`read`, `write`, `name = \"…\"`, `description = \"…\"`, `timeout = \"30s\"`, \
      and for write tools `key(field, …)`, `downstream = \"keyed\" | \"unkeyed\"`, \
-     `window = \"23h\"`, `lease = \"1m\"`, `destructive`";
+     `window = \"23h\"`, `lease = \"1m\"`, `destructive`, `reconcile = path::to_read_back`, \
+     `in_flight = \"2m\"`";
 
 /// Marks a method `#[toolbox]` has already expanded; `#[tool]` then leaves it alone.
 pub(crate) const TOOLBOX_MARK: &str = "__idem_toolbox_method";
@@ -60,6 +61,10 @@ pub(crate) struct ToolAttr {
     pub(crate) window: Option<DurationOpt>,
     pub(crate) lease: Option<DurationOpt>,
     pub(crate) destructive: Option<Span>,
+    /// `reconcile = path`: the read-back fn (in a `#[toolbox]`, a bare name is a method).
+    pub(crate) reconcile: Option<syn::Path>,
+    /// `in_flight = "2m"`: how long after a send the effect may still land downstream.
+    pub(crate) in_flight: Option<DurationOpt>,
     /// Both `read` and `write` were given (already an error): skip checks that need the kind.
     pub(crate) kind_conflict: bool,
     /// Set by `#[toolbox]` on methods it has expanded.
@@ -84,6 +89,12 @@ impl ToolAttr {
         }
         if let Some(span) = self.destructive {
             found.push(("destructive", span));
+        }
+        if let Some(path) = &self.reconcile {
+            found.push(("reconcile", syn::spanned::Spanned::span(path)));
+        }
+        if let Some(in_flight) = &self.in_flight {
+            found.push(("in_flight", in_flight.span));
         }
         found
     }
@@ -188,10 +199,11 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
             };
             set_once(slot, lit, &name, span, errors);
         }
-        "timeout" | "window" | "lease" => {
+        "timeout" | "window" | "lease" | "in_flight" => {
             let example = match name.as_str() {
                 "timeout" => "\"30s\"",
                 "window" => "\"23h\"",
+                "in_flight" => "\"2m\"",
                 _ => "\"1m\"",
             };
             let Some(lit) = string_value(&meta, &name, example, errors) else {
@@ -210,6 +222,7 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
             let slot = match name.as_str() {
                 "timeout" => &mut attr.timeout,
                 "window" => &mut attr.window,
+                "in_flight" => &mut attr.in_flight,
                 _ => &mut attr.lease,
             };
             set_once(slot, value, &name, span, errors);
@@ -270,6 +283,26 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 seen.push(field_name);
             }
             set_once(&mut attr.key, KeyOpt { span, fields }, &name, span, errors);
+        }
+        "reconcile" => {
+            let expected = "expected `reconcile = path::to_read_back`: an async fn \
+                 `(ReadBackCtx, Args) -> Result<ReadBack, ToolError>` (in a `#[toolbox]`, the name of such a `&self` method)";
+            let path = match &meta {
+                Meta::NameValue(nv) => match &nv.value {
+                    Expr::Path(p) if p.qself.is_none() => Some(p.path.clone()),
+                    other => {
+                        errors.spanned(other, expected);
+                        None
+                    }
+                },
+                _ => {
+                    errors.spanned(&meta, expected);
+                    None
+                }
+            };
+            if let Some(path) = path {
+                set_once(&mut attr.reconcile, path, &name, span, errors);
+            }
         }
         "destructive" => {
             if flag(&meta, &name, errors) {

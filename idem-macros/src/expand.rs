@@ -78,6 +78,7 @@ fn free_fn(rt: &TokenStream, func: &ItemFn, tool: &ToolFn) -> TokenStream {
         quote!(let #bound = { #handler #ident };),
         call_handler,
         quote!(),
+        None,
     );
     quote! {
         #items
@@ -131,6 +132,7 @@ pub(crate) fn tool_impl(
     prelude: TokenStream,
     invoke: impl Fn(TokenStream, TokenStream) -> TokenStream,
     setup: TokenStream,
+    receiver: Option<TokenStream>,
 ) -> TokenStream {
     let kind = tool.kind.unwrap_or(Kind::Write);
     let (trait_, ctx_rt, context, from) = match kind {
@@ -199,6 +201,7 @@ pub(crate) fn tool_impl(
     };
     let spec = spec(rt, tool);
     let key_check = key_check(tool, &args_ty);
+    let read_back = read_back(rt, tool, kind, receiver, &ctx, &args, &args_pat);
     let cfgs = &tool.cfgs;
 
     quote! {
@@ -220,9 +223,45 @@ pub(crate) fn tool_impl(
                 #setup
                 #body
             }
+
+            #read_back
         }
 
         #key_check
+    }
+}
+
+/// `reconcile = path`: `WriteTool::read_back` calls the user's fn (or, in a toolbox, a bare
+/// name is a method of the shared state). Spanned on the path, so a fn of the wrong shape is
+/// rustc's error there.
+fn read_back(
+    rt: &TokenStream,
+    tool: &ToolFn,
+    kind: Kind,
+    receiver: Option<TokenStream>,
+    ctx: &Ident,
+    args: &Ident,
+    args_pat: &TokenStream,
+) -> TokenStream {
+    let (Kind::Write, Some(path)) = (kind, &tool.attr.reconcile) else {
+        return quote!();
+    };
+    let args_arg = tool.params.args.as_ref().map(|_| quote!(, #args));
+    let span = path.span();
+    let call = match (receiver, path.get_ident()) {
+        (Some(receiver), Some(method)) => quote_spanned!(span=> #receiver.#method(#ctx #args_arg)),
+        _ => quote_spanned!(span=> #path(#ctx #args_arg)),
+    };
+    quote! {
+        fn read_back(
+            &self,
+            #ctx: #rt::reconcile::ReadBackCtx,
+            #args_pat: Self::Args,
+        ) -> impl ::core::future::Future<
+            Output = ::core::result::Result<#rt::reconcile::ReadBack, #rt::tool::ToolError>,
+        > + ::core::marker::Send {
+            #call
+        }
     }
 }
 
@@ -253,6 +292,10 @@ fn spec(rt: &TokenStream, tool: &ToolFn) -> TokenStream {
     }
     if tool.attr.destructive.is_some() {
         spec.extend(quote!(.destructive(true)));
+    }
+    if let Some(in_flight) = &tool.attr.in_flight {
+        let d = duration(in_flight.millis);
+        spec.extend(quote!(.in_flight_bound(#d)));
     }
     if let Some(key) = &tool.attr.key {
         let names = key.fields.iter().map(|f| {

@@ -147,7 +147,15 @@ fn expand(rt: &TokenStream, imp: &ItemImpl, tools: &[ToolFn]) -> TokenStream {
             quote!(<#self_ty>::#method(&#state, #ctx #args))
         };
         let setup = quote!(let #state = ::std::sync::Arc::clone(&self.0););
-        let trait_impl = expand::tool_impl(rt, tool, &quote!(#holder), quote!(), invoke, setup);
+        let trait_impl = expand::tool_impl(
+            rt,
+            tool,
+            &quote!(#holder),
+            quote!(),
+            invoke,
+            setup,
+            Some(quote!(self.0)),
+        );
         let cfgs = &tool.cfgs;
         let erase = match tool.kind {
             Some(Kind::Read) => quote!(read),
