@@ -62,7 +62,7 @@ fn bench_store(
         b.to_async(rt).iter(|| {
             let n = counter.fetch_add(1, Ordering::Relaxed);
             let (store, run) = (store.clone(), run.clone());
-            async move { black_box(claim_and_settle(&*store, n, &run).await) }
+            async move { claim_and_settle(&*store, black_box(n), &run).await }
         })
     });
 }

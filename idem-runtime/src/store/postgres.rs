@@ -369,7 +369,7 @@ impl Sql {
 /// What a locked read-modify-write does to the row.
 enum Write {
     Keep,
-    Put(Record, bool),
+    Put(Box<Record>, bool),
     Delete,
 }
 
@@ -378,7 +378,7 @@ enum Locked<T> {
     Done(T),
     /// The row is locked by a transactional handler that is still running; its unlocked
     /// view.
-    Busy(Record),
+    Busy(Box<Record>),
 }
 
 /// How a locked operation treats a row someone else holds.
@@ -660,7 +660,7 @@ impl PostgresStore {
                     Some(row) => {
                         let (record, tx_effect) = decode_some(&row)?;
                         if tx_effect && record.state == RecordState::Running {
-                            return Ok(Locked::Busy(record));
+                            return Ok(Locked::Busy(Box::new(record)));
                         }
                         // Another store operation holds it for a moment: wait for it.
                         tx.query_opt(&sql.select_for_update, &[&k]).await
@@ -988,16 +988,25 @@ impl IdemStore for PostgresStore {
                 .locked(&req.key, Busy::Skip, |current| {
                     let fresh = || rules::new_claim(req, token, now);
                     let Some((mut record, tx_effect)) = current else {
-                        return (Write::Put(fresh(), false), Ok(ClaimOutcome::Claimed(token)));
+                        return (
+                            Write::Put(Box::new(fresh()), false),
+                            Ok(ClaimOutcome::Claimed(token)),
+                        );
                     };
                     if record.state == RecordState::Running && tx_effect {
-                        return (Write::Put(fresh(), false), Ok(ClaimOutcome::Claimed(token)));
+                        return (
+                            Write::Put(Box::new(fresh()), false),
+                            Ok(ClaimOutcome::Claimed(token)),
+                        );
                     }
                     let write = match self.age(&mut record, tx_effect, now) {
                         Aged::Gone => {
-                            return (Write::Put(fresh(), false), Ok(ClaimOutcome::Claimed(token)))
+                            return (
+                                Write::Put(Box::new(fresh()), false),
+                                Ok(ClaimOutcome::Claimed(token)),
+                            )
                         }
-                        Aged::Changed => Write::Put(record.clone(), tx_effect),
+                        Aged::Changed => Write::Put(Box::new(record.clone()), tx_effect),
                         Aged::Unchanged => Write::Keep,
                     };
                     let outcome = rules::claim_against(Some(&record), req)
@@ -1009,7 +1018,7 @@ impl IdemStore for PostgresStore {
                 Locked::Done(outcome) => outcome,
                 // Its transaction is open: the handler is running.
                 Locked::Busy(record) => rules::claim_against(Some(&record), req)
-                    .unwrap_or(ClaimOutcome::Existing(record)),
+                    .unwrap_or(ClaimOutcome::Existing(*record)),
             });
         }
         Err(StoreError::Backend(format!(
@@ -1051,8 +1060,8 @@ impl IdemStore for PostgresStore {
                     Aged::Unchanged => false,
                 };
                 match rules::renew(&mut record, token, lease, now) {
-                    Ok(()) => (Write::Put(record, tx_effect), Ok(())),
-                    Err(e) if changed => (Write::Put(record, tx_effect), Err(e)),
+                    Ok(()) => (Write::Put(Box::new(record), tx_effect), Ok(())),
+                    Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
                     Err(e) => (Write::Keep, Err(e)),
                 }
             })
@@ -1122,8 +1131,8 @@ impl IdemStore for PostgresStore {
                     Aged::Unchanged => false,
                 };
                 match rules::settle(&mut record, token, settlement, now) {
-                    Ok(()) => (Write::Put(record, tx_effect), Ok(())),
-                    Err(e) if changed => (Write::Put(record, tx_effect), Err(e)),
+                    Ok(()) => (Write::Put(Box::new(record), tx_effect), Ok(())),
+                    Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
                     Err(e) => (Write::Keep, Err(e)),
                 }
             })
@@ -1159,7 +1168,7 @@ impl IdemStore for PostgresStore {
                 };
                 match rules::release(&record, token) {
                     Ok(()) => (Write::Delete, Ok(())),
-                    Err(e) if changed => (Write::Put(record, tx_effect), Err(e)),
+                    Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
                     Err(e) => (Write::Keep, Err(e)),
                 }
             })
@@ -1190,8 +1199,8 @@ impl IdemStore for PostgresStore {
                 };
                 match rules::reclaim(&mut record, expected, fresh, lease, now) {
                     // A takeover is an ordinary claim, not a transactional one.
-                    Ok(()) => (Write::Put(record, false), Ok(fresh)),
-                    Err(e) if changed => (Write::Put(record, tx_effect), Err(e)),
+                    Ok(()) => (Write::Put(Box::new(record), false), Ok(fresh)),
+                    Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
                     Err(e) => (Write::Keep, Err(e)),
                 }
             })
@@ -1225,7 +1234,10 @@ impl IdemStore for PostgresStore {
                 };
                 match self.age(&mut record, tx_effect, now) {
                     Aged::Gone => (Write::Delete, Ok(None)),
-                    Aged::Changed => (Write::Put(record.clone(), tx_effect), Ok(Some(record))),
+                    Aged::Changed => (
+                        Write::Put(Box::new(record.clone()), tx_effect),
+                        Ok(Some(record)),
+                    ),
                     Aged::Unchanged => (Write::Keep, Ok(Some(record))),
                 }
             })
@@ -1233,7 +1245,7 @@ impl IdemStore for PostgresStore {
         Ok(match outcome {
             Locked::Done(r) => r,
             // Held by its handler's open transaction: running, whatever the lease says.
-            Locked::Busy(record) => Some(record),
+            Locked::Busy(record) => Some(*record),
         })
     }
 

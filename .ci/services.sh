@@ -1,0 +1,171 @@
+# Services the backend tests need: Redis and PostgreSQL 15, private to this run.
+#
+# Sourced by .ci/run. `idem_services_start` installs what is missing (Debian packages),
+# starts redis-server and a throw-away PostgreSQL cluster on free ports bound to 127.0.0.1,
+# exports IDEM_REDIS_URL and IDEM_POSTGRES_URL, and registers `idem_services_stop` to run
+# on exit, so nothing outlives the run. Nothing here touches a system-wide server.
+#
+# Knobs (environment):
+#   IDEM_SERVICES=0      start nothing (the backend tests then skip, saying why)
+#   IDEM_NO_INSTALL=1    never apt-get install; skip a missing service instead
+
+IDEM_SVC_DIR=""
+IDEM_REDIS_PID=""
+IDEM_PG_DATA=""
+IDEM_PG_BIN=""
+IDEM_PG_USER=""
+
+idem_log() { echo "[services] $*" >&2; }
+
+# A TCP port on 127.0.0.1 that nothing listens on (checked by connecting to it).
+idem_free_port() {
+    local port tries=0
+    while [ $tries -lt 200 ]; do
+        port=$((20000 + RANDOM % 40000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"
+            return 0
+        fi
+        tries=$((tries + 1))
+    done
+    return 1
+}
+
+# The directory holding PostgreSQL 15's initdb/pg_ctl, preferring Debian's layout.
+idem_find_pg_bin() {
+    local d
+    for d in /usr/lib/postgresql/15/bin /usr/lib/postgresql/*/bin; do
+        if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then
+            echo "$d"
+            return 0
+        fi
+    done
+    if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+        dirname "$(command -v initdb)"
+        return 0
+    fi
+    return 1
+}
+
+idem_install_missing() {
+    local need=()
+    command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+    idem_find_pg_bin >/dev/null || need+=(postgresql-15)
+    [ ${#need[@]} -eq 0 ] && return 0
+    if [ "${IDEM_NO_INSTALL:-0}" = 1 ] || [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+        idem_log "not installing ${need[*]} (IDEM_NO_INSTALL, not root, or no apt-get)"
+        return 0
+    fi
+    idem_log "installing ${need[*]} from the Debian archive"
+    # Package scripts must not start system-wide services: we start our own.
+    local policy=/usr/sbin/policy-rc.d created_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created_policy=1
+    fi
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    local rc=$?
+    [ $created_policy = 1 ] && rm -f "$policy"
+    return $rc
+}
+
+idem_start_redis() {
+    if ! command -v redis-server >/dev/null 2>&1; then
+        idem_log "redis-server not found: the Redis tests will skip"
+        return 0
+    fi
+    local port dir
+    port=$(idem_free_port) || { idem_log "no free port for Redis"; return 1; }
+    dir="$IDEM_SVC_DIR/redis"
+    mkdir -p "$dir"
+    # Durable like production should be: AOF, fsync on every write.
+    redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes --daemonize no \
+        --dir "$dir" --save '' --appendonly yes --appendfsync always \
+        --logfile "$dir/redis.log" &
+    IDEM_REDIS_PID=$!
+    local i
+    for i in $(seq 1 100); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            export IDEM_REDIS_URL="redis://127.0.0.1:$port/"
+            idem_log "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port (pid $IDEM_REDIS_PID)"
+            return 0
+        fi
+        kill -0 "$IDEM_REDIS_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    idem_log "redis-server did not start; log:"
+    cat "$dir/redis.log" >&2 || true
+    return 1
+}
+
+# Runs a command as the unprivileged cluster owner (PostgreSQL refuses to run as root).
+idem_as_pg_user() {
+    if [ -n "$IDEM_PG_USER" ]; then
+        runuser -u "$IDEM_PG_USER" -- "$@"
+    else
+        "$@"
+    fi
+}
+
+idem_start_postgres() {
+    IDEM_PG_BIN=$(idem_find_pg_bin) || {
+        idem_log "PostgreSQL not found: the Postgres tests will skip"
+        return 0
+    }
+    local port dir
+    port=$(idem_free_port) || { idem_log "no free port for PostgreSQL"; return 1; }
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/idem-pg.XXXXXX")
+    if [ "$(id -u)" = 0 ]; then
+        IDEM_PG_USER=nobody
+        chown "$IDEM_PG_USER" "$dir"
+    fi
+    IDEM_PG_DATA="$dir/data"
+    idem_as_pg_user "$IDEM_PG_BIN/initdb" -D "$IDEM_PG_DATA" -U idem --auth=trust \
+        --encoding=UTF8 --locale=C >"$dir/initdb.log" 2>&1 || {
+        idem_log "initdb failed; log:"
+        cat "$dir/initdb.log" >&2
+        return 1
+    }
+    # Sockets in the private directory only; TCP on loopback only.
+    idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_DATA" -l "$dir/postgres.log" -w -t 60 \
+        -o "-h 127.0.0.1 -p $port -k $dir -c max_connections=200" start >/dev/null || {
+        idem_log "PostgreSQL did not start; log:"
+        cat "$dir/postgres.log" >&2
+        return 1
+    }
+    export IDEM_POSTGRES_URL="postgres://idem@127.0.0.1:$port/postgres"
+    idem_log "PostgreSQL $("$IDEM_PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data $IDEM_PG_DATA)"
+}
+
+idem_services_stop() {
+    if [ -n "$IDEM_REDIS_PID" ]; then
+        kill "$IDEM_REDIS_PID" 2>/dev/null && wait "$IDEM_REDIS_PID" 2>/dev/null
+        IDEM_REDIS_PID=""
+    fi
+    if [ -n "$IDEM_PG_DATA" ] && [ -f "$IDEM_PG_DATA/postmaster.pid" ]; then
+        idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_DATA" -m fast -w stop >/dev/null 2>&1
+    fi
+    if [ -n "$IDEM_PG_DATA" ]; then
+        rm -rf "$(dirname "$IDEM_PG_DATA")"
+        IDEM_PG_DATA=""
+    fi
+    if [ -n "$IDEM_SVC_DIR" ]; then
+        rm -rf "$IDEM_SVC_DIR"
+        IDEM_SVC_DIR=""
+    fi
+}
+
+idem_services_start() {
+    if [ "${IDEM_SERVICES:-1}" = 0 ]; then
+        idem_log "IDEM_SERVICES=0: not starting Redis or PostgreSQL"
+        return 0
+    fi
+    trap idem_services_stop EXIT
+    # A signal must still run the EXIT trap, so the servers never outlive the run.
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    IDEM_SVC_DIR=$(mktemp -d "${TMPDIR:-/tmp}/idem-services.XXXXXX")
+    idem_install_missing || idem_log "installing services failed; continuing with what is there"
+    idem_start_redis
+    idem_start_postgres
+}

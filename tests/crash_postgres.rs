@@ -1,0 +1,503 @@
+//! Real crashes around a Postgres store (needs `IDEM_POSTGRES_URL`; skipped with the reason
+//! printed otherwise).
+//!
+//! 1. An ordinary handler (its effect in a file ledger) is `kill -9`ed between claim and
+//!    settle: one effect, and the next call is told *unknown*.
+//! 2. A transactional handler ([`PostgresStore::run_in_transaction`], its effect a row in
+//!    the same database) is `kill -9`ed inside its transaction, after its effect: the effect
+//!    is rolled back with it and the key is free, so the next call runs it — once.
+//! 3. The same handler killed after its transaction committed, before the executor's
+//!    settle: the effect and the completed record are both there, and the next call
+//!    replays it. Never half.
+//!
+//! Workers are this test binary, re-executed with `IDEM_CRASH_ROLE` set to run only
+//! [`crash_worker`]; run normally, that test does nothing.
+#![cfg(feature = "postgres")]
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem::store::{Clock, IdemStore, ManualClock, PostgresStore, SystemClock};
+use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::{CallError, Outcome, RecordState, Registry, ToolCall};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+const ROLE: &str = "IDEM_CRASH_ROLE";
+const URL: &str = "IDEM_CRASH_PG_URL";
+const SCHEMA: &str = "IDEM_CRASH_PG_SCHEMA";
+const MARK: &str = "IDEM_CRASH_MARK";
+
+/// Generous bound for a child to get going on a busy CI machine. Only a hang runs into it;
+/// nothing asserts on how long anything took.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+struct ChargeArgs {
+    customer: String,
+    cents: i64,
+}
+
+/// Where a worker's handler stops, waiting to be killed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Hang {
+    Never,
+    /// An ordinary handler, after its effect (a fsynced file line).
+    AfterFileEffect,
+    /// A transactional handler, inside its transaction, after its INSERT.
+    InsideTransaction,
+    /// A transactional handler, after its transaction committed.
+    AfterCommit,
+}
+
+fn mark(path: &Path, line: &str) -> Result<(), ToolError> {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(ToolError::unknown)?;
+    f.write_all(line.as_bytes()).map_err(ToolError::unknown)?;
+    f.sync_all().map_err(ToolError::unknown)
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
+}
+
+/// An ordinary write: its effect is a line in a file ledger.
+struct FileCharge {
+    ledger: PathBuf,
+    hang: Hang,
+    runs: Arc<AtomicUsize>,
+}
+
+impl WriteTool for FileCharge {
+    type Args = ChargeArgs;
+    type Output = String;
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("charge_card")
+            .timeout(Duration::from_secs(3600))
+            .lease(Duration::from_secs(60))
+    }
+
+    async fn call(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        mark(&self.ledger, &format!("{} {}\n", ctx.key(), args.cents))?;
+        if self.hang == Hang::AfterFileEffect {
+            std::future::pending::<()>().await;
+        }
+        Ok(format!("ch_{}", args.cents))
+    }
+}
+
+/// A transactional write: its effect is a row in `<schema>.ledger`, committed with its
+/// record.
+struct TxCharge {
+    store: PostgresStore,
+    marker: PathBuf,
+    hang: Hang,
+    runs: Arc<AtomicUsize>,
+}
+
+impl WriteTool for TxCharge {
+    type Args = ChargeArgs;
+    type Output = serde_json::Value;
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("credit_account")
+            .timeout(Duration::from_secs(3600))
+            .lease(Duration::from_secs(60))
+    }
+
+    async fn call(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<serde_json::Value, ToolError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let insert = format!(
+            "INSERT INTO \"{}\".ledger (key, customer, cents) VALUES ($1, $2, $3) RETURNING id",
+            self.store.schema()
+        );
+        let key = ctx.key().as_str().to_owned();
+        let (marker, hang) = (self.marker.clone(), self.hang);
+        let out = self
+            .store
+            .run_in_transaction(&ctx, move |tx| {
+                Box::pin(async move {
+                    let row = tx
+                        .query_one(&insert, &[&key, &args.customer, &args.cents])
+                        .await
+                        .map_err(|e| ToolError::rejected(format!("not credited: {e}")))?;
+                    let id: i64 = row.get(0);
+                    if hang == Hang::InsideTransaction {
+                        mark(&marker, "inside the transaction\n")?;
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(json!({ "entry": id }))
+                })
+            })
+            .await?;
+        if self.hang == Hang::AfterCommit {
+            mark(&self.marker, "committed\n")?;
+            std::future::pending::<()>().await;
+        }
+        Ok(out)
+    }
+}
+
+fn pg_url() -> Option<String> {
+    std::env::var("IDEM_POSTGRES_URL")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+}
+
+const SKIP: &str = "skipping: IDEM_POSTGRES_URL not set; export \
+    IDEM_POSTGRES_URL=postgres://user@127.0.0.1:5432/db (.ci/run does)";
+
+fn unique(tag: &str) -> String {
+    format!(
+        "{tag}_{}_{}",
+        std::process::id(),
+        SystemClock.now().as_millis()
+    )
+}
+
+/// A temp dir and a schema of this test's own, both removed at the end.
+struct Scratch {
+    dir: PathBuf,
+    schema: String,
+}
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let name = unique(tag);
+        let dir = std::env::temp_dir().join(format!("idem-{name}"));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        Scratch {
+            dir,
+            schema: format!("idem_crash_{name}"),
+        }
+    }
+
+    async fn store(&self, url: &str, clock: Option<ManualClock>) -> PostgresStore {
+        let mut b = PostgresStore::builder(url)
+            .schema(self.schema.as_str())
+            .max_connections(4);
+        if let Some(c) = clock {
+            b = b.clock(Arc::new(c));
+        }
+        b.connect().await.expect("connect the store")
+    }
+
+    async fn drop_schema(&self, store: &PostgresStore) {
+        if let Ok(client) = store.pool().get().await {
+            let _ = client
+                .batch_execute(&format!(
+                    "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+                    self.schema
+                ))
+                .await;
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn ledger_rows(store: &PostgresStore) -> i64 {
+    let client = store.pool().get().await.expect("a connection");
+    client
+        .query_one(
+            &format!("SELECT count(*) FROM \"{}\".ledger", store.schema()),
+            &[],
+        )
+        .await
+        .expect("count the ledger")
+        .get(0)
+}
+
+fn charge(tool: &str) -> ToolCall {
+    ToolCall::new(
+        "run-crash-pg",
+        tool,
+        json!({"customer": "acme", "cents": 4900}),
+    )
+}
+
+/// The worker roles. A no-op unless started by one of the tests below.
+#[test]
+fn crash_worker() {
+    let hang = match std::env::var(ROLE).as_deref() {
+        Ok("pg-file") => Hang::AfterFileEffect,
+        Ok("pg-tx-inside") => Hang::InsideTransaction,
+        Ok("pg-tx-after") => Hang::AfterCommit,
+        _ => return,
+    };
+    let url = std::env::var(URL).expect("IDEM_CRASH_PG_URL");
+    let schema = std::env::var(SCHEMA).expect("IDEM_CRASH_PG_SCHEMA");
+    let marker = PathBuf::from(std::env::var_os(MARK).expect("IDEM_CRASH_MARK"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async move {
+        let store = PostgresStore::builder(url)
+            .schema(schema)
+            .max_connections(4)
+            .connect()
+            .await
+            .expect("connect the store");
+        let builder = Registry::builder().store(store.clone());
+        let (builder, tool) = if hang == Hang::AfterFileEffect {
+            let tool = FileCharge {
+                ledger: marker,
+                hang,
+                runs: Arc::default(),
+            };
+            (builder.tool(tool), "charge_card")
+        } else {
+            let tool = TxCharge {
+                store,
+                marker,
+                hang,
+                runs: Arc::default(),
+            };
+            (builder.tool(tool), "credit_account")
+        };
+        let registry = builder.build().expect("a registry");
+        let result = registry.call(charge(tool)).await;
+        eprintln!("worker: the call returned, which it must not: {result:?}");
+        std::process::exit(3);
+    });
+}
+
+/// Starts a worker in `role`, waits until it has written `marker`, and `kill -9`s it.
+async fn run_and_kill(role: &str, url: &str, scratch: &Scratch, marker: &Path) {
+    let log = scratch.dir.join(format!("{role}.log"));
+    let log_file = std::fs::File::create(&log).expect("a log file");
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut child = Command::new(exe)
+        .args(["crash_worker", "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .env(URL, url)
+        .env(SCHEMA, &scratch.schema)
+        .env(MARK, marker)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().expect("a log handle"))
+        .stderr(log_file)
+        .spawn()
+        .expect("start the worker");
+    let started = Instant::now();
+    while lines(marker) == 0 {
+        if let Some(status) = child.try_wait().expect("poll the worker") {
+            panic!(
+                "the worker exited ({status}) before its effect:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            panic!(
+                "the worker did not reach its effect:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().expect("SIGKILL the worker");
+    let status = child.wait().expect("reap the worker");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "the worker died by SIGKILL");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_claim_and_settle_leaves_unknown() {
+    let Some(url) = pg_url() else {
+        eprintln!("{SKIP}");
+        return;
+    };
+    let scratch = Scratch::new("file");
+    let ledger = scratch.dir.join("ledger.txt");
+    // Migrate before the worker starts, so the parent can clean up whatever happens.
+    let setup = scratch.store(&url, None).await;
+    run_and_kill("pg-file", &url, &scratch, &ledger).await;
+    assert_eq!(lines(&ledger), 1, "the effect happened once");
+
+    // A new process, after the dead worker's lease has passed (clock moved, not waited).
+    let clock = ManualClock::new(SystemClock.now().plus(Duration::from_secs(3600)));
+    let store = scratch.store(&url, Some(clock.clone())).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let registry = Registry::builder()
+        .tool(FileCharge {
+            ledger: ledger.clone(),
+            hang: Hang::Never,
+            runs: runs.clone(),
+        })
+        .store(store.clone())
+        .clock(Arc::new(clock))
+        .build()
+        .expect("a registry");
+    let result = registry
+        .call(charge("charge_card").call_id("toolu_after_crash"))
+        .await;
+    assert_eq!(lines(&ledger), 1, "still one effect");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "the handler did not run again"
+    );
+    match result.outcome() {
+        Some(Outcome::Unknown { reason }) => assert!(!reason.is_empty()),
+        other => panic!("the caller must be told unknown, got {other:?} ({result:?})"),
+    }
+    let record = store
+        .get(result.key().expect("a key"))
+        .await
+        .expect("read")
+        .expect("the record outlived its worker");
+    assert_eq!(record.state, RecordState::Unknown);
+    scratch.drop_schema(&setup).await;
+}
+
+/// The parent's registry for the transactional tool.
+fn tx_registry(store: &PostgresStore, scratch: &Scratch, runs: &Arc<AtomicUsize>) -> Registry {
+    Registry::builder()
+        .tool(TxCharge {
+            store: store.clone(),
+            marker: scratch.dir.join("parent-marker"),
+            hang: Hang::Never,
+            runs: runs.clone(),
+        })
+        .store(store.clone())
+        .in_flight_wait(Duration::from_millis(200))
+        .build()
+        .expect("a registry")
+}
+
+/// Calls until the call is not "in flight": PostgreSQL notices the dead worker's connection
+/// and rolls its transaction back asynchronously, so for a moment the record may still be
+/// locked by it (and correctly reported as in flight).
+async fn call_settled(registry: &Registry, call: ToolCall) -> idem::ToolResult {
+    let started = Instant::now();
+    loop {
+        let r = registry.call(call.clone()).await;
+        match r.error() {
+            Some(CallError::InFlight { .. }) if started.elapsed() < DEADLINE => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            _ => return r,
+        }
+    }
+}
+
+async fn setup_tx(url: &str, scratch: &Scratch) -> PostgresStore {
+    let store = scratch.store(url, None).await;
+    store
+        .pool()
+        .get()
+        .await
+        .expect("a connection")
+        .batch_execute(&format!(
+            "CREATE TABLE \"{}\".ledger (id bigserial PRIMARY KEY, key text NOT NULL, \
+             customer text NOT NULL, cents bigint NOT NULL)",
+            scratch.schema
+        ))
+        .await
+        .expect("create the ledger");
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_handler_killed_inside_its_transaction_leaves_nothing() {
+    let Some(url) = pg_url() else {
+        eprintln!("{SKIP}");
+        return;
+    };
+    let scratch = Scratch::new("txin");
+    let store = setup_tx(&url, &scratch).await;
+    let marker = scratch.dir.join("marker");
+    run_and_kill("pg-tx-inside", &url, &scratch, &marker).await;
+
+    // Not half: no effect, and no completed record.
+    assert_eq!(
+        ledger_rows(&store).await,
+        0,
+        "the effect rolled back with the crash"
+    );
+    let key = idem::IdemKey::derive(
+        &idem::Scope::run("run-crash-pg"),
+        "credit_account",
+        idem::identity::KeyMaterial::Args(br#"{"cents":4900,"customer":"acme"}"#),
+    );
+    let record = store.get(&key).await.expect("read");
+    assert!(
+        record
+            .as_ref()
+            .is_none_or(|r| r.state == RecordState::Running),
+        "the record is not settled without its effect: {record:?}"
+    );
+
+    // The same call again: the key is free (nothing can have happened), so it runs — once.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let registry = tx_registry(&store, &scratch, &runs);
+    let result = call_settled(&registry, charge("credit_account")).await;
+    assert!(
+        result.is_completed(),
+        "the repeat runs the effect: {result:?}"
+    );
+    assert_eq!(result.key(), Some(&key));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        ledger_rows(&store).await,
+        1,
+        "exactly one effect in the end"
+    );
+    let record = store.get(&key).await.expect("read").expect("a record");
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(
+        Some(&record.payload.clone().unwrap_or_default()),
+        result.output()
+    );
+
+    // And a third call replays it.
+    let again = registry.call(charge("credit_account")).await;
+    assert!(again.replayed());
+    assert_eq!(ledger_rows(&store).await, 1);
+    scratch.drop_schema(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_handler_killed_after_commit_keeps_both() {
+    let Some(url) = pg_url() else {
+        eprintln!("{SKIP}");
+        return;
+    };
+    let scratch = Scratch::new("txafter");
+    let store = setup_tx(&url, &scratch).await;
+    let marker = scratch.dir.join("marker");
+    run_and_kill("pg-tx-after", &url, &scratch, &marker).await;
+
+    // Not half: the effect and the completed record, together.
+    assert_eq!(ledger_rows(&store).await, 1, "the committed effect stays");
+    let records = store.list(RecordState::Completed, 10).await.expect("list");
+    assert_eq!(records.len(), 1, "the record completed in the same commit");
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let registry = tx_registry(&store, &scratch, &runs);
+    let result = call_settled(&registry, charge("credit_account")).await;
+    assert!(result.replayed(), "a repeat replays: {result:?}");
+    assert_eq!(result.output(), records[0].payload.as_ref());
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran again");
+    assert_eq!(ledger_rows(&store).await, 1);
+    scratch.drop_schema(&store).await;
+}
