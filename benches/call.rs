@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use idem::identity::canonical::to_canonical_vec;
 use idem::{
     MemoryStore, ReadCtx, ReadTool, Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
@@ -114,43 +114,57 @@ fn bench_per_call(c: &mut Criterion) {
         let reg = registry();
         let n = AtomicU64::new(0);
         g.bench_with_input(BenchmarkId::new("fresh_write", label), &args, |b, a| {
-            b.to_async(&rt).iter(|| {
-                let run = n.fetch_add(1, Ordering::Relaxed);
-                let call = ToolCall::new(format!("run-{run}"), tool, a.clone());
-                let reg = &reg;
-                async move { assert!(reg.call(call).await.is_completed()) }
-            })
+            // The call (and its copy of the args) is built outside the timing: the caller
+            // owns its JSON either way.
+            b.to_async(&rt).iter_batched(
+                || {
+                    let run = n.fetch_add(1, Ordering::Relaxed);
+                    ToolCall::new(format!("run-{run}"), tool, a.clone())
+                },
+                |call| {
+                    let reg = &reg;
+                    async move { assert!(reg.call(call).await.is_completed()) }
+                },
+                BatchSize::SmallInput,
+            )
         });
         let reg = registry();
         rt.block_on(reg.call(ToolCall::new("run-replay", tool, args.clone())));
         g.bench_with_input(BenchmarkId::new("replay", label), &args, |b, a| {
-            b.to_async(&rt).iter(|| {
-                let call = ToolCall::new("run-replay", tool, a.clone());
-                let reg = &reg;
-                async move { assert!(reg.call(call).await.replayed()) }
-            })
+            b.to_async(&rt).iter_batched(
+                || ToolCall::new("run-replay", tool, a.clone()),
+                |call| {
+                    let reg = &reg;
+                    async move { assert!(reg.call(call).await.replayed()) }
+                },
+                BatchSize::SmallInput,
+            )
         });
     }
     let reg = registry();
     let args = small_args();
     g.throughput(Throughput::Elements(1));
     g.bench_function("read_via_registry", |b| {
-        b.to_async(&rt).iter(|| {
-            let call = ToolCall::new("run-read", "lookup", args.clone());
-            let reg = &reg;
-            async move { assert!(reg.call(call).await.is_completed()) }
-        })
+        b.to_async(&rt).iter_batched(
+            || ToolCall::new("run-read", "lookup", args.clone()),
+            |call| {
+                let reg = &reg;
+                async move { assert!(reg.call(call).await.is_completed()) }
+            },
+            BatchSize::SmallInput,
+        )
     });
     g.bench_function("read_direct_handler", |b| {
         // The baseline: what a caller without idem does — deserialize, call, serialize.
-        b.to_async(&rt).iter(|| {
-            let args = args.clone();
-            async move {
+        b.to_async(&rt).iter_batched(
+            || args.clone(),
+            |args| async move {
                 let typed: ChargeArgs = serde_json::from_value(args).unwrap();
                 let out = Lookup.call(ReadCtx::for_test("run"), typed).await.unwrap();
                 serde_json::to_value(out).unwrap()
-            }
-        })
+            },
+            BatchSize::SmallInput,
+        )
     });
     g.finish();
 }

@@ -168,7 +168,8 @@ impl Executor {
         decoded: Decoded,
     ) -> Executed {
         let spec = tool.spec();
-        let Some(identity) = decoded.identity.as_ref() else {
+        let Decoded { identity, typed } = decoded;
+        let Some(identity) = identity else {
             return Executed::refused(
                 None,
                 CallError::InvalidArgs {
@@ -184,6 +185,8 @@ impl Executor {
         };
         let key = IdemKey::derive(&call.scope, spec.name(), material);
         tracing::Span::current().record("key", key.as_str());
+        // Moved, not copied: the record shares it.
+        let typed_args = Arc::new(identity.value);
         let req = ClaimRequest {
             key: key.clone(),
             fingerprint: identity.fingerprint,
@@ -192,7 +195,7 @@ impl Executor {
             operation: Some(Operation {
                 scope: call.scope.clone(),
                 intent: call.intent.clone(),
-                args: identity.value.clone(),
+                args: typed_args.clone(),
             }),
         };
 
@@ -214,7 +217,7 @@ impl Executor {
                         "same key, changed parameters: a repeat with other arguments was refused",
                         self.clock.now(),
                     );
-                    notice.refused_args = Some(identity.value.clone());
+                    notice.refused_args = Some((*typed_args).clone());
                     if let Err(e) = self.sink.deliver(&notice).await {
                         tracing::error!(key = %key, error = %e, "escalation sink failed");
                     }
@@ -252,7 +255,9 @@ impl Executor {
             token,
             first_claimed_at: self.clock.now(),
         };
-        self.run_claimed(tool, run, decoded.typed).await
+        // Boxed: the running path's state (attempt, timers, lease renewal) is large, and
+        // keeping it out of the call future keeps replays, the common repeat, from moving it.
+        Box::pin(self.run_claimed(tool, run, typed)).await
     }
 
     /// Runs the handler under a claim the caller holds, retrying keyed downstreams inside the

@@ -346,7 +346,9 @@ impl Registry {
         };
         match tool.kind() {
             ToolKind::Write => self.inner.executor.write(tool, call, args, decoded).await,
-            ToolKind::Read => self.inner.executor.read(tool, call, args, decoded).await,
+            // Boxed: a read's attempt state (timers, retries) would otherwise sit in every
+            // call future, writes and replays included.
+            ToolKind::Read => Box::pin(self.inner.executor.read(tool, call, args, decoded)).await,
         }
     }
 }

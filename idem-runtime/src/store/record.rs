@@ -1,6 +1,7 @@
 //! What a store keeps per key.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -142,8 +143,9 @@ pub struct Operation {
     pub scope: Scope,
     /// The explicit intent id, when the caller gave one.
     pub intent: Option<String>,
-    /// The typed arguments, re-serialized (canonical content).
-    pub args: Value,
+    /// The typed arguments, re-serialized (canonical content). Shared, not copied, between
+    /// the claim, the store's record and what a claim reports back.
+    pub args: Arc<Value>,
 }
 
 /// A reconciler's look at the downstream: when, and what it found.
