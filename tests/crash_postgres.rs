@@ -14,10 +14,10 @@
 //! [`crash_worker`]; run normally, that test does nothing.
 #![cfg(feature = "postgres")]
 
-use std::fs::OpenOptions;
-use std::io::Write;
+mod support;
+
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,23 +25,15 @@ use std::time::{Duration, Instant};
 use idem::store::{Clock, IdemStore, ManualClock, PostgresStore, SystemClock};
 use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
 use idem::{CallError, Outcome, RecordState, Registry, ToolCall};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
+use support::crash::{
+    append_synced, ledger_lines, run_worker_and_kill, unique, worker_runtime, ChargeArgs, DEADLINE,
+    ROLE,
+};
 
-const ROLE: &str = "IDEM_CRASH_ROLE";
 const URL: &str = "IDEM_CRASH_PG_URL";
 const SCHEMA: &str = "IDEM_CRASH_PG_SCHEMA";
 const MARK: &str = "IDEM_CRASH_MARK";
-
-/// Generous bound for a child to get going on a busy CI machine. Only a hang runs into it;
-/// nothing asserts on how long anything took.
-const DEADLINE: Duration = Duration::from_secs(120);
-
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
-struct ChargeArgs {
-    customer: String,
-    cents: i64,
-}
 
 /// Where a worker's handler stops, waiting to be killed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -53,20 +45,6 @@ enum Hang {
     InsideTransaction,
     /// A transactional handler, after its transaction committed.
     AfterCommit,
-}
-
-fn mark(path: &Path, line: &str) -> Result<(), ToolError> {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(ToolError::unknown)?;
-    f.write_all(line.as_bytes()).map_err(ToolError::unknown)?;
-    f.sync_all().map_err(ToolError::unknown)
-}
-
-fn lines(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
 }
 
 /// An ordinary write: its effect is a line in a file ledger.
@@ -88,7 +66,7 @@ impl WriteTool for FileCharge {
 
     async fn call(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
-        mark(&self.ledger, &format!("{} {}\n", ctx.key(), args.cents))?;
+        append_synced(&self.ledger, &format!("{} {}\n", ctx.key(), args.cents))?;
         if self.hang == Hang::AfterFileEffect {
             std::future::pending::<()>().await;
         }
@@ -133,7 +111,7 @@ impl WriteTool for TxCharge {
                         .map_err(|e| ToolError::rejected(format!("not credited: {e}")))?;
                     let id: i64 = row.get(0);
                     if hang == Hang::InsideTransaction {
-                        mark(&marker, "inside the transaction\n")?;
+                        append_synced(&marker, "inside the transaction\n")?;
                         std::future::pending::<()>().await;
                     }
                     Ok(json!({ "entry": id }))
@@ -141,7 +119,7 @@ impl WriteTool for TxCharge {
             })
             .await?;
         if self.hang == Hang::AfterCommit {
-            mark(&self.marker, "committed\n")?;
+            append_synced(&self.marker, "committed\n")?;
             std::future::pending::<()>().await;
         }
         Ok(out)
@@ -156,14 +134,6 @@ fn pg_url() -> Option<String> {
 
 const SKIP: &str = "skipping: IDEM_POSTGRES_URL not set; export \
     IDEM_POSTGRES_URL=postgres://user@127.0.0.1:5432/db (.ci/run does)";
-
-fn unique(tag: &str) -> String {
-    format!(
-        "{tag}_{}_{}",
-        std::process::id(),
-        SystemClock.now().as_millis()
-    )
-}
 
 /// A temp dir and a schema of this test's own, both removed at the end.
 struct Scratch {
@@ -242,12 +212,7 @@ fn crash_worker() {
     let url = std::env::var(URL).expect("IDEM_CRASH_PG_URL");
     let schema = std::env::var(SCHEMA).expect("IDEM_CRASH_PG_SCHEMA");
     let marker = PathBuf::from(std::env::var_os(MARK).expect("IDEM_CRASH_MARK"));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    rt.block_on(async move {
+    worker_runtime().block_on(async move {
         let store = PostgresStore::builder(url)
             .schema(schema)
             .max_connections(4)
@@ -281,43 +246,12 @@ fn crash_worker() {
 /// Starts a worker in `role`, waits until it has written `marker`, and `kill -9`s it.
 async fn run_and_kill(role: &str, url: &str, scratch: &Scratch, marker: &Path) {
     let log = scratch.dir.join(format!("{role}.log"));
-    let log_file = std::fs::File::create(&log).expect("a log file");
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut child = Command::new(exe)
-        .args(["crash_worker", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ROLE, role)
-        .env(URL, url)
-        .env(SCHEMA, &scratch.schema)
-        .env(MARK, marker)
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().expect("a log handle"))
-        .stderr(log_file)
-        .spawn()
-        .expect("start the worker");
-    let started = Instant::now();
-    while lines(marker) == 0 {
-        if let Some(status) = child.try_wait().expect("poll the worker") {
-            panic!(
-                "the worker exited ({status}) before its effect:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = child.kill();
-            panic!(
-                "the worker did not reach its effect:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    child.kill().expect("SIGKILL the worker");
-    let status = child.wait().expect("reap the worker");
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "the worker died by SIGKILL");
-    }
+    let env = [
+        (URL, OsStr::new(url)),
+        (SCHEMA, OsStr::new(&scratch.schema)),
+        (MARK, marker.as_os_str()),
+    ];
+    run_worker_and_kill(role, &env, marker, &log).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -331,7 +265,7 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
     // Migrate before the worker starts, so the parent can clean up whatever happens.
     let setup = scratch.store(&url, None).await;
     run_and_kill("pg-file", &url, &scratch, &ledger).await;
-    assert_eq!(lines(&ledger), 1, "the effect happened once");
+    assert_eq!(ledger_lines(&ledger), 1, "the effect happened once");
 
     // A new process, after the dead worker's lease has passed (clock moved, not waited).
     let clock = ManualClock::new(SystemClock.now().plus(Duration::from_secs(3600)));
@@ -350,7 +284,7 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
     let result = registry
         .call(charge("charge_card").call_id("toolu_after_crash"))
         .await;
-    assert_eq!(lines(&ledger), 1, "still one effect");
+    assert_eq!(ledger_lines(&ledger), 1, "still one effect");
     assert_eq!(
         runs.load(Ordering::SeqCst),
         0,

@@ -13,7 +13,9 @@
 //! only [`crash_worker`]; run normally, that test does nothing.
 #![cfg(feature = "redis")]
 
-use std::fs::OpenOptions;
+mod support;
+
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -25,65 +27,16 @@ use std::time::{Duration, Instant};
 use idem::store::{
     ClaimOutcome, ClaimRequest, Clock, IdemStore, ManualClock, RedisStore, SystemClock,
 };
-use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
 use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
+use support::crash::{
+    ledger_lines, run_worker_and_kill, unique, worker_runtime, LedgerCharge, TempDir, DEADLINE,
+    ROLE,
+};
 
-const ROLE: &str = "IDEM_CRASH_ROLE";
 const URL: &str = "IDEM_CRASH_REDIS_URL";
 const PREFIX: &str = "IDEM_CRASH_PREFIX";
 const LEDGER: &str = "IDEM_CRASH_LEDGER";
-
-/// Generous bound for a child or a server to get going on a busy CI machine. Only a hang
-/// runs into it; nothing asserts on how long anything took.
-const DEADLINE: Duration = Duration::from_secs(120);
-
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
-struct ChargeArgs {
-    customer: String,
-    cents: u64,
-}
-
-/// A write whose downstream is a file ledger (one fsynced line per effect). In the worker
-/// it then hangs, as a handler does when its process is about to die.
-struct Charge {
-    ledger: PathBuf,
-    hang_after_effect: bool,
-    runs: Arc<AtomicUsize>,
-}
-
-impl WriteTool for Charge {
-    type Args = ChargeArgs;
-    type Output = String;
-
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::new("charge_card")
-            .description("Charge a customer's card.")
-            .timeout(Duration::from_secs(3600))
-            .lease(Duration::from_secs(60))
-    }
-
-    async fn call(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        let line = format!("{} {} {}\n", ctx.key(), args.customer, args.cents);
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.ledger)
-            .map_err(ToolError::unknown)?;
-        f.write_all(line.as_bytes()).map_err(ToolError::unknown)?;
-        f.sync_all().map_err(ToolError::unknown)?;
-        if self.hang_after_effect {
-            std::future::pending::<()>().await;
-        }
-        Ok(format!("ch_{}_{}", args.customer, args.cents))
-    }
-}
-
-fn ledger_lines(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
-}
 
 fn charge(customer: &str, cents: u64) -> ToolCall {
     ToolCall::new(
@@ -157,31 +110,6 @@ fn delete_prefix(addr: &str, prefix: &str) {
     }
 }
 
-fn unique(tag: &str) -> String {
-    format!(
-        "{tag}-{}-{}",
-        std::process::id(),
-        SystemClock.now().as_millis()
-    )
-}
-
-/// A fresh directory under the system temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("idem-{}", unique(tag)));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The worker role: claim, perform the effect, hang until killed.
 #[test]
 fn crash_worker() {
@@ -191,19 +119,14 @@ fn crash_worker() {
     let url = std::env::var(URL).expect("IDEM_CRASH_REDIS_URL");
     let prefix = std::env::var(PREFIX).expect("IDEM_CRASH_PREFIX");
     let ledger = PathBuf::from(std::env::var_os(LEDGER).expect("IDEM_CRASH_LEDGER"));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    rt.block_on(async move {
+    worker_runtime().block_on(async move {
         let store = RedisStore::builder(url)
             .prefix(prefix)
             .connect()
             .await
             .expect("connect the store");
         let registry = Registry::builder()
-            .tool(Charge {
+            .tool(LedgerCharge {
                 ledger,
                 hang_after_effect: true,
                 runs: Arc::default(),
@@ -228,44 +151,12 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
     let log = tmp.0.join("worker.log");
     let prefix = format!("idem-crash:{}:", unique("k9"));
 
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let log_file = std::fs::File::create(&log).expect("a log file");
-    let mut child: Child = Command::new(exe)
-        .args(["crash_worker", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ROLE, "redis-worker")
-        .env(URL, &url)
-        .env(PREFIX, &prefix)
-        .env(LEDGER, &ledger)
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().expect("a log handle"))
-        .stderr(log_file)
-        .spawn()
-        .expect("start the worker");
-    let started = Instant::now();
-    while ledger_lines(&ledger) == 0 {
-        if let Some(status) = child.try_wait().expect("poll the worker") {
-            panic!(
-                "the worker exited ({status}) before its effect:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = child.kill();
-            panic!(
-                "the worker did not reach its effect:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-
-    child.kill().expect("SIGKILL the worker");
-    let status = child.wait().expect("reap the worker");
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "the worker died by SIGKILL");
-    }
+    let env = [
+        (URL, OsStr::new(&url)),
+        (PREFIX, OsStr::new(&prefix)),
+        (LEDGER, ledger.as_os_str()),
+    ];
+    run_worker_and_kill("redis-worker", &env, &ledger, &log).await;
     assert_eq!(ledger_lines(&ledger), 1, "the effect happened once");
 
     // A new process, after the dead worker's lease has passed (clock moved, not waited).
@@ -278,7 +169,7 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
         .expect("connect after the crash");
     let runs = Arc::new(AtomicUsize::new(0));
     let registry = Registry::builder()
-        .tool(Charge {
+        .tool(LedgerCharge {
             ledger: ledger.clone(),
             hang_after_effect: false,
             runs: runs.clone(),
@@ -491,7 +382,7 @@ async fn redis_restart_with_aof_loses_nothing() {
     let runs = Arc::new(AtomicUsize::new(0));
     let ledger = tmp.0.join("ledger.txt");
     let registry = Registry::builder()
-        .tool(Charge {
+        .tool(LedgerCharge {
             ledger: ledger.clone(),
             hang_after_effect: false,
             runs: runs.clone(),

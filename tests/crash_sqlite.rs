@@ -7,78 +7,22 @@
 //! only [`crash_worker`]; run normally, that test does nothing.
 #![cfg(feature = "sqlite")]
 
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem::store::{Clock, IdemStore, ManualClock, SqliteStore, SystemClock};
-use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
 use idem::{Outcome, RecordState, Registry, ToolCall};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
+use support::crash::{
+    ledger_lines, run_worker_and_kill, worker_runtime, LedgerCharge, TempDir, ROLE,
+};
 
-const ROLE: &str = "IDEM_CRASH_ROLE";
 const DB: &str = "IDEM_CRASH_DB";
 const LEDGER: &str = "IDEM_CRASH_LEDGER";
-
-/// Generous upper bound for the child to reach its effect (a cold debug binary on a busy
-/// CI machine). Only a hang runs into it; nothing asserts on how long anything took.
-const CHILD_DEADLINE: Duration = Duration::from_secs(120);
-
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
-struct ChargeArgs {
-    customer: String,
-    cents: u64,
-}
-
-/// A write whose downstream is a file ledger: one line per effect, fsynced before the
-/// handler goes on. In the worker it then hangs, as a handler does when the process is
-/// about to die mid-call.
-struct Charge {
-    ledger: PathBuf,
-    hang_after_effect: bool,
-    runs: Arc<AtomicUsize>,
-}
-
-impl WriteTool for Charge {
-    type Args = ChargeArgs;
-    type Output = String;
-
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::new("charge_card")
-            .description("Charge a customer's card.")
-            // Long enough that neither the timeout nor a missed renewal settles the record
-            // before the kill: the only way out of `running` must be the crash.
-            .timeout(Duration::from_secs(3600))
-            .lease(Duration::from_secs(60))
-    }
-
-    async fn call(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        let line = format!("{} {} {}\n", ctx.key(), args.customer, args.cents);
-        append_synced(&self.ledger, &line).map_err(ToolError::unknown)?;
-        if self.hang_after_effect {
-            std::future::pending::<()>().await;
-        }
-        Ok(format!("ch_{}", &ctx.key().as_str()[5..13]))
-    }
-}
-
-fn append_synced(path: &Path, line: &str) -> std::io::Result<()> {
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-    f.write_all(line.as_bytes())?;
-    f.sync_all()
-}
-
-fn ledger_lines(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .map(|s| s.lines().count())
-        .unwrap_or(0)
-}
 
 fn the_call() -> ToolCall {
     ToolCall::new(
@@ -98,15 +42,10 @@ fn crash_worker() {
     }
     let db = PathBuf::from(std::env::var_os(DB).expect("IDEM_CRASH_DB"));
     let ledger = PathBuf::from(std::env::var_os(LEDGER).expect("IDEM_CRASH_LEDGER"));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    rt.block_on(async move {
+    worker_runtime().block_on(async move {
         let store = SqliteStore::open(&db).await.expect("open the store");
         let registry = Registry::builder()
-            .tool(Charge {
+            .tool(LedgerCharge {
                 ledger,
                 hang_after_effect: true,
                 runs: Arc::default(),
@@ -122,39 +61,6 @@ fn crash_worker() {
     });
 }
 
-fn spawn_worker(db: &Path, ledger: &Path, log: &Path) -> Child {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let log_file = std::fs::File::create(log).expect("a log file");
-    Command::new(exe)
-        .args(["crash_worker", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ROLE, "worker")
-        .env(DB, db)
-        .env(LEDGER, ledger)
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().expect("a log handle"))
-        .stderr(log_file)
-        .spawn()
-        .expect("start the worker process")
-}
-
-/// A fresh directory under the system temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = SystemClock.now().as_millis();
-        let dir = std::env::temp_dir().join(format!("idem-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_between_claim_and_settle_leaves_unknown() {
     let tmp = TempDir::new("crash-sqlite");
@@ -162,35 +68,10 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
     let ledger = tmp.0.join("ledger.txt");
     let log = tmp.0.join("worker.log");
 
-    // 1. The worker claims, commits the effect to the ledger, and hangs inside the handler.
-    let mut child = spawn_worker(&db, &ledger, &log);
-    let started = Instant::now();
-    while ledger_lines(&ledger) == 0 {
-        if let Some(status) = child.try_wait().expect("poll the worker") {
-            panic!(
-                "the worker exited ({status}) before its effect:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        if started.elapsed() > CHILD_DEADLINE {
-            let _ = child.kill();
-            panic!(
-                "the worker did not reach its effect:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-
+    // 1. The worker claims, commits the effect to the ledger, and hangs inside the handler;
     // 2. kill -9: no destructor, no settle, no release.
-    child.kill().expect("SIGKILL the worker");
-    let status = child.wait().expect("reap the worker");
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "the worker died by SIGKILL");
-    }
-    assert!(!status.success());
+    let env = [(DB, db.as_os_str()), (LEDGER, ledger.as_os_str())];
+    run_worker_and_kill("worker", &env, &ledger, &log).await;
     assert_eq!(ledger_lines(&ledger), 1, "the effect happened exactly once");
 
     // 3. A new process opens the same file after the dead worker's lease has passed (the
@@ -203,7 +84,7 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
         .expect("reopen the store after the crash");
     let runs = Arc::new(AtomicUsize::new(0));
     let registry = Registry::builder()
-        .tool(Charge {
+        .tool(LedgerCharge {
             ledger: ledger.clone(),
             hang_after_effect: false,
             runs: runs.clone(),
