@@ -319,7 +319,7 @@ impl Reconciler {
         let run = ClaimedRun {
             scope: &operation.scope,
             call_id: None,
-            args: &*operation.args,
+            args: &operation.args,
             key: record.key.clone(),
             token,
             first_claimed_at: record.created_at,

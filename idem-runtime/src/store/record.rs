@@ -1,8 +1,8 @@
 //! What a store keeps per key.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::OnceLock;
 
 use serde_json::Value;
