@@ -5,9 +5,10 @@
 //!     cargo bench -p idem-runtime --all-features --bench stores
 //! ```
 //!
-//! MemoryStore always runs; Redis and Postgres run when their variable is set (otherwise the
-//! bench says it skipped them). Each iteration claims a fresh key and settles it completed,
-//! exactly what the executor does around a handler. Network backends are measured over
+//! MemoryStore and SQLite (both sync modes, on a temp file) always run; Redis and Postgres
+//! run when their variable is set (otherwise the bench says it skipped them). Each iteration
+//! claims a fresh key and settles it completed, exactly what the executor does around a
+//! handler. Network backends are measured over
 //! loopback, so the numbers are a floor: add your network's round-trip time per call
 //! (Redis: 2 round trips; Postgres: 2 in the common case).
 use std::hint::black_box;
@@ -74,6 +75,20 @@ fn stores(c: &mut Criterion) {
         .build()
         .expect("a runtime");
     bench_store(c, &rt, "memory", Arc::new(MemoryStore::new()));
+
+    // SQLite on a temp file, once per sync mode (FULL fsyncs every commit, NORMAL does not).
+    #[cfg(feature = "sqlite")]
+    for (name, sync) in [
+        ("sqlite_full", idem_runtime::store::SqliteSync::Full),
+        ("sqlite_normal", idem_runtime::store::SqliteSync::Normal),
+    ] {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let store = idem_runtime::store::SqliteStore::builder(dir.path().join("idem.db"))
+            .sync(sync)
+            .open_blocking()
+            .expect("open SQLite");
+        bench_store(c, &rt, name, Arc::new(store));
+    }
 
     #[cfg(feature = "redis")]
     match std::env::var("IDEM_REDIS_URL") {

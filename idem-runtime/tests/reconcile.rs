@@ -350,7 +350,10 @@ async fn not_found_after_the_bound_frees_the_intent_to_run_again() {
         s.in_flight_bound(Duration::from_secs(60))
     });
     let first = w.call().await;
-    w.clock.advance(Duration::from_secs(61));
+    // Not yet: the send may land until its start + timeout (30 s) + twice the bound.
+    w.clock.advance(Duration::from_secs(149));
+    assert_eq!(w.pass().await, [Action::Waiting]);
+    w.clock.advance(Duration::from_secs(2));
     assert_eq!(w.pass().await, [Action::Released]);
     assert_eq!(w.state(&first).await, None);
     let again = w.call().await;

@@ -25,6 +25,8 @@ pub(crate) enum AttemptEnd {
 
 pub(crate) type CaughtFuture = BoxFuture<'static, Result<Result<Value, ToolError>, String>>;
 
+pub(crate) use crate::store::deadline_after;
+
 /// Wraps a handler future so a panic becomes a value.
 pub(crate) fn catch(fut: BoxFuture<'static, Result<Value, ToolError>>) -> CaughtFuture {
     Box::pin(
@@ -59,14 +61,14 @@ pub(crate) async fn run(
     timeout: Duration,
     lease: Option<Lease<'_>>,
 ) -> AttemptEnd {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = deadline_after(timeout);
     // A lease that outlasts the deadline needs no renewal during this attempt.
     let renew_every = lease
         .as_ref()
         .map(|l| (l.lease / 3).max(Duration::from_millis(10)))
         .filter(|every| *every < timeout);
     loop {
-        let next_renewal = renew_every.map(|e| tokio::time::Instant::now() + e);
+        let next_renewal = renew_every.map(deadline_after);
         let wake = match next_renewal {
             Some(r) if r < deadline => r,
             _ => deadline,
@@ -84,7 +86,10 @@ pub(crate) async fn run(
                     return AttemptEnd::TimedOut(fut);
                 }
                 if let Some(l) = &lease {
-                    if let Err(e) = l.store.renew(l.key, l.token, l.lease).await {
+                    // Bounded by the attempt's deadline: a hanging store must not hold the
+                    // timeout back.
+                    let renewal = tokio::time::timeout_at(deadline, l.store.renew(l.key, l.token, l.lease));
+                    if let Ok(Err(e)) = renewal.await {
                         // The handler keeps running: stopping it now would not undo an effect.
                         // Settling later will be refused if someone took over; that is logged.
                         tracing::warn!(key = %l.key, error = %e, "could not renew the claim's lease");

@@ -18,7 +18,7 @@ use crate::reconcile::{Escalation, EscalationSink};
 use crate::registry::call::ToolCall;
 use crate::store::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation, Record,
-    RecordState, Settlement, Timestamp,
+    RecordState, Settlement, StoreError, Timestamp,
 };
 use crate::tool::erased::{Ctx, Decoded};
 use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
@@ -33,6 +33,31 @@ pub(crate) struct ClaimedRun<'a> {
     pub(crate) token: ClaimToken,
     /// When the operation was first claimed: the safe retry window counts from here.
     pub(crate) first_claimed_at: Timestamp,
+    /// An earlier attempt of this operation ended *unknown* (a reconciler's retry): a
+    /// "rejected" now cannot prove that nothing happened.
+    pub(crate) prior_unknown: bool,
+}
+
+/// How the evidence of an attempt that hit its timeout begins: its handler may still be
+/// running and report a late result.
+pub(crate) const TIMED_OUT: &str = "timed out after";
+
+/// True for the evidence of an attempt that hit its timeout.
+pub(crate) fn timed_out(attempt: &AttemptRecord) -> bool {
+    attempt
+        .message
+        .as_deref()
+        .is_some_and(|m| m.starts_with(TIMED_OUT))
+}
+
+/// A timed-out attempt whose handler keeps running in the background.
+struct LateAttempt {
+    key: IdemKey,
+    token: ClaimToken,
+    attempt: u32,
+    started_at: Timestamp,
+    /// Drop the handler this long after its timeout (the tool's in-flight bound).
+    abandon_after: Option<Duration>,
 }
 
 /// What the executor needs besides the tool: the store, the clock, and its policies.
@@ -159,6 +184,12 @@ fn outcome_of(result: Result<Value, ToolError>) -> Outcome {
 }
 
 impl Executor {
+    /// The store as a trait object: calling through the `Arc` would pick the blanket
+    /// `impl IdemStore for Arc<S>` and box every store future twice.
+    fn store(&self) -> &dyn IdemStore {
+        &*self.store
+    }
+
     /// Runs a write: derive key → claim → run under timeout → classify → settle.
     pub(crate) async fn write(
         &self,
@@ -201,7 +232,7 @@ impl Executor {
 
         let mut waited = false;
         let token = loop {
-            let claimed = match self.store.claim(&req).await {
+            let claimed = match self.store().claim(&req).await {
                 Ok(c) => c,
                 Err(e) => return Executed::refused(Some(key), CallError::Store(e)),
             };
@@ -231,7 +262,7 @@ impl Executor {
                         return Executed::refused(Some(key.clone()), CallError::InFlight { key });
                     }
                     waited = true;
-                    if let Err(e) = self.store.wait_settled(&key, self.in_flight_wait).await {
+                    if let Err(e) = self.store().wait_settled(&key, self.in_flight_wait).await {
                         return Executed::refused(Some(key), CallError::Store(e));
                     }
                     // Claim again: the record may now be settled (replay), released (ours to
@@ -254,6 +285,7 @@ impl Executor {
             key,
             token,
             first_claimed_at: self.clock.now(),
+            prior_unknown: false,
         };
         // Boxed: the running path's state (attempt, timers, lease renewal) is large, and
         // keeping it out of the call future keeps replays, the common repeat, from moving it.
@@ -275,6 +307,7 @@ impl Executor {
             key,
             token,
             first_claimed_at: claimed_at,
+            prior_unknown,
         } = run;
         let spec = tool.spec();
         let keyed = spec.downstream_kind() == Downstream::Keyed;
@@ -304,7 +337,7 @@ impl Executor {
                 },
             };
             let started_at = self.clock.now();
-            let deadline = tokio::time::Instant::now() + spec.timeout_duration();
+            let deadline = attempt::deadline_after(spec.timeout_duration());
             let ctx = WriteCtx::new(
                 ReadCtx::new(
                     scope.clone(),
@@ -335,10 +368,17 @@ impl Executor {
                 }
                 AttemptEnd::Panicked(p) => (None, Some(format!("handler panicked: {p}"))),
                 AttemptEnd::TimedOut(fut) => {
-                    self.watch_late_result(fut, key.clone(), token, attempt);
+                    let late = LateAttempt {
+                        key: key.clone(),
+                        token,
+                        attempt,
+                        started_at,
+                        abandon_after: spec.in_flight_bound_duration(),
+                    };
+                    self.watch_late_result(fut, late);
                     (
                         None,
-                        Some(format!("timed out after {:?}", spec.timeout_duration())),
+                        Some(format!("{TIMED_OUT} {:?}", spec.timeout_duration())),
                     )
                 }
             };
@@ -359,15 +399,44 @@ impl Executor {
             let in_window = claimed_at.plus(spec.window_duration()) > self.clock.now();
             if retryable && keyed && attempt < max_attempts && in_window {
                 tokio::time::sleep(self.retry.backoff(attempt)).await;
-                if let Err(e) = self.store.renew(&key, token, spec.lease_duration()).await {
-                    tracing::warn!(key = %key, error = %e, "lease renewal before retry failed");
+                match self.store().renew(&key, token, spec.lease_duration()).await {
+                    Ok(()) => {}
+                    // Someone took the record over (its lease passed during the backoff and a
+                    // reconciler or a person acted): sending again would race them.
+                    Err(e @ StoreError::StaleToken { .. }) => {
+                        tracing::warn!(key = %key, error = %e, attempts = ?evidence,
+                            "claim lost before a retry; not sending again");
+                        return Executed {
+                            key: Some(key),
+                            result: Ok(Outcome::Unknown {
+                                reason: "the claim was taken over while waiting to retry"
+                                    .to_owned(),
+                            }),
+                            replayed: false,
+                            attempts: attempt,
+                        };
+                    }
+                    Err(e) => {
+                        tracing::warn!(key = %key, error = %e, "lease renewal before retry failed")
+                    }
                 }
                 attempt += 1;
                 continue;
             }
 
-            let result =
+            let mut result =
                 result.unwrap_or_else(|| Err(ToolError::unknown(message.unwrap_or_default())));
+            // A rejection proves nothing happened only for this attempt. If an earlier one
+            // ended unknown, its effect may have landed: keep the record, say unknown.
+            let earlier_unknown = prior_unknown
+                || evidence[..evidence.len() - 1]
+                    .iter()
+                    .any(|a| a.class == OutcomeClass::Unknown);
+            if let (true, Err(ToolError::Rejected { message })) = (earlier_unknown, &result) {
+                result = Err(ToolError::unknown(format!(
+                    "rejected now ({message}), but an earlier attempt's outcome is unknown"
+                )));
+            }
             return self.settle(key, token, result, evidence, attempt).await;
         }
     }
@@ -388,14 +457,14 @@ impl Executor {
         };
         let Some(settlement) = settlement_of(&result) else {
             // Rejected before execution: free the key so the same intent may run again.
-            if let Err(e) = self.store.release(&key, token).await {
+            if let Err(e) = self.store().release(&key, token).await {
                 tracing::error!(key = %key, error = %e,
                     "could not release a rejected claim; it will turn unknown when its lease passes");
             }
             return done(outcome_of(result));
         };
         match self
-            .store
+            .store()
             .settle(&key, token, settlement.attempts(evidence.clone()))
             .await
         {
@@ -414,24 +483,40 @@ impl Executor {
     }
 
     /// Keeps a timed-out handler running; when it ends, its result settles the record it
-    /// left *unknown* (same token) or, if someone has moved the record on, is logged.
-    fn watch_late_result(&self, fut: CaughtFuture, key: IdemKey, token: ClaimToken, attempt: u32) {
+    /// left *unknown* (same token) or, if someone has moved the record on, is logged. A tool
+    /// that declares an in-flight bound has its handler dropped once that bound has passed
+    /// after the timeout, so the bound the reconciler relies on holds in this process too.
+    fn watch_late_result(&self, fut: CaughtFuture, late: LateAttempt) {
         let store = self.store.clone();
         let clock = self.clock.clone();
-        let started_at: Timestamp = clock.now();
+        let LateAttempt {
+            key,
+            token,
+            attempt,
+            started_at,
+            abandon_after,
+        } = late;
         tokio::spawn(
             async move {
-                let late = fut.await;
-                let (settlement, class, message) = match &late {
-                    Ok(r) => (
+                let outcome = match abandon_after {
+                    Some(bound) => tokio::time::timeout(bound, fut).await.ok(),
+                    None => Some(fut.await),
+                };
+                let (settlement, class, message) = match &outcome {
+                    Some(Ok(r)) => (
                         settlement_of(r),
                         class_of_result(r),
                         r.as_ref().err().map(ToString::to_string),
                     ),
-                    Err(p) => (
+                    Some(Err(p)) => (
                         None,
                         OutcomeClass::Unknown,
                         Some(format!("handler panicked: {p}")),
+                    ),
+                    None => (
+                        None,
+                        OutcomeClass::Unknown,
+                        Some("still running at its in-flight bound; dropped".to_owned()),
                     ),
                 };
                 let evidence = AttemptRecord {
@@ -444,15 +529,17 @@ impl Executor {
                         message.as_deref().unwrap_or(class.as_str())
                     )),
                 };
-                // While this call is still retrying under the claim, its own settle will
-                // record the outcome; a late result then is only evidence, in the log.
-                // The executor settles right after it gives up on the attempt; let it.
-                match store.wait_settled(&key, Duration::from_secs(60)).await {
-                    Ok(Some(r)) if r.token == token && r.state == RecordState::Unknown => {}
-                    _ => {
-                        tracing::info!(key = %key, late = ?late, evidence = ?evidence,
-                            "late result of a timed-out attempt; the record has moved on");
-                        return;
+                // The executor may still be retrying under this claim; wait for it to settle
+                // (however long its attempts take), then settle only what it left unknown.
+                loop {
+                    match store.wait_settled(&key, Duration::from_secs(60)).await {
+                        Ok(Some(r)) if r.token == token && r.state == RecordState::Running => continue,
+                        Ok(Some(r)) if r.token == token && r.state == RecordState::Unknown => break,
+                        _ => {
+                            tracing::info!(key = %key, late = ?outcome, evidence = ?evidence,
+                                "late result of a timed-out attempt; the record has moved on");
+                            return;
+                        }
                     }
                 }
                 // A late "rejected" or panic is only evidence: the record stays unknown.
@@ -465,7 +552,7 @@ impl Executor {
                 {
                     Ok(()) => tracing::info!(key = %key, class = %class, "late result recorded"),
                     Err(e) => {
-                        tracing::warn!(key = %key, error = %e, late = ?late, evidence = ?evidence,
+                        tracing::warn!(key = %key, error = %e, late = ?outcome, evidence = ?evidence,
                         "late result of a timed-out attempt could not be recorded")
                     }
                 }
@@ -503,7 +590,7 @@ impl Executor {
                     }
                 },
             };
-            let deadline = tokio::time::Instant::now() + spec.timeout_duration();
+            let deadline = attempt::deadline_after(spec.timeout_duration());
             let ctx = ReadCtx::new(
                 call.scope.clone(),
                 call.call_id.clone(),

@@ -5,6 +5,8 @@
 //! insertion order through the `preserve_order` feature (cargo unifies features), and then
 //! two spellings of one operation would hash to two keys — a duplicate charge.
 
+use std::io::Write as _;
+
 use serde_json::Value;
 
 /// Writes the canonical form of `value` into `out`.
@@ -17,7 +19,8 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        // `Display` is exactly what `Number::to_string` gave, without the heap string.
+        Value::Number(n) => write!(out, "{n}").expect("writing to a Vec cannot fail"),
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
             out.push(b'[');
@@ -30,20 +33,35 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
             out.push(b']');
         }
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push(b'{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_string(k, out);
-                out.push(b':');
-                write_canonical(v, out);
+            // The default map iterates in key order already; checking that is cheap and
+            // skips the sort's allocation. Under `preserve_order` the check fails and we sort:
+            // correctness never depends on which map serde_json was built with.
+            let sorted = map
+                .keys()
+                .zip(map.keys().skip(1))
+                .all(|(a, b)| a.as_bytes() < b.as_bytes());
+            if sorted {
+                write_entries(map.iter(), out);
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+                write_entries(entries.into_iter(), out);
             }
-            out.push(b'}');
         }
     }
+}
+
+fn write_entries<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut Vec<u8>) {
+    out.push(b'{');
+    for (i, (k, v)) in entries.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_string(k, out);
+        out.push(b':');
+        write_canonical(v, out);
+    }
+    out.push(b'}');
 }
 
 /// Returns the canonical form of `value` (see [`write_canonical`]).
@@ -54,6 +72,15 @@ pub fn to_canonical_vec(value: &Value) -> Vec<u8> {
 }
 
 fn write_string(s: &str, out: &mut Vec<u8>) {
+    // serde_json escapes exactly the control characters, `"` and `\`; a string without any
+    // of them (almost every one) is written as is, the same bytes serde_json would write.
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
     // serde_json's string escaping is exact and cannot fail for a `str` written to a Vec.
     serde_json::to_writer(&mut *out, s).expect("writing a JSON string to a Vec cannot fail");
 }

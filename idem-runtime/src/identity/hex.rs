@@ -10,6 +10,14 @@ pub(crate) fn encode_hex(bytes: &[u8], out: &mut String) {
     }
 }
 
+/// Writes `2 * bytes.len()` hex digits into the start of `out`.
+pub(crate) fn encode_hex_into(bytes: &[u8], out: &mut [u8]) {
+    for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = DIGITS[(b >> 4) as usize];
+        pair[1] = DIGITS[(b & 0xf) as usize];
+    }
+}
+
 pub(crate) fn decode_hex32(s: &str) -> Option<[u8; 32]> {
     let s = s.as_bytes();
     if s.len() != 64 {

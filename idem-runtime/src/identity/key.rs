@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::hex::{decode_hex32, encode_hex};
+use super::hex::{decode_hex32, encode_hex_into};
 
 /// Where saved results may be replayed: a run, optionally narrowed to a tenant and principal.
 ///
@@ -121,10 +121,12 @@ impl IdemKey {
         part(material.tag());
         part(material.bytes());
         let digest: [u8; 32] = h.finalize().into();
-        let mut s = String::with_capacity(Self::LEN);
-        s.push_str(PREFIX);
-        encode_hex(&digest, &mut s);
-        IdemKey(s.into())
+        // Formatted on the stack: the `Arc<str>` is the key's only allocation.
+        let mut text = [0u8; Self::LEN];
+        text[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
+        encode_hex_into(&digest, &mut text[PREFIX.len()..]);
+        let text = std::str::from_utf8(&text).expect("`idem:` and hex digits are ASCII");
+        IdemKey(Arc::from(text))
     }
 
     /// Parses a key printed earlier (by [`IdemKey::as_str`], a store or the CLI).

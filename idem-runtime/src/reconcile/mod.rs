@@ -189,6 +189,31 @@ impl Reconciler {
             return self.retry(&tool, &record, &operation, typed).await;
         }
 
+        // An attempt that timed out may still be running (in this process or another) and
+        // report its late result; give it that chance before reading back or escalating.
+        // Its handler is dropped `in_flight` after the timeout (without a bound, allow it one
+        // more timeout). A handler that itself returned "unknown" has nothing more to say.
+        if record.state == RecordState::Unknown {
+            let grace = spec
+                .in_flight_bound_duration()
+                .unwrap_or_else(|| spec.timeout_duration());
+            let last_timeout = record
+                .attempts
+                .iter()
+                .filter(|a| crate::executor::timed_out(a))
+                .map(|a| a.finished_at)
+                .max();
+            if let Some(end) = last_timeout.filter(|end| now < end.plus(grace)) {
+                return decision(
+                    Action::Waiting,
+                    format!(
+                        "the last attempt may still report a late result until {}",
+                        end.plus(grace)
+                    ),
+                );
+            }
+        }
+
         // Read-back: the only way to settle without sending again.
         let ctx = ReadBackCtx {
             key: record.key.clone(),
@@ -271,7 +296,9 @@ impl Reconciler {
                         .await
                         .unwrap_or_else(|d| d);
                 };
-                // The original may land until `bound` after the last send.
+                // The last send may have left its handler as late as its timeout plus the
+                // bound (the executor drops it then), and the downstream may commit up to the
+                // bound after that.
                 let last_send = record
                     .attempts
                     .iter()
@@ -279,7 +306,11 @@ impl Reconciler {
                     .map(|a| a.started_at)
                     .max()
                     .unwrap_or(record.created_at);
-                if now < last_send.plus(bound) {
+                let settled_by = last_send
+                    .plus(spec.timeout_duration())
+                    .plus(bound)
+                    .plus(bound);
+                if now < settled_by {
                     self.note(&record, evidence).await;
                     return decision(
                         Action::Waiting,
@@ -323,6 +354,7 @@ impl Reconciler {
             key: record.key.clone(),
             token,
             first_claimed_at: record.created_at,
+            prior_unknown: record.state == RecordState::Unknown,
         };
         let executed = self.registry.executor().run_claimed(tool, run, typed).await;
         let detail = match &executed.result {

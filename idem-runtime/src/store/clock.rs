@@ -72,6 +72,15 @@ impl fmt::Display for Timestamp {
     }
 }
 
+/// `now + d` on tokio's clock, saturating at a deadline a century away: a caller's
+/// `Duration::MAX` ("wait as long as it takes") must not overflow `Instant` and panic.
+pub(crate) fn deadline_after(d: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 /// A source of wall-clock time.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Now.

@@ -1,6 +1,7 @@
 //! The default store: in process memory, sharded, gone when the process exits.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,7 +23,45 @@ struct Slot {
     settled: Option<Arc<Notify>>,
 }
 
-type Shard = Mutex<HashMap<IdemKey, Slot>>;
+type Map = HashMap<IdemKey, Slot, BuildHasherDefault<KeyHasher>>;
+type Shard = Mutex<Map>;
+
+/// Hashes an [`IdemKey`] by reading 16 of its hex digits instead of running SipHash over
+/// all 69 bytes.
+///
+/// A key's digits are a SHA-256 digest, so they are already uniform: decoding them is as
+/// good a hash as any. (Flooding one bucket would mean grinding SHA-256 preimages, one real
+/// call per colliding key.) The shard index uses digits 0–1; the map uses digits 2–17, so
+/// keys in one shard still spread over its buckets. Anything not shaped like a key (it
+/// cannot happen: `IdemKey` only holds keys) falls back to a multiplicative fold.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        if bytes.len() == IdemKey::LEN {
+            if let Some(digits) = bytes.get(7..23) {
+                let n = digits
+                    .iter()
+                    .fold(0u64, |acc, b| (acc << 4) | u64::from(nibble(*b)));
+                self.0 ^= n;
+                return;
+            }
+        }
+        for b in bytes {
+            self.write_u8(*b);
+        }
+    }
+
+    fn write_u8(&mut self, b: u8) {
+        // A bijection of the state: uniform stays uniform (`str`'s hash ends with 0xff).
+        self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// An in-memory [`IdemStore`]: the default, for one process.
 ///
@@ -58,7 +97,7 @@ impl MemoryStore {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
             inner: Arc::new(Inner {
-                shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
                 clock,
                 retention: Retention::default(),
             }),
@@ -68,7 +107,7 @@ impl MemoryStore {
     /// Sets the retention windows. Call before sharing the store.
     pub fn retention(self, retention: Retention) -> Self {
         let inner = Inner {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
             clock: self.inner.clock.clone(),
             retention,
         };
@@ -87,7 +126,7 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn shard(&self, key: &IdemKey) -> MutexGuard<'_, HashMap<IdemKey, Slot>> {
+    fn shard(&self, key: &IdemKey) -> MutexGuard<'_, Map> {
         // Keys are SHA-256 hex: their digits are already uniformly distributed.
         let hex = &key.as_str().as_bytes()[5..7];
         let n = hex
@@ -97,7 +136,7 @@ impl MemoryStore {
     }
 
     /// Looks a key up with time applied; removes it if its tombstone has lapsed.
-    fn aged<'m>(&self, map: &'m mut HashMap<IdemKey, Slot>, key: &IdemKey) -> Option<&'m mut Slot> {
+    fn aged<'m>(&self, map: &'m mut Map, key: &IdemKey) -> Option<&'m mut Slot> {
         let now = self.inner.clock.now();
         let gone = match map.get_mut(key) {
             None => return None,
@@ -249,7 +288,7 @@ impl IdemStore for MemoryStore {
         key: &IdemKey,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = super::deadline_after(timeout);
         loop {
             let notify = {
                 let mut map = self.shard(key);

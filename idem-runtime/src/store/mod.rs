@@ -35,6 +35,7 @@ pub use self::postgres::{PostgresStore, PostgresStoreBuilder};
 pub use self::redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
+pub(crate) use clock::deadline_after;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use memory::MemoryStore;
 pub use record::{
@@ -174,7 +175,7 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
         key: &IdemKey,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut pause = Duration::from_millis(2);
         loop {
             let record = self.get(key).await?;

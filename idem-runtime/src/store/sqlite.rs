@@ -927,7 +927,7 @@ impl IdemStore for SqliteStore {
         key: &IdemKey,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = super::deadline_after(timeout);
         let mut pause = Duration::from_millis(2);
         loop {
             // Registered before looking, so a write in between still wakes us.

@@ -75,10 +75,11 @@ impl ToolSpec {
         }
     }
 
-    /// How long after an attempt was sent its effect can still land downstream (e.g. the
-    /// downstream's own request timeout plus queueing). Only once this has passed does a
-    /// read-back's "not found" mean "did not happen"; without it, "not found" never does and
-    /// the reconciler escalates instead.
+    /// How long after its timeout an attempt's effect can still land downstream (the
+    /// downstream's own request timeout plus queueing). The executor drops a timed-out
+    /// handler this long after its timeout, and a read-back's "not found" only means "did
+    /// not happen" once the last attempt's start + timeout + twice this bound has passed.
+    /// Without it, "not found" never does, and the reconciler escalates instead.
     pub fn in_flight_bound(mut self, bound: Duration) -> Self {
         self.in_flight_bound = Some(bound);
         self
