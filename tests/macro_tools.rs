@@ -16,7 +16,18 @@ struct ChargeArgs {
     cents: u64,
 }
 
-static CHARGES: AtomicU32 = AtomicU32::new(0);
+/// The downstream's ledger: one idempotency key per charge. Tests in this binary run in
+/// parallel, so each counts only the charges under its own key.
+static CHARGES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn charges_under(key: &idem::IdemKey) -> usize {
+    CHARGES
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|k| *k == key.as_str())
+        .count()
+}
 
 /// Charge a customer's card
 /// for one invoice.
@@ -32,7 +43,7 @@ static CHARGES: AtomicU32 = AtomicU32::new(0);
     destructive
 )]
 async fn charge_card(ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
-    CHARGES.fetch_add(1, Ordering::SeqCst);
+    CHARGES.lock().unwrap().push(ctx.key().to_string());
     Ok(format!(
         "{}:{}:{}",
         args.customer,
@@ -188,7 +199,6 @@ async fn calls_run_and_writes_replay() {
     assert_eq!(billing.helper(), 7);
     let registry = registry(billing.clone());
 
-    let before = CHARGES.load(Ordering::SeqCst);
     let call = || {
         ToolCall::new(
             "run-1",
@@ -202,7 +212,7 @@ async fn calls_run_and_writes_replay() {
     assert!(!first.replayed());
     assert!(second.replayed());
     assert_eq!(first.output(), second.output());
-    assert_eq!(CHARGES.load(Ordering::SeqCst) - before, 1);
+    assert_eq!(charges_under(first.key().unwrap()), 1);
 
     let listed = registry
         .call(ToolCall::new(

@@ -49,6 +49,18 @@ pub struct Decision {
     pub detail: String,
 }
 
+impl Decision {
+    fn on(record: &Record, action: Action, detail: impl Into<String>) -> Decision {
+        Decision {
+            key: record.key.clone(),
+            tool: record.tool.clone(),
+            from: record.state,
+            action,
+            detail: detail.into(),
+        }
+    }
+}
+
 /// What the reconciler did with one record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -143,13 +155,7 @@ impl Reconciler {
     }
 
     async fn decide(&self, record: Record) -> Decision {
-        let decision = |action, detail: String| Decision {
-            key: record.key.clone(),
-            tool: record.tool.clone(),
-            from: record.state,
-            action,
-            detail,
-        };
+        let decision = |action, detail: String| Decision::on(&record, action, detail);
         let tool = match self.registry.get(&record.tool) {
             Some(t) if t.kind() == ToolKind::Write => t.clone(),
             _ => {
@@ -361,13 +367,7 @@ impl Reconciler {
             Ok(o) => format!("retried with the same key: {}", o.class()),
             Err(e) => format!("retried with the same key: {e}"),
         };
-        Decision {
-            key: record.key.clone(),
-            tool: record.tool.clone(),
-            from: record.state,
-            action: Action::Retried,
-            detail,
-        }
+        Decision::on(record, Action::Retried, detail)
     }
 
     /// Frees a key whose effect provably never happened.
@@ -391,13 +391,7 @@ impl Reconciler {
             }
             Err(_) => Action::Waiting,
         };
-        Decision {
-            key: record.key.clone(),
-            tool: record.tool.clone(),
-            from: record.state,
-            action,
-            detail,
-        }
+        Decision::on(record, action, detail)
     }
 
     /// Appends read-back evidence to an unknown record (pending records keep only the latest
@@ -421,12 +415,12 @@ impl Reconciler {
         self.store()
             .reclaim(&record.key, record.token, lease)
             .await
-            .map_err(|e| Decision {
-                key: record.key.clone(),
-                tool: record.tool.clone(),
-                from: record.state,
-                action: Action::Waiting,
-                detail: format!("someone else moved the record on: {e}"),
+            .map_err(|e| {
+                Decision::on(
+                    record,
+                    Action::Waiting,
+                    format!("someone else moved the record on: {e}"),
+                )
             })
     }
 
@@ -447,12 +441,8 @@ impl Reconciler {
         self.store()
             .settle(&record.key, token, s)
             .await
-            .map_err(|e| Decision {
-                key: record.key.clone(),
-                tool: record.tool.clone(),
-                from: record.state,
-                action: Action::Waiting,
-                detail: format!("could not escalate: {e}"),
+            .map_err(|e| {
+                Decision::on(record, Action::Waiting, format!("could not escalate: {e}"))
             })?;
         let now = self.now();
         let escalated = self.store().get(&record.key).await.ok().flatten();
@@ -460,13 +450,7 @@ impl Reconciler {
         if let Err(e) = self.sink.deliver(&escalation).await {
             tracing::error!(key = %record.key, error = %e, "escalation sink failed; the record stays escalated");
         }
-        Ok(Decision {
-            key: record.key.clone(),
-            tool: record.tool.clone(),
-            from: record.state,
-            action: Action::Escalated,
-            detail: reason.to_owned(),
-        })
+        Ok(Decision::on(record, Action::Escalated, reason.to_owned()))
     }
 }
 
