@@ -373,6 +373,14 @@ enum Write {
     Delete,
 }
 
+/// What a successful transition leaves behind.
+enum Then {
+    /// The changed record (and whether it is held by a transactional handler).
+    Put { tx_effect: bool },
+    /// Nothing: the key is free.
+    Delete,
+}
+
 /// The result of a locked operation.
 enum Locked<T> {
     Done(T),
@@ -635,6 +643,37 @@ impl PostgresStore {
     }
 
     /// Reads `key`'s row `FOR UPDATE` in a transaction, lets `f` decide, writes and commits.
+    /// Locks `key`, applies time, then `rule`: on success writes what `rule` says; on
+    /// failure keeps only what aging changed. The shape of every fenced transition.
+    async fn transition<T>(
+        &self,
+        key: &IdemKey,
+        busy: Busy,
+        now: Timestamp,
+        absent: impl Fn() -> StoreError,
+        rule: impl FnOnce(&mut Record, bool) -> Result<(Then, T), StoreError>,
+    ) -> Result<Locked<T>, StoreError> {
+        self.locked(key, busy, |current| {
+            let Some((mut record, tx_effect)) = current else {
+                return (Write::Keep, Err(absent()));
+            };
+            let changed = match self.age(&mut record, tx_effect, now) {
+                Aged::Gone => return (Write::Delete, Err(absent())),
+                Aged::Changed => true,
+                Aged::Unchanged => false,
+            };
+            match rule(&mut record, tx_effect) {
+                Ok((Then::Put { tx_effect }, out)) => {
+                    (Write::Put(Box::new(record), tx_effect), Ok(out))
+                }
+                Ok((Then::Delete, out)) => (Write::Delete, Ok(out)),
+                Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
+                Err(e) => (Write::Keep, Err(e)),
+            }
+        })
+        .await
+    }
+
     async fn locked<T>(
         &self,
         key: &IdemKey,
@@ -1050,21 +1089,15 @@ impl IdemStore for PostgresStore {
             return Ok(());
         }
         let outcome = self
-            .locked(key, Busy::Skip, |current| {
-                let Some((mut record, tx_effect)) = current else {
-                    return (Write::Keep, Err(rules::stale_absent(key)));
-                };
-                let changed = match self.age(&mut record, tx_effect, now) {
-                    Aged::Gone => return (Write::Delete, Err(rules::stale_absent(key))),
-                    Aged::Changed => true,
-                    Aged::Unchanged => false,
-                };
-                match rules::renew(&mut record, token, lease, now) {
-                    Ok(()) => (Write::Put(Box::new(record), tx_effect), Ok(())),
-                    Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
-                    Err(e) => (Write::Keep, Err(e)),
-                }
-            })
+            .transition(
+                key,
+                Busy::Skip,
+                now,
+                || rules::stale_absent(key),
+                |record, tx_effect| {
+                    rules::renew(record, token, lease, now).map(|()| (Then::Put { tx_effect }, ()))
+                },
+            )
             .await?;
         match outcome {
             Locked::Done(()) => Ok(()),
@@ -1121,21 +1154,16 @@ impl IdemStore for PostgresStore {
             return Ok(());
         }
         let outcome = self
-            .locked(key, Busy::Wait, |current| {
-                let Some((mut record, tx_effect)) = current else {
-                    return (Write::Keep, Err(rules::stale_absent(key)));
-                };
-                let changed = match self.age(&mut record, tx_effect, now) {
-                    Aged::Gone => return (Write::Delete, Err(rules::stale_absent(key))),
-                    Aged::Changed => true,
-                    Aged::Unchanged => false,
-                };
-                match rules::settle(&mut record, token, settlement, now) {
-                    Ok(()) => (Write::Put(Box::new(record), tx_effect), Ok(())),
-                    Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
-                    Err(e) => (Write::Keep, Err(e)),
-                }
-            })
+            .transition(
+                key,
+                Busy::Wait,
+                now,
+                || rules::stale_absent(key),
+                |record, tx_effect| {
+                    rules::settle(record, token, settlement, now)
+                        .map(|()| (Then::Put { tx_effect }, ()))
+                },
+            )
             .await?;
         match outcome {
             Locked::Done(()) => Ok(()),
@@ -1157,21 +1185,13 @@ impl IdemStore for PostgresStore {
             return Ok(());
         }
         let outcome = self
-            .locked(key, Busy::Wait, |current| {
-                let Some((mut record, tx_effect)) = current else {
-                    return (Write::Keep, Err(rules::stale_absent(key)));
-                };
-                let changed = match self.age(&mut record, tx_effect, now) {
-                    Aged::Gone => return (Write::Delete, Err(rules::stale_absent(key))),
-                    Aged::Changed => true,
-                    Aged::Unchanged => false,
-                };
-                match rules::release(&record, token) {
-                    Ok(()) => (Write::Delete, Ok(())),
-                    Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
-                    Err(e) => (Write::Keep, Err(e)),
-                }
-            })
+            .transition(
+                key,
+                Busy::Wait,
+                now,
+                || rules::stale_absent(key),
+                |record, _| rules::release(record, token).map(|()| (Then::Delete, ())),
+            )
             .await?;
         match outcome {
             Locked::Done(()) => Ok(()),
@@ -1188,22 +1208,17 @@ impl IdemStore for PostgresStore {
         let now = self.inner.clock.now();
         let fresh = ClaimToken::fresh();
         let outcome = self
-            .locked(key, Busy::Wait, |current| {
-                let Some((mut record, tx_effect)) = current else {
-                    return (Write::Keep, Err(StoreError::NotFound(key.clone())));
-                };
-                let changed = match self.age(&mut record, tx_effect, now) {
-                    Aged::Gone => return (Write::Delete, Err(StoreError::NotFound(key.clone()))),
-                    Aged::Changed => true,
-                    Aged::Unchanged => false,
-                };
-                match rules::reclaim(&mut record, expected, fresh, lease, now) {
-                    // A takeover is an ordinary claim, not a transactional one.
-                    Ok(()) => (Write::Put(Box::new(record), false), Ok(fresh)),
-                    Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
-                    Err(e) => (Write::Keep, Err(e)),
-                }
-            })
+            .transition(
+                key,
+                Busy::Wait,
+                now,
+                || StoreError::NotFound(key.clone()),
+                // A takeover is an ordinary claim, not a transactional one.
+                |record, _| {
+                    rules::reclaim(record, expected, fresh, lease, now)
+                        .map(|()| (Then::Put { tx_effect: false }, fresh))
+                },
+            )
             .await?;
         match outcome {
             Locked::Done(t) => Ok(t),
