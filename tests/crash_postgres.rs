@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 
 use idem::store::{Clock, IdemStore, ManualClock, PostgresStore, SystemClock};
 use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
-use idem::{CallError, Outcome, RecordState, Registry, ToolCall};
+use idem::{CallError, RecordState, Registry, ToolCall};
 use serde_json::json;
 use support::crash::{
-    append_synced, ledger_lines, run_worker_and_kill, unique, worker_runtime, ChargeArgs, DEADLINE,
-    ROLE,
+    append_synced, assert_unknown_after_crash, ledger_lines, restarted_registry,
+    run_worker_and_kill, unique, worker_runtime, ChargeArgs, LedgerCharge, DEADLINE, ROLE,
 };
 
 const URL: &str = "IDEM_CRASH_PG_URL";
@@ -45,33 +45,6 @@ enum Hang {
     InsideTransaction,
     /// A transactional handler, after its transaction committed.
     AfterCommit,
-}
-
-/// An ordinary write: its effect is a line in a file ledger.
-struct FileCharge {
-    ledger: PathBuf,
-    hang: Hang,
-    runs: Arc<AtomicUsize>,
-}
-
-impl WriteTool for FileCharge {
-    type Args = ChargeArgs;
-    type Output = String;
-
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::new("charge_card")
-            .timeout(Duration::from_secs(3600))
-            .lease(Duration::from_secs(60))
-    }
-
-    async fn call(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        append_synced(&self.ledger, &format!("{} {}\n", ctx.key(), args.cents))?;
-        if self.hang == Hang::AfterFileEffect {
-            std::future::pending::<()>().await;
-        }
-        Ok(format!("ch_{}", args.cents))
-    }
 }
 
 /// A transactional write: its effect is a row in `<schema>.ledger`, committed with its
@@ -221,9 +194,9 @@ fn crash_worker() {
             .expect("connect the store");
         let builder = Registry::builder().store(store.clone());
         let (builder, tool) = if hang == Hang::AfterFileEffect {
-            let tool = FileCharge {
+            let tool = LedgerCharge {
                 ledger: marker,
-                hang,
+                hang_after_effect: true,
                 runs: Arc::default(),
             };
             (builder.tool(tool), "charge_card")
@@ -270,36 +243,11 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
     // A new process, after the dead worker's lease has passed (clock moved, not waited).
     let clock = ManualClock::new(SystemClock.now().plus(Duration::from_secs(3600)));
     let store = scratch.store(&url, Some(clock.clone())).await;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let registry = Registry::builder()
-        .tool(FileCharge {
-            ledger: ledger.clone(),
-            hang: Hang::Never,
-            runs: runs.clone(),
-        })
-        .store(store.clone())
-        .clock(Arc::new(clock))
-        .build()
-        .expect("a registry");
+    let (registry, runs) = restarted_registry(&ledger, store.clone(), clock);
     let result = registry
         .call(charge("charge_card").call_id("toolu_after_crash"))
         .await;
-    assert_eq!(ledger_lines(&ledger), 1, "still one effect");
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "the handler did not run again"
-    );
-    match result.outcome() {
-        Some(Outcome::Unknown { reason }) => assert!(!reason.is_empty()),
-        other => panic!("the caller must be told unknown, got {other:?} ({result:?})"),
-    }
-    let record = store
-        .get(result.key().expect("a key"))
-        .await
-        .expect("read")
-        .expect("the record outlived its worker");
-    assert_eq!(record.state, RecordState::Unknown);
+    assert_unknown_after_crash(&result, &store, &ledger, &runs).await;
     scratch.drop_schema(&setup).await;
 }
 

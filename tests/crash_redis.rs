@@ -30,8 +30,8 @@ use idem::store::{
 use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
 use serde_json::json;
 use support::crash::{
-    ledger_lines, run_worker_and_kill, unique, worker_runtime, LedgerCharge, TempDir, DEADLINE,
-    ROLE,
+    assert_unknown_after_crash, ledger_lines, restarted_registry, run_worker_and_kill, unique,
+    worker_runtime, LedgerCharge, TempDir, DEADLINE, ROLE,
 };
 
 const URL: &str = "IDEM_CRASH_REDIS_URL";
@@ -167,38 +167,12 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
         .connect()
         .await
         .expect("connect after the crash");
-    let runs = Arc::new(AtomicUsize::new(0));
-    let registry = Registry::builder()
-        .tool(LedgerCharge {
-            ledger: ledger.clone(),
-            hang_after_effect: false,
-            runs: runs.clone(),
-        })
-        .store(store.clone())
-        .clock(Arc::new(clock))
-        .build()
-        .expect("a registry");
+    let (registry, runs) = restarted_registry(&ledger, store.clone(), clock);
     let result = registry
         .call(charge("acme", 4900).call_id("toolu_after_crash"))
         .await;
 
-    assert_eq!(ledger_lines(&ledger), 1, "still one effect");
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "the handler did not run again"
-    );
-    match result.outcome() {
-        Some(Outcome::Unknown { reason }) => assert!(!reason.is_empty()),
-        other => panic!("the caller must be told unknown, got {other:?} ({result:?})"),
-    }
-    let key = result.key().expect("a key").clone();
-    let record = store
-        .get(&key)
-        .await
-        .expect("read the record")
-        .expect("the record outlived its worker");
-    assert_eq!(record.state, RecordState::Unknown);
+    assert_unknown_after_crash(&result, &store, &ledger, &runs).await;
     assert!(matches!(
         registry.call(charge("acme", 4900)).await.outcome(),
         Some(Outcome::Unknown { .. })

@@ -10,15 +10,16 @@
 mod support;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::store::{Clock, IdemStore, ManualClock, SqliteStore, SystemClock};
-use idem::{Outcome, RecordState, Registry, ToolCall};
+use idem::store::{Clock, ManualClock, SqliteStore, SystemClock};
+use idem::{Outcome, Registry, ToolCall};
 use serde_json::json;
 use support::crash::{
-    ledger_lines, run_worker_and_kill, worker_runtime, LedgerCharge, TempDir, ROLE,
+    assert_unknown_after_crash, ledger_lines, restarted_registry, run_worker_and_kill,
+    worker_runtime, LedgerCharge, TempDir, ROLE,
 };
 
 const DB: &str = "IDEM_CRASH_DB";
@@ -82,46 +83,14 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
         .open()
         .await
         .expect("reopen the store after the crash");
-    let runs = Arc::new(AtomicUsize::new(0));
-    let registry = Registry::builder()
-        .tool(LedgerCharge {
-            ledger: ledger.clone(),
-            hang_after_effect: false,
-            runs: runs.clone(),
-        })
-        .store(store.clone())
-        .clock(Arc::new(clock))
-        .build()
-        .expect("a registry");
+    let (registry, runs) = restarted_registry(&ledger, store.clone(), clock);
     let result = registry
         .call(the_call().call_id("toolu_after_restart"))
         .await;
 
     // 4. One effect, no second run, and the caller is told the truth: unknown.
-    assert_eq!(
-        ledger_lines(&ledger),
-        1,
-        "the ledger still shows one effect"
-    );
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "the handler did not run again"
-    );
-    match result.outcome() {
-        Some(Outcome::Unknown { reason }) => {
-            assert!(!reason.is_empty(), "the unknown outcome says why")
-        }
-        other => panic!("the caller must be told unknown, got {other:?} ({result:?})"),
-    }
+    let record = assert_unknown_after_crash(&result, &store, &ledger, &runs).await;
     assert_eq!(result.attempts(), 0, "nothing was attempted");
-    let key = result.key().expect("the call has a key").clone();
-    let record = store
-        .get(&key)
-        .await
-        .expect("read the record")
-        .expect("the record survived the crash");
-    assert_eq!(record.state, RecordState::Unknown);
     assert_eq!(record.tool, "charge_card");
 
     // And it stays that way: a third try is refused the same way.

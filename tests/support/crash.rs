@@ -159,3 +159,54 @@ pub async fn run_worker_and_kill(role: &str, env: &[(&str, &OsStr)], marker: &Pa
     }
     assert!(!status.success());
 }
+
+/// The process after the crash: a registry on `store` (whose clock has moved past the dead
+/// worker's lease) with the same ledger tool, counting its own runs.
+pub fn restarted_registry<S: idem::IdemStore>(
+    ledger: &Path,
+    store: S,
+    clock: idem::store::ManualClock,
+) -> (idem::Registry, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let registry = idem::Registry::builder()
+        .tool(LedgerCharge {
+            ledger: ledger.to_owned(),
+            hang_after_effect: false,
+            runs: runs.clone(),
+        })
+        .store(store)
+        .clock(Arc::new(clock))
+        .build()
+        .expect("a registry");
+    (registry, runs)
+}
+
+/// What a repeat after a crash between claim and settle must find: still one effect, the
+/// handler not run again, the caller told *unknown* (with a reason), and the record
+/// *unknown*. Returns the record for further checks.
+pub async fn assert_unknown_after_crash(
+    result: &idem::ToolResult,
+    store: &dyn idem::IdemStore,
+    ledger: &Path,
+    runs: &AtomicUsize,
+) -> idem::Record {
+    assert_eq!(ledger_lines(ledger), 1, "still one effect");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "the handler did not run again"
+    );
+    match result.outcome() {
+        Some(idem::Outcome::Unknown { reason }) => {
+            assert!(!reason.is_empty(), "the unknown outcome says why")
+        }
+        other => panic!("the caller must be told unknown, got {other:?} ({result:?})"),
+    }
+    let record = store
+        .get(result.key().expect("a key"))
+        .await
+        .expect("read the record")
+        .expect("the record outlived its worker");
+    assert_eq!(record.state, idem::RecordState::Unknown);
+    record
+}

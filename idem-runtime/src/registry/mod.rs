@@ -273,10 +273,8 @@ impl Registry {
             Ok(o) => o.class().as_str(),
             Err(_) => "refused",
         };
+        // The executor records the key on this span as soon as it derives it.
         span.record("class", class);
-        if let Some(k) = &executed.key {
-            span.record("key", k.as_str());
-        }
         ToolResult {
             tool: call.tool,
             key: executed.key,
