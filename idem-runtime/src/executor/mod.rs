@@ -12,7 +12,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::error::CallError;
-use crate::identity::{IdemKey, KeyMaterial, Scope};
+use crate::identity::{CanonicalJson, IdemKey, KeyMaterial, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
 use crate::reconcile::{Escalation, EscalationSink};
 use crate::registry::call::ToolCall;
@@ -89,9 +89,9 @@ impl Executed {
     }
 }
 
-/// The outcome a saved record replays as.
-pub(crate) fn replay(record: &Record) -> Outcome {
-    let message = || record.message.clone().unwrap_or_default();
+/// The outcome a saved record replays as (the record is consumed: its payload moves).
+pub(crate) fn replay(record: Record) -> Outcome {
+    let message = record.message.unwrap_or_default();
     match record.state {
         RecordState::Completed if record.result_expired => Outcome::ResultExpired {
             was: OutcomeClass::Completed,
@@ -100,18 +100,18 @@ pub(crate) fn replay(record: &Record) -> Outcome {
             was: OutcomeClass::Failed,
         },
         RecordState::Completed => Outcome::Completed {
-            output: record.payload.clone().unwrap_or(Value::Null),
+            output: record.payload.unwrap_or(Value::Null),
         },
         RecordState::Failed => Outcome::Failed {
-            message: message(),
-            downstream_ref: record.downstream_ref.clone(),
+            message,
+            downstream_ref: record.downstream_ref,
         },
         RecordState::Pending => Outcome::Pending {
-            downstream_ref: record.downstream_ref.clone().unwrap_or_default(),
-            detail: record.payload.clone(),
+            downstream_ref: record.downstream_ref.unwrap_or_default(),
+            detail: record.payload,
         },
-        RecordState::Unknown => Outcome::Unknown { reason: message() },
-        RecordState::Escalated => Outcome::Escalated { reason: message() },
+        RecordState::Unknown => Outcome::Unknown { reason: message },
+        RecordState::Escalated => Outcome::Escalated { reason: message },
         // Only reached if a store reports a running record as settled; report honestly.
         RecordState::Running => Outcome::Unknown {
             reason: "still running in another call".to_owned(),
@@ -216,8 +216,6 @@ impl Executor {
         };
         let key = IdemKey::derive(&call.scope, spec.name(), material);
         tracing::Span::current().record("key", key.as_str());
-        // Moved, not copied: the record shares it.
-        let typed_args = Arc::new(identity.value);
         let req = ClaimRequest {
             key: key.clone(),
             fingerprint: identity.fingerprint,
@@ -226,7 +224,8 @@ impl Executor {
             operation: Some(Operation {
                 scope: call.scope.clone(),
                 intent: call.intent.clone(),
-                args: typed_args.clone(),
+                // The bytes the fingerprint was taken of, moved: no second serialization.
+                args: CanonicalJson::from_canonical_bytes(identity.canonical),
             }),
         };
 
@@ -248,7 +247,7 @@ impl Executor {
                         "same key, changed parameters: a repeat with other arguments was refused",
                         self.clock.now(),
                     );
-                    notice.refused_args = Some((*typed_args).clone());
+                    notice.refused_args = req.operation.as_ref().map(|op| op.args.value().clone());
                     if let Err(e) = self.sink.deliver(&notice).await {
                         tracing::error!(key = %key, error = %e, "escalation sink failed");
                     }
@@ -271,7 +270,7 @@ impl Executor {
                 ClaimOutcome::Existing(record) => {
                     return Executed {
                         key: Some(key),
-                        result: Ok(replay(&record)),
+                        result: Ok(replay(record)),
                         replayed: true,
                         attempts: 0,
                     };

@@ -10,19 +10,19 @@ use super::hex::{decode_hex32, encode_hex_into};
 /// Where saved results may be replayed: a run, optionally narrowed to a tenant and principal.
 ///
 /// Two calls in different scopes never share a key, so a saved result never crosses a run or
-/// a tenant boundary.
+/// a tenant boundary. Cheap to clone: every call's claim keeps a copy.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Scope {
-    run_id: String,
-    tenant: Option<String>,
-    principal: Option<String>,
+    run_id: Arc<str>,
+    tenant: Option<Arc<str>>,
+    principal: Option<Arc<str>>,
 }
 
 impl Scope {
     /// A scope of one run (an agent session, a workflow instance, a task id).
     pub fn run(run_id: impl Into<String>) -> Self {
         Scope {
-            run_id: run_id.into(),
+            run_id: Arc::from(run_id.into()),
             tenant: None,
             principal: None,
         }
@@ -30,13 +30,13 @@ impl Scope {
 
     /// Narrows the scope to a tenant.
     pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
-        self.tenant = Some(tenant.into());
+        self.tenant = Some(Arc::from(tenant.into()));
         self
     }
 
     /// Narrows the scope to a principal (the user or service the agent acts for).
     pub fn with_principal(mut self, principal: impl Into<String>) -> Self {
-        self.principal = Some(principal.into());
+        self.principal = Some(Arc::from(principal.into()));
         self
     }
 

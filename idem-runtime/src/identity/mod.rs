@@ -8,6 +8,7 @@ mod fingerprint;
 mod hex;
 mod key;
 
+pub use canonical::CanonicalJson;
 pub use fingerprint::Fingerprint;
 pub use key::{IdemKey, KeyMaterial, ParseKeyError, Scope};
 
@@ -17,8 +18,6 @@ use serde_json::Value;
 /// The identity of one call's arguments: canonical bytes, fingerprint and key material.
 #[derive(Clone, Debug)]
 pub struct ArgsIdentity {
-    /// The typed arguments re-serialized to JSON (what `canonical` encodes).
-    pub value: Value,
     /// Canonical JSON of the typed arguments, re-serialized.
     pub canonical: Vec<u8>,
     /// Fingerprint of `canonical`.
@@ -45,12 +44,41 @@ pub enum IdentityError {
 ///
 /// The arguments are re-serialized from their Rust type, so field order, whitespace, `49`
 /// vs `49.0` for an `f64`, and fields the type ignores never split one operation into two.
-pub fn identify<A: Serialize, S: AsRef<str>>(
+/// The canonical bytes are exactly those of [`canonical::to_canonical_vec`] applied to
+/// `serde_json::to_value(args)`, written in one pass without building that tree.
+pub fn identify<A: Serialize + ?Sized, S: AsRef<str>>(
     args: &A,
     key_fields: &[S],
 ) -> Result<ArgsIdentity, IdentityError> {
-    let value = serde_json::to_value(args).map_err(|e| IdentityError::Serialize(e.to_string()))?;
-    identify_owned(value, key_fields)
+    use canonical::serializer::{to_canonical, Error};
+    match to_canonical(args, key_fields) {
+        Ok((canonical, selected)) => {
+            let key_fields = match selected {
+                None => None,
+                Some(Some(fields)) => Some(fields),
+                Some(None) => return Err(not_an_object(key_fields)),
+            };
+            let fingerprint = Fingerprint::of_canonical(&canonical);
+            Ok(ArgsIdentity {
+                canonical,
+                fingerprint,
+                key_fields,
+            })
+        }
+        Err(Error::Custom(message)) => Err(IdentityError::Serialize(message)),
+        // A shape the one-pass writer leaves to the reference path.
+        Err(Error::Fallback) => {
+            let value =
+                serde_json::to_value(args).map_err(|e| IdentityError::Serialize(e.to_string()))?;
+            identify_value(&value, key_fields)
+        }
+    }
+}
+
+fn not_an_object<S: AsRef<str>>(key_fields: &[S]) -> IdentityError {
+    IdentityError::NotAnObject {
+        fields: key_fields.iter().map(|s| s.as_ref().to_owned()).collect(),
+    }
 }
 
 /// [`identify`] for arguments already in JSON form (they should come from a typed value).
@@ -58,22 +86,13 @@ pub fn identify_value<S: AsRef<str>>(
     value: &Value,
     key_fields: &[S],
 ) -> Result<ArgsIdentity, IdentityError> {
-    identify_owned(value.clone(), key_fields)
-}
-
-fn identify_owned<S: AsRef<str>>(
-    value: Value,
-    key_fields: &[S],
-) -> Result<ArgsIdentity, IdentityError> {
-    let canonical = canonical::to_canonical_vec(&value);
+    let canonical = canonical::to_canonical_vec(value);
     let fingerprint = Fingerprint::of_canonical(&canonical);
     let key_fields = if key_fields.is_empty() {
         None
     } else {
-        let Value::Object(map) = &value else {
-            return Err(IdentityError::NotAnObject {
-                fields: key_fields.iter().map(|s| s.as_ref().to_owned()).collect(),
-            });
+        let Value::Object(map) = value else {
+            return Err(not_an_object(key_fields));
         };
         let mut selected = serde_json::Map::new();
         for field in key_fields {
@@ -85,7 +104,6 @@ fn identify_owned<S: AsRef<str>>(
         Some(canonical::to_canonical_vec(&Value::Object(selected)))
     };
     Ok(ArgsIdentity {
-        value,
         canonical,
         fingerprint,
         key_fields,

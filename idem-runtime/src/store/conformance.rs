@@ -1140,9 +1140,8 @@ pub async fn records_round_trip<F: StoreFactory>(f: &F) {
         operation: Some(crate::store::Operation {
             scope: crate::identity::Scope::run("run-7").with_tenant("tenant-\u{e9}"),
             intent: Some("order-1234".to_owned()),
-            args: std::sync::Arc::new(
-                json!({"customer": "acme", "cents": 4900, "memo": null, "tags": ["a", "b"]}),
-            ),
+            args: json!({"customer": "acme", "cents": 4900, "memo": null, "tags": ["a", "b"]})
+                .into(),
         }),
         ..request("round-trip")
     };

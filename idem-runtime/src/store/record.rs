@@ -2,13 +2,12 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::sync::OnceLock;
 
 use serde_json::Value;
 
 use super::Timestamp;
-use crate::identity::{Fingerprint, IdemKey, Scope};
+use crate::identity::{CanonicalJson, Fingerprint, IdemKey, Scope};
 use crate::outcome::OutcomeClass;
 
 /// The state of a record. Exactly DESIGN's classes, plus `Running` for a live claim.
@@ -158,9 +157,10 @@ pub struct Operation {
     pub scope: Scope,
     /// The explicit intent id, when the caller gave one.
     pub intent: Option<String>,
-    /// The typed arguments, re-serialized (canonical content). Shared, not copied, between
-    /// the claim, the store's record and what a claim reports back.
-    pub args: Arc<Value>,
+    /// The typed arguments, re-serialized, as canonical JSON: exactly the bytes the
+    /// fingerprint was taken of. Shared, not copied, between the claim, the store's record
+    /// and what a claim reports back; derefs to the parsed [`Value`].
+    pub args: CanonicalJson,
 }
 
 /// A reconciler's look at the downstream: when, and what it found.

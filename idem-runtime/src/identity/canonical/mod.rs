@@ -5,6 +5,11 @@
 //! insertion order through the `preserve_order` feature (cargo unifies features), and then
 //! two spellings of one operation would hash to two keys — a duplicate charge.
 
+pub(crate) mod serializer;
+mod text;
+
+pub use text::CanonicalJson;
+
 use std::io::Write as _;
 
 use serde_json::Value;
