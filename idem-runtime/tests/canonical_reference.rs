@@ -3,7 +3,7 @@
 //! it replaced: every stored key and fingerprint depends on them.
 
 use idem_runtime::identity::canonical::{to_canonical_vec, write_canonical};
-use idem_runtime::identity::{IdemKey, KeyMaterial, Scope};
+use idem_runtime::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -90,13 +90,20 @@ proptest! {
 #[test]
 fn key_format_is_pinned() {
     // A change here re-keys every stored operation: a repeat after an upgrade would run again.
+    let canonical = br#"{"amount_cents":4900,"customer":"cus_1"}"#;
+    let fingerprint = Fingerprint::of_canonical(canonical);
+    assert_eq!(fingerprint.to_hex(), PINNED_FINGERPRINT);
     let key = IdemKey::derive(
         &Scope::run("run-1").with_tenant("acme"),
         "charge",
-        KeyMaterial::Args(br#"{"amount_cents":4900,"customer":"cus_1"}"#),
+        KeyMaterial::Args(&fingerprint),
     );
     assert_eq!(key.as_str(), PINNED_KEY);
 }
 
-/// Computed independently (Python `hashlib`) from the documented derivation.
-const PINNED_KEY: &str = "idem:f3bbb73c86efa4d9d2fed9bcc3a5f213be8a4e9174186e766bbe0d3079ab9b3d";
+/// Computed independently (Python `hashlib`) from the documented derivation:
+/// `sha256(canonical)`, and `sha256("idem-key/v2" ‖ part(tenant) ‖ part([1]) ‖ part(principal)
+/// ‖ part([0]) ‖ part(run) ‖ part(tool) ‖ part("args") ‖ part(fingerprint))`, where
+/// `part(b) = leb128(len(b)) ‖ b`.
+const PINNED_FINGERPRINT: &str = "3bff0617259cbe1dddb9d1f4d09fe155a372f28ddc775966102bcf6f629b1eb4";
+const PINNED_KEY: &str = "idem:ef2290b7db7b11a8a8d15d0f3b879344284fdf3334d9a2eb9df57e3099f2b91c";

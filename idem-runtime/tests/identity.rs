@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use idem_runtime::identity::canonical::to_canonical_vec;
-use idem_runtime::identity::{identify, identify_value, IdemKey, KeyMaterial, Scope};
+use idem_runtime::identity::{identify, identify_value, Fingerprint, IdemKey, KeyMaterial, Scope};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use serde_json::{json, Map, Value};
@@ -66,8 +66,8 @@ proptest! {
         prop_assert_eq!(a.fingerprint, b.fingerprint);
         let scope = Scope::run("run");
         prop_assert_eq!(
-            IdemKey::derive(&scope, "t", KeyMaterial::Args(&a.canonical)),
-            IdemKey::derive(&scope, "t", KeyMaterial::Args(&b.canonical))
+            IdemKey::derive(&scope, "t", KeyMaterial::Args(&a.fingerprint)),
+            IdemKey::derive(&scope, "t", KeyMaterial::Args(&b.fingerprint))
         );
     }
 
@@ -84,11 +84,11 @@ proptest! {
         let ab = format!("{a}{b}");
         let bc = format!("{b}{c}");
         let m = |s: &str| s.as_bytes().to_vec();
-        let k = |run: &str, tool: &str, mat: &[u8]| IdemKey::derive(&Scope::run(run), tool, KeyMaterial::Args(mat));
+        let k = |run: &str, tool: &str, mat: &[u8]| IdemKey::derive(&Scope::run(run), tool, KeyMaterial::Fields(mat));
         prop_assert_ne!(k(&ab, &c, &m("x")), k(&a, &bc, &m("x")));
         prop_assert_ne!(k("r", &ab, &m(&c)), k("r", &a, &m(&bc)));
         prop_assert_ne!(k(&ab, "t", &m(&c)), k(&a, "t", &m(&bc)));
-        let t = |tenant: &str, run: &str| IdemKey::derive(&Scope::run(run).with_tenant(tenant), "t", KeyMaterial::Args(b"{}"));
+        let t = |tenant: &str, run: &str| IdemKey::derive(&Scope::run(run).with_tenant(tenant), "t", KeyMaterial::Intent("{}"));
         prop_assert_ne!(t(&ab, &c), t(&a, &bc));
     }
 }
@@ -108,7 +108,7 @@ fn ten_thousand_distinct_args_give_ten_thousand_keys() {
             keys.insert(IdemKey::derive(
                 &scope,
                 "charge",
-                KeyMaterial::Args(&canonical),
+                KeyMaterial::Args(&Fingerprint::of_canonical(&canonical)),
             ));
         }
     }

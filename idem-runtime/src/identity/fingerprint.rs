@@ -6,7 +6,8 @@ use sha2::{Digest, Sha256};
 
 use super::hex::{decode_hex32, encode_hex};
 
-/// SHA-256 of the canonical JSON of an operation's whole (typed, re-serialized) arguments.
+/// SHA-256 of the canonical JSON of an operation's whole (typed, re-serialized) arguments:
+/// exactly `sha256(canonical)`, so anyone can recompute it from the saved arguments.
 ///
 /// A key says *which* operation; the fingerprint says *with what*. A repeat whose key matches
 /// a saved record but whose fingerprint differs is "same key, changed parameters": it is
@@ -17,10 +18,7 @@ pub struct Fingerprint([u8; 32]);
 impl Fingerprint {
     /// Fingerprints canonical JSON bytes (see [`crate::identity::canonical`]).
     pub fn of_canonical(canonical_args: &[u8]) -> Fingerprint {
-        let mut h = Sha256::new();
-        h.update(b"idem-fingerprint/v1\0");
-        h.update(canonical_args);
-        Fingerprint(h.finalize().into())
+        Fingerprint(Sha256::digest(canonical_args).into())
     }
 
     /// Wraps raw digest bytes (as read back from a store).

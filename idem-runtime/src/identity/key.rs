@@ -6,6 +6,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use super::hex::{decode_hex32, encode_hex_into};
+use super::Fingerprint;
 
 /// Where saved results may be replayed: a run, optionally narrowed to a tenant and principal.
 ///
@@ -63,8 +64,9 @@ pub enum KeyMaterial<'a> {
     Intent(&'a str),
     /// The canonical JSON of the fields named by `key(…)`.
     Fields(&'a [u8]),
-    /// The canonical JSON of the whole arguments.
-    Args(&'a [u8]),
+    /// The whole arguments, by their fingerprint (SHA-256 of their canonical JSON): the
+    /// arguments are hashed once, for both the fingerprint and the key.
+    Args(&'a Fingerprint),
 }
 
 impl KeyMaterial<'_> {
@@ -79,7 +81,8 @@ impl KeyMaterial<'_> {
     fn bytes(&self) -> &[u8] {
         match self {
             KeyMaterial::Intent(s) => s.as_bytes(),
-            KeyMaterial::Fields(b) | KeyMaterial::Args(b) => b,
+            KeyMaterial::Fields(b) => b,
+            KeyMaterial::Args(f) => f.as_bytes(),
         }
     }
 }
@@ -102,14 +105,18 @@ impl IdemKey {
     /// Derives the key of an operation.
     ///
     /// The digest is SHA-256 over a versioned, length-prefixed encoding of tenant, principal,
-    /// run id, tool and key material (with its kind). Length prefixes, not separators, keep
-    /// `("ab", "c")` and `("a", "bc")` apart even when a run id contains a NUL byte, and the kind
-    /// keeps an intent id `"x"` apart from arguments whose canonical JSON happens to be `x`.
+    /// run id, tool and key material (with its kind); lengths are LEB128 varints. Length
+    /// prefixes, not separators, keep `("ab", "c")` and `("a", "bc")` apart even when a run id
+    /// contains a NUL byte, and the kind keeps an intent id `"x"` apart from key fields whose
+    /// canonical JSON happens to be `x`. For a typical call the whole input fits two SHA-256
+    /// blocks.
     pub fn derive(scope: &Scope, tool: &str, material: KeyMaterial<'_>) -> IdemKey {
         let mut h = Sha256::new();
-        h.update(b"idem-key/v1");
+        h.update(b"idem-key/v2");
         let mut part = |bytes: &[u8]| {
-            h.update((bytes.len() as u64).to_be_bytes());
+            let mut len = [0u8; 10];
+            let n = leb128(bytes.len() as u64, &mut len);
+            h.update(&len[..n]);
             h.update(bytes);
         };
         part(scope.tenant.as_deref().unwrap_or("").as_bytes());
@@ -176,6 +183,21 @@ impl<'de> serde::Deserialize<'de> for IdemKey {
     }
 }
 
+/// Writes `n` as an unsigned LEB128 varint into `out`; returns its length.
+fn leb128(mut n: u64, out: &mut [u8; 10]) -> usize {
+    let mut i = 0;
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out[i] = byte;
+            return i + 1;
+        }
+        out[i] = byte | 0x80;
+        i += 1;
+    }
+}
+
 /// The text was not a key of the form `idem:` + 64 lowercase hex digits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("not an idem key: expected `idem:` followed by 64 lowercase hex digits")]
@@ -187,7 +209,8 @@ mod tests {
 
     #[test]
     fn key_shape() {
-        let k = IdemKey::derive(&Scope::run("r1"), "charge", KeyMaterial::Args(b"{}"));
+        let fp = Fingerprint::of_canonical(b"{}");
+        let k = IdemKey::derive(&Scope::run("r1"), "charge", KeyMaterial::Args(&fp));
         assert_eq!(k.as_str().len(), IdemKey::LEN);
         assert!(k.as_str().is_ascii());
         assert_eq!(IdemKey::parse(k.as_str()).unwrap(), k);
@@ -197,17 +220,33 @@ mod tests {
 
     #[test]
     fn tenant_absent_differs_from_tenant_empty() {
-        let m = KeyMaterial::Args(b"{}");
+        let fp = Fingerprint::of_canonical(b"{}");
+        let m = KeyMaterial::Args(&fp);
         let a = IdemKey::derive(&Scope::run("r"), "t", m);
         let b = IdemKey::derive(&Scope::run("r").with_tenant(""), "t", m);
         assert_ne!(a, b);
     }
 
     #[test]
+    fn leb128_lengths() {
+        let enc = |n: u64| {
+            let mut out = [0u8; 10];
+            let len = leb128(n, &mut out);
+            out[..len].to_vec()
+        };
+        assert_eq!(enc(0), [0]);
+        assert_eq!(enc(127), [0x7f]);
+        assert_eq!(enc(128), [0x80, 0x01]);
+        assert_eq!(enc(300), [0xac, 0x02]);
+        assert_eq!(enc(u64::MAX).len(), 10);
+    }
+
+    #[test]
     fn material_kind_is_part_of_the_key() {
         let s = Scope::run("r");
         let a = IdemKey::derive(&s, "t", KeyMaterial::Intent("{}"));
-        let b = IdemKey::derive(&s, "t", KeyMaterial::Args(b"{}"));
+        let fp = Fingerprint::of_canonical(b"{}");
+        let b = IdemKey::derive(&s, "t", KeyMaterial::Args(&fp));
         let c = IdemKey::derive(&s, "t", KeyMaterial::Fields(b"{}"));
         assert_ne!(a, b);
         assert_ne!(b, c);

@@ -14,6 +14,7 @@
 //! takes the `to_value` path instead: the shortcut covers the common shapes, the reference
 //! covers everything.
 
+use std::cell::Cell;
 use std::fmt;
 use std::io::Write as _;
 
@@ -55,21 +56,42 @@ pub(crate) fn to_canonical<T: Serialize + ?Sized, S: AsRef<str>>(
     value: &T,
     key_fields: &[S],
 ) -> Result<(Vec<u8>, Option<Option<Vec<u8>>>)> {
+    // The entry list and the reorder buffer are scratch space: reuse this thread's, so a
+    // call allocates only the output it keeps.
+    let (entries, scratch) = SCRATCH.with(Cell::take).unwrap_or_default();
     let mut ser = Canonicalizer {
         out: Vec::with_capacity(128),
-        entries: Vec::new(),
-        scratch: Vec::new(),
+        entries,
+        scratch,
         depth: 0,
         capture_top: !key_fields.is_empty(),
         top: None,
     };
-    value.serialize(&mut ser)?;
+    let written = value.serialize(&mut ser);
+    let Canonicalizer {
+        out,
+        mut entries,
+        mut scratch,
+        top,
+        ..
+    } = ser;
+    // Kept only while small: one huge call must not pin its buffers to the thread forever.
+    if scratch.capacity() <= 64 * 1024 && entries.capacity() <= 4096 {
+        entries.clear();
+        scratch.clear();
+        SCRATCH.with(|cell| cell.set(Some((entries, scratch))));
+    }
+    written?;
     let fields = if key_fields.is_empty() {
         None
     } else {
-        Some(ser.top.as_ref().map(|top| top.select(&ser.out, key_fields)))
+        Some(top.as_ref().map(|top| top.select(&out, key_fields)))
     };
-    Ok((ser.out, fields))
+    Ok((out, fields))
+}
+
+thread_local! {
+    static SCRATCH: Cell<Option<(Vec<Entry>, Vec<u8>)>> = const { Cell::new(None) };
 }
 
 /// An object key, as it sorts: by its raw UTF-8 bytes (not its escaped JSON form).
