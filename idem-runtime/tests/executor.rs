@@ -566,6 +566,67 @@ async fn bad_input_is_refused_before_anything_runs() {
 }
 
 #[tokio::test]
+async fn text_and_value_arguments_are_one_operation_and_refused_alike() {
+    let ledger = Ledger::new(false, []);
+    let s = setup(charge(&ledger));
+    // The model's text, in another field order and spacing, is the same operation as the
+    // caller's value: one effect, the second call replays.
+    let first = s
+        .registry
+        .call(ToolCall::from_json(
+            "run-1",
+            "charge",
+            r#" { "cents" : 4900, "customer": "acme" } "#,
+        ))
+        .await;
+    assert!(first.is_completed(), "{:?}", first.error());
+    let second = s.registry.call(acme()).await;
+    assert!(second.replayed());
+    assert_eq!(first.key(), second.key());
+    assert_eq!(ledger.effects(), 1);
+    // A duplicate key in the text means what it means in a parsed value (the last wins): the
+    // same operation again, not a new one and not a refusal.
+    let dup = s
+        .registry
+        .call(ToolCall::from_json(
+            "run-1",
+            "charge",
+            r#"{"customer": "zed", "cents": 4900, "customer": "acme"}"#,
+        ))
+        .await;
+    assert!(dup.replayed(), "{:?}", dup.error());
+    assert_eq!(ledger.effects(), 1);
+    // Refusals: trailing garbage is malformed, wrong types are invalid, for text as for values.
+    let cases: [(&str, fn(&CallError) -> bool); 4] = [
+        (r#"{"customer": "acme", "cents": 1} x"#, |e| {
+            matches!(e, CallError::MalformedJson { .. })
+        }),
+        ("", |e| matches!(e, CallError::MalformedJson { .. })),
+        (
+            r#"{"customer": "acme", "cents": "1"}"#,
+            |e| matches!(e, CallError::InvalidArgs { message, .. } if message.contains("invalid type")),
+        ),
+        (r#"[1, 2]"#, |e| matches!(e, CallError::InvalidArgs { .. })),
+    ];
+    for (text, expected) in cases {
+        let r = s
+            .registry
+            .call(ToolCall::from_json("run-2", "charge", text))
+            .await;
+        let err = r
+            .error()
+            .unwrap_or_else(|| panic!("{text}: {:?}", r.outcome()));
+        assert!(expected(err), "{text}: {err:?}");
+    }
+    assert_eq!(
+        ledger.requests(),
+        1,
+        "nothing refused reached the downstream"
+    );
+    assert_eq!(s.store.len(), 1, "nothing refused was claimed");
+}
+
+#[tokio::test]
 async fn same_key_with_changed_params_is_refused() {
     let ledger = Ledger::new(false, []);
     let s = setup(charge(&ledger));
@@ -722,4 +783,35 @@ fn duplicate_and_invalid_names_fail_the_build() {
     let mut long = charge(&ledger);
     long.spec = ToolSpec::new("x".repeat(65));
     assert!(Registry::builder().tool(long).build().is_err());
+}
+
+/// A tool without arguments: models send `{}` (the schema is an empty object), callers may
+/// send `{}` or null, as text or as a value. All of them call it.
+#[tokio::test]
+async fn a_tool_without_arguments_accepts_an_empty_object_as_text_or_value() {
+    struct Now;
+    impl ReadTool for Now {
+        type Args = ();
+        type Output = &'static str;
+        fn spec(&self) -> ToolSpec {
+            ToolSpec::new("now")
+        }
+        async fn call(&self, _ctx: ReadCtx, _args: ()) -> Result<&'static str, ToolError> {
+            Ok("12:00")
+        }
+    }
+    let registry = Registry::builder().tool(Now).build().unwrap();
+    for call in [
+        ToolCall::from_json("run-1", "now", "{}"),
+        ToolCall::from_json("run-1", "now", " null "),
+        ToolCall::new("run-1", "now", json!({})),
+        ToolCall::new("run-1", "now", serde_json::Value::Null),
+    ] {
+        let r = registry.call(call).await;
+        assert_eq!(r.output(), Some(&json!("12:00")), "{:?}", r.error());
+    }
+    let r = registry
+        .call(ToolCall::from_json("run-1", "now", r#"{"x": 1}"#))
+        .await;
+    assert!(matches!(r.error(), Some(CallError::InvalidArgs { .. })));
 }

@@ -20,7 +20,7 @@ use crate::store::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation, Record,
     RecordState, Settlement, StoreError, Timestamp,
 };
-use crate::tool::erased::{Ctx, Decoded};
+use crate::tool::erased::{Ctx, Decoded, RawArgs};
 use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
 use attempt::{AttemptEnd, CaughtFuture, Lease};
 
@@ -28,7 +28,7 @@ use attempt::{AttemptEnd, CaughtFuture, Lease};
 pub(crate) struct ClaimedRun<'a> {
     pub(crate) scope: &'a Scope,
     pub(crate) call_id: Option<&'a str>,
-    pub(crate) args: &'a Value,
+    pub(crate) args: RawArgs<'a>,
     pub(crate) key: IdemKey,
     pub(crate) token: ClaimToken,
     /// When the operation was first claimed: the safe retry window counts from here.
@@ -195,7 +195,7 @@ impl Executor {
         &self,
         tool: &DynTool,
         call: &ToolCall,
-        args: &Value,
+        args: RawArgs<'_>,
         decoded: Decoded,
     ) -> Executed {
         let spec = tool.spec();
@@ -565,7 +565,7 @@ impl Executor {
         &self,
         tool: &DynTool,
         call: &ToolCall,
-        args: &Value,
+        args: RawArgs<'_>,
         decoded: Decoded,
     ) -> Executed {
         let spec = tool.spec();

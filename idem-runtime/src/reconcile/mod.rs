@@ -356,7 +356,7 @@ impl Reconciler {
         let run = ClaimedRun {
             scope: &operation.scope,
             call_id: None,
-            args: &operation.args,
+            args: (&operation.args).into(),
             key: record.key.clone(),
             token,
             first_claimed_at: record.created_at,

@@ -16,7 +16,7 @@ use crate::error::{BuildError, CallError};
 use crate::executor::{Executed, Executor, RetryPolicy};
 use crate::reconcile::{EscalationSink, LogSink};
 use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
-use crate::tool::erased::DecodeError;
+use crate::tool::erased::{DecodeError, RawArgs};
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
 use call::CallArgs;
 
@@ -301,8 +301,7 @@ impl Registry {
             return refused(e);
         }
         let limit = self.inner.max_args_bytes;
-        let parsed;
-        let args: &Value = match &call.args {
+        let args = match &call.args {
             CallArgs::Text(text) => {
                 if text.len() > limit {
                     return refused(CallError::ArgsTooLarge {
@@ -310,15 +309,9 @@ impl Registry {
                         limit,
                     });
                 }
-                parsed = match serde_json::from_str::<Value>(text) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        return refused(CallError::MalformedJson {
-                            message: e.to_string(),
-                        })
-                    }
-                };
-                &parsed
+                // Decoded straight from the text: no `Value` tree is built for a call that
+                // decodes (a malformed one is told apart while being refused).
+                RawArgs::Text(text)
             }
             CallArgs::Value(v) => {
                 let mut counter = CountingWriter(0);
@@ -330,11 +323,14 @@ impl Registry {
                         limit,
                     });
                 }
-                v
+                RawArgs::Value(v)
             }
         };
         let decoded = match tool.decode(args) {
             Ok(d) => d,
+            Err(DecodeError::Malformed(message)) => {
+                return refused(CallError::MalformedJson { message })
+            }
             Err(DecodeError::Invalid(message)) | Err(DecodeError::Identity(message)) => {
                 return refused(CallError::InvalidArgs {
                     tool: call.tool.clone(),

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
 use crate::definitions::schema::input_schema_for;
-use crate::identity::{identify, ArgsIdentity};
+use crate::identity::{identify, ArgsIdentity, CanonicalJson};
 use crate::reconcile::{ReadBack, ReadBackCtx};
 
 /// A registered tool with its types erased: what [`crate::Registry`] stores and dispatches to.
@@ -34,6 +34,27 @@ impl fmt::Debug for DynTool {
     }
 }
 
+/// A call's arguments as they arrived: the caller's JSON value, or JSON text (the model's, or
+/// the canonical text saved with a claim). Text is decoded straight into the tool's `Args`,
+/// without building a `Value` first.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RawArgs<'a> {
+    Value(&'a Value),
+    Text(&'a str),
+}
+
+impl<'a> From<&'a Value> for RawArgs<'a> {
+    fn from(v: &'a Value) -> Self {
+        RawArgs::Value(v)
+    }
+}
+
+impl<'a> From<&'a CanonicalJson> for RawArgs<'a> {
+    fn from(j: &'a CanonicalJson) -> Self {
+        RawArgs::Text(j.as_str())
+    }
+}
+
 /// Arguments decoded into the tool's `Args` type, with their identity (writes only).
 pub(crate) struct Decoded {
     pub(crate) identity: Option<ArgsIdentity>,
@@ -48,6 +69,8 @@ pub(crate) enum Ctx {
 /// Why arguments were refused before anything ran.
 #[derive(Debug)]
 pub(crate) enum DecodeError {
+    /// The text is not JSON.
+    Malformed(String),
     /// Did not deserialize into the tool's `Args`.
     Invalid(String),
     /// Deserialized, but gave no identity (e.g. `key(…)` on a non-object).
@@ -62,7 +85,7 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<ReadBack, ToolError>>;
     fn decode(
         &self,
-        args: &Value,
+        args: RawArgs<'_>,
         key_fields: &[String],
         write: bool,
     ) -> Result<Decoded, DecodeError>;
@@ -73,21 +96,26 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<Value, ToolError>>;
 }
 
-fn decode_typed<A>(args: &Value, key_fields: &[String], write: bool) -> Result<Decoded, DecodeError>
+fn decode_typed<A>(
+    args: RawArgs<'_>,
+    key_fields: &[String],
+    write: bool,
+) -> Result<Decoded, DecodeError>
 where
     A: serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
 {
-    let typed: A = match A::deserialize(args) {
-        Ok(t) => t,
-        // A tool without arguments (`Args = ()`) advertises an empty object schema; models send
-        // `{}`, which serde's unit does not accept. Only on that failure path, try null.
-        Err(_)
-            if args.as_object().is_some_and(|m| m.is_empty())
-                && A::deserialize(&Value::Null).is_ok() =>
-        {
-            A::deserialize(&Value::Null).map_err(|e| DecodeError::Invalid(e.to_string()))?
-        }
-        Err(e) => return Err(DecodeError::Invalid(e.to_string())),
+    let typed: A = match args {
+        RawArgs::Value(v) => decode_value(v)?,
+        RawArgs::Text(text) => match serde_json::from_str::<A>(text) {
+            Ok(t) => t,
+            // Whatever went wrong, the value path decides, so text and value calls are
+            // refused (or accepted) alike: malformed JSON, `{}` for `()`, duplicate keys.
+            Err(_) => {
+                let v: Value = serde_json::from_str(text)
+                    .map_err(|e| DecodeError::Malformed(e.to_string()))?;
+                decode_value(&v)?
+            }
+        },
     };
     let identity = if write {
         Some(identify(&typed, key_fields).map_err(|e| DecodeError::Identity(e.to_string()))?)
@@ -98,6 +126,21 @@ where
         identity,
         typed: Box::new(typed),
     })
+}
+
+fn decode_value<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, DecodeError> {
+    match A::deserialize(args) {
+        Ok(t) => Ok(t),
+        // A tool without arguments (`Args = ()`) advertises an empty object schema; models send
+        // `{}`, which serde's unit does not accept. Only on that failure path, try null.
+        Err(_)
+            if args.as_object().is_some_and(|m| m.is_empty())
+                && A::deserialize(&Value::Null).is_ok() =>
+        {
+            A::deserialize(&Value::Null).map_err(|e| DecodeError::Invalid(e.to_string()))
+        }
+        Err(e) => Err(DecodeError::Invalid(e.to_string())),
+    }
 }
 
 fn output_to_value<O: serde::Serialize>(tool: &str, output: O) -> Value {
@@ -131,7 +174,7 @@ impl<T: ReadTool> ErasedTool for ReadAdapter<T> {
 
     fn decode(
         &self,
-        args: &Value,
+        args: RawArgs<'_>,
         key_fields: &[String],
         write: bool,
     ) -> Result<Decoded, DecodeError> {
@@ -169,7 +212,7 @@ impl<T: WriteTool> ErasedTool for WriteAdapter<T> {
 
     fn decode(
         &self,
-        args: &Value,
+        args: RawArgs<'_>,
         key_fields: &[String],
         write: bool,
     ) -> Result<Decoded, DecodeError> {
@@ -253,9 +296,9 @@ impl DynTool {
         &self.schema
     }
 
-    pub(crate) fn decode(&self, args: &Value) -> Result<Decoded, DecodeError> {
+    pub(crate) fn decode<'a>(&self, args: impl Into<RawArgs<'a>>) -> Result<Decoded, DecodeError> {
         self.inner
-            .decode(args, &self.key_fields, self.kind == ToolKind::Write)
+            .decode(args.into(), &self.key_fields, self.kind == ToolKind::Write)
     }
 
     pub(crate) fn read_back(
