@@ -50,13 +50,16 @@ pub fn identify<A: Serialize + ?Sized, S: AsRef<str>>(
     args: &A,
     key_fields: &[S],
 ) -> Result<ArgsIdentity, IdentityError> {
-    use canonical::serializer::{to_canonical, Error};
+    use canonical::serializer::{to_canonical, Error, KeyFields, Written};
     match to_canonical(args, key_fields) {
-        Ok((canonical, selected)) => {
+        Ok(Written {
+            bytes: canonical,
+            key_fields: selected,
+        }) => {
             let key_fields = match selected {
-                None => None,
-                Some(Some(fields)) => Some(fields),
-                Some(None) => return Err(not_an_object(key_fields)),
+                KeyFields::NotAsked => None,
+                KeyFields::Selected(fields) => Some(fields),
+                KeyFields::NotAnObject => return Err(not_an_object(key_fields)),
             };
             let fingerprint = Fingerprint::of_canonical(&canonical);
             Ok(ArgsIdentity {

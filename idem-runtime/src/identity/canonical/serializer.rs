@@ -50,12 +50,29 @@ impl ser::Error for Error {
 
 type Result<T> = std::result::Result<T, Error>;
 
-/// The canonical bytes of `value`, and of its top-level object's `key_fields` (when any are
-/// named and the value is an object; `Ok(None)` for the fields when it is not an object).
+/// What [`to_canonical`] wrote.
+pub(crate) struct Written {
+    /// The canonical bytes of the value.
+    pub(crate) bytes: Vec<u8>,
+    /// The canonical bytes of the selected key fields.
+    pub(crate) key_fields: KeyFields,
+}
+
+/// The `key(…)` selection of a value.
+pub(crate) enum KeyFields {
+    /// No fields were named.
+    NotAsked,
+    /// Fields were named, but the value is not an object.
+    NotAnObject,
+    /// Canonical JSON of `{field: value}` for the named fields.
+    Selected(Vec<u8>),
+}
+
+/// The canonical bytes of `value`, and of its top-level object's `key_fields`.
 pub(crate) fn to_canonical<T: Serialize + ?Sized, S: AsRef<str>>(
     value: &T,
     key_fields: &[S],
-) -> Result<(Vec<u8>, Option<Option<Vec<u8>>>)> {
+) -> Result<Written> {
     // The entry list and the reorder buffer are scratch space: reuse this thread's, so a
     // call allocates only the output it keeps.
     let (entries, scratch) = SCRATCH.with(Cell::take).unwrap_or_default();
@@ -82,12 +99,15 @@ pub(crate) fn to_canonical<T: Serialize + ?Sized, S: AsRef<str>>(
         SCRATCH.with(|cell| cell.set(Some((entries, scratch))));
     }
     written?;
-    let fields = if key_fields.is_empty() {
-        None
-    } else {
-        Some(top.as_ref().map(|top| top.select(&out, key_fields)))
+    let key_fields = match (key_fields.is_empty(), &top) {
+        (true, _) => KeyFields::NotAsked,
+        (false, None) => KeyFields::NotAnObject,
+        (false, Some(top)) => KeyFields::Selected(top.select(&out, key_fields)),
     };
-    Ok((out, fields))
+    Ok(Written {
+        bytes: out,
+        key_fields,
+    })
 }
 
 thread_local! {
