@@ -597,7 +597,8 @@ async fn text_and_value_arguments_are_one_operation_and_refused_alike() {
     assert!(dup.replayed(), "{:?}", dup.error());
     assert_eq!(ledger.effects(), 1);
     // Refusals: trailing garbage is malformed, wrong types are invalid, for text as for values.
-    let cases: [(&str, fn(&CallError) -> bool); 4] = [
+    type Expect = fn(&CallError) -> bool;
+    let cases: [(&str, Expect); 4] = [
         (r#"{"customer": "acme", "cents": 1} x"#, |e| {
             matches!(e, CallError::MalformedJson { .. })
         }),
