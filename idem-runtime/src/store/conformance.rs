@@ -59,8 +59,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ManualClock,
-    ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError,
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor,
+    ManualClock, ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError,
 };
 use crate::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
 use crate::outcome::OutcomeClass;
@@ -157,6 +157,7 @@ macro_rules! store_conformance_tests {
             release_frees_the_key,
             reclaim_fences_the_old_token,
             list_by_state,
+            list_after_pages_exactly_once,
             attempts_are_appended,
             records_round_trip,
             wait_settled_sees_settlement,
@@ -193,6 +194,7 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     release_frees_the_key(f).await;
     reclaim_fences_the_old_token(f).await;
     list_by_state(f).await;
+    list_after_pages_exactly_once(f).await;
     attempts_are_appended(f).await;
     records_round_trip(f).await;
     wait_settled_sees_settlement(f).await;
@@ -1049,6 +1051,121 @@ pub async fn list_by_state<F: StoreFactory>(f: &F) {
             "listed records are whole"
         );
     }
+}
+
+/// `list_after` pages through one state in `(created_at, key)` order: a walk with a small
+/// limit visits every record that stays in the state exactly once, in order, also where a
+/// page ends among records claimed in the same millisecond and where the record the cursor
+/// was taken from has since left the state. A record settled before its page is not listed
+/// in its old state; a lease that expires mid-walk is listed as unknown in its place; a
+/// record that enters the state during the walk, newer than the cursor, is listed at the end.
+pub async fn list_after_pages_exactly_once<F: StoreFactory>(f: &F) {
+    let Some(h) = harness(f, "list_after_pages_exactly_once").await else {
+        return;
+    };
+    let s = &*h.store;
+    let unknown = || Settlement::new(RecordState::Unknown).message("timed out");
+    // Three claim times with 3, 1 and 4 unknown records each: the key breaks the ties. A
+    // completed record at each time is in the way of no page.
+    let mut tokens = std::collections::HashMap::new();
+    for (group, size) in [3, 1, 4].into_iter().enumerate() {
+        for i in 0..size {
+            let req = request(&format!("page-{group}-{i}"));
+            let t = claim(s, &req).await;
+            settle(s, &req.key, t, unknown()).await;
+            tokens.insert(req.key, t);
+        }
+        let other = request(&format!("page-{group}-completed"));
+        let t = claim(s, &other).await;
+        settle(s, &other.key, t, completed(json!(group))).await;
+        h.clock.advance(Duration::from_secs(1));
+    }
+    // Running now; its lease expires in the middle of the walk.
+    let expiring = request("page-expiring");
+    claim(s, &expiring).await;
+
+    let mut order = Vec::new();
+    for k in tokens.keys().chain([&expiring.key]) {
+        order.push(ListCursor::of(&get(s, k).await));
+    }
+    order.sort();
+    assert!(
+        order.windows(2).any(|w| w[0].created_at == w[1].created_at),
+        "the check needs records claimed in the same millisecond"
+    );
+    let page = |after: Option<ListCursor>, limit: usize| async move {
+        let records = s
+            .list_after(RecordState::Unknown, after.as_ref(), limit)
+            .await
+            .unwrap_or_else(|e| panic!("list_after(unknown, {after:?}, {limit}) failed: {e}"));
+        assert!(
+            records.len() <= limit,
+            "a page holds at most `limit` records"
+        );
+        for r in &records {
+            assert_eq!(r.state, RecordState::Unknown, "a page lists only its state");
+            assert!(
+                after.as_ref().is_none_or(|c| ListCursor::of(r) > *c),
+                "a page lists only records strictly after its cursor"
+            );
+        }
+        records
+    };
+
+    let first = page(None, 2).await;
+    let listed: Vec<ListCursor> = first.iter().map(ListCursor::of).collect();
+    assert_eq!(
+        listed,
+        order[..2],
+        "the first page is the oldest records, ties broken by key"
+    );
+    assert_eq!(
+        first,
+        s.list(RecordState::Unknown, 2)
+            .await
+            .unwrap_or_else(|e| panic!("list failed: {e}")),
+        "list is list_after from the start"
+    );
+    // Between pages: the record the cursor comes from is settled (the walk must find its
+    // place without it), so is one that no page has listed yet (it must not be listed as
+    // unknown any more), the running claim's lease passes (it must be listed as unknown),
+    // and a new unknown record appears (newer than every cursor: listed at the end).
+    let cursor = listed[1].clone();
+    settle(
+        s,
+        &cursor.key,
+        tokens[&cursor.key],
+        completed(json!("late")),
+    )
+    .await;
+    let gone = order[4].clone();
+    assert_ne!(gone.key, expiring.key);
+    settle(s, &gone.key, tokens[&gone.key], completed(json!("late"))).await;
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    let newcomer = request("page-newcomer");
+    let t = claim(s, &newcomer).await;
+    settle(s, &newcomer.key, t, unknown()).await;
+
+    let mut seen = listed;
+    let mut after = Some(cursor);
+    loop {
+        let records = page(after.clone(), 2).await;
+        seen.extend(records.iter().map(ListCursor::of));
+        after = seen.last().cloned();
+        if records.len() < 2 {
+            break;
+        }
+        assert!(seen.len() <= order.len() + 1, "the walk must end");
+    }
+    let mut expected: Vec<ListCursor> = order.into_iter().filter(|c| *c != gone).collect();
+    expected.push(ListCursor::of(&get(s, &newcomer.key).await));
+    assert_eq!(
+        seen, expected,
+        "paging visits each record once, in order; the settled one is left out, the expired \
+         lease is listed as unknown in its place, the newcomer at the end"
+    );
+    assert!(page(after, 2).await.is_empty(), "nothing after the last");
+    assert!(page(None, 0).await.is_empty(), "limit 0");
 }
 
 /// Attempt and read-back evidence accumulates across settles, late results and takeovers,

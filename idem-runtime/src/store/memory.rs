@@ -1,6 +1,7 @@
 //! The default store: in process memory, sharded, gone when the process exits.
 
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -9,8 +10,8 @@ use tokio::sync::Notify;
 
 use super::rules::{self, Aged};
 use super::{
-    ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Record, RecordState, Retention,
-    Settlement, StoreError, SystemClock,
+    ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState,
+    Retention, Settlement, StoreError, SystemClock,
 };
 use crate::identity::IdemKey;
 
@@ -156,6 +157,29 @@ impl MemoryStore {
     }
 }
 
+/// A record in a listing page, ordered as listings are (`created_at`, then key).
+struct Listed(Record);
+
+impl PartialEq for Listed {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Listed {}
+
+impl PartialOrd for Listed {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Listed {
+    fn cmp(&self, other: &Self) -> Ordering {
+        ListCursor::cmp_records(&self.0, &other.0)
+    }
+}
+
 fn nibble(b: u8) -> u8 {
     match b {
         b'0'..=b'9' => b - b'0',
@@ -261,8 +285,19 @@ impl IdemStore for MemoryStore {
     }
 
     async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.list_after(state, None, limit).await
+    }
+
+    async fn list_after(
+        &self,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
         let now = self.inner.clock.now();
-        let mut out = Vec::new();
+        // The `limit` smallest records after the cursor, largest on top: a page costs one
+        // scan and clones only records that may make the page, not the whole state.
+        let mut page: BinaryHeap<Listed> = BinaryHeap::new();
         for shard in self.inner.shards.iter() {
             let mut map = lock(shard);
             map.retain(|_, slot| {
@@ -272,15 +307,26 @@ impl IdemStore for MemoryStore {
                 }
                 aged != Aged::Gone
             });
-            out.extend(
-                map.values()
-                    .filter(|s| s.record.state == state)
-                    .map(|s| s.record.clone()),
-            );
+            if limit == 0 {
+                continue;
+            }
+            for slot in map.values() {
+                let r = &slot.record;
+                if r.state != state || after.is_some_and(|c| !c.precedes(r)) {
+                    continue;
+                }
+                if page.len() == limit {
+                    match page.peek() {
+                        Some(top) if ListCursor::cmp_records(r, &top.0).is_lt() => {
+                            page.pop();
+                        }
+                        _ => continue,
+                    }
+                }
+                page.push(Listed(r.clone()));
+            }
         }
-        out.sort_by(|a, b| (a.created_at, &a.key).cmp(&(b.created_at, &b.key)));
-        out.truncate(limit);
-        Ok(out)
+        Ok(page.into_sorted_vec().into_iter().map(|l| l.0).collect())
     }
 
     async fn wait_settled(

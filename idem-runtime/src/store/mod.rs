@@ -11,6 +11,9 @@
 //! - Completed and failed results expire after the retention window, leaving a tombstone
 //!   (key, fingerprint, class, times) that outlives them; unknown, pending and escalated
 //!   records never expire.
+//! - Listings apply lease expiry first and are ordered by `(created_at, key)`;
+//!   [`IdemStore::list_after`] resumes after a [`ListCursor`], so a walk page by page visits
+//!   every record of a state once, however many there are.
 
 mod clock;
 #[cfg(feature = "testing")]
@@ -59,6 +62,44 @@ impl Default for Retention {
             results: Duration::from_secs(24 * 3600),
             tombstones: Duration::from_secs(30 * 24 * 3600),
         }
+    }
+}
+
+/// A position in a listing: the `(created_at, key)` of the last record seen.
+///
+/// Listings are ordered by claim time and, among records claimed in the same millisecond,
+/// by key, so a cursor names one place in the order even when the record it was taken from
+/// has since been settled or deleted: [`IdemStore::list_after`] resumes strictly after it.
+/// A cursor is plain data (it serializes), so a walk can outlive the process that began it.
+///
+/// Ordering a cursor compares `created_at`, then the key, exactly as the stores do.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct ListCursor {
+    /// When the record was first claimed ([`Record::created_at`]).
+    pub created_at: Timestamp,
+    /// The record's key: the tiebreak among records claimed in the same millisecond.
+    pub key: IdemKey,
+}
+
+impl ListCursor {
+    /// The position of `record`: a listing resumed from here starts with the next one.
+    pub fn of(record: &Record) -> ListCursor {
+        ListCursor {
+            created_at: record.created_at,
+            key: record.key.clone(),
+        }
+    }
+
+    /// Orders two records as listings do, without building cursors.
+    pub(crate) fn cmp_records(a: &Record, b: &Record) -> std::cmp::Ordering {
+        (a.created_at, &a.key).cmp(&(b.created_at, &b.key))
+    }
+
+    /// True when `record` sorts strictly after this cursor.
+    pub(crate) fn precedes(&self, record: &Record) -> bool {
+        (record.created_at, &record.key) > (self.created_at, &self.key)
     }
 }
 
@@ -164,7 +205,45 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
 
     /// Up to `limit` records in `state`, oldest first (lease expiry applied first, so expired
     /// running claims are listed as unknown).
+    ///
+    /// The first page of [`IdemStore::list_after`]; to see past it, page with that.
     async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError>;
+
+    /// Up to `limit` records in `state` that sort strictly after `after` in
+    /// [`ListCursor`] order (`created_at`, then key), in that order; from the oldest when
+    /// `after` is `None`. Lease expiry is applied first, as in [`IdemStore::list`].
+    ///
+    /// Paging with the cursor of the last record of each page visits every record that stays
+    /// in `state` exactly once, however many share a `created_at`, and a record that leaves
+    /// the state between pages is not listed in its old state. A record that enters the
+    /// state during a walk is listed if it sorts after the cursor (a new claim normally does;
+    /// one behind a skewed clock may not, and the next walk from the start finds it). This
+    /// is what lets the reconciler get past records that stay unsettled for days instead of
+    /// listing the same oldest ones on every pass.
+    ///
+    /// The default lists the whole state with [`IdemStore::list`] and skips to the cursor:
+    /// correct, but each page costs as much as listing everything. Backends override it with
+    /// an indexed keyset query.
+    async fn list_after(
+        &self,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let Some(after) = after else {
+            return self.list(state, limit).await;
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut records = self.list(state, usize::MAX).await?;
+        records.retain(|r| after.precedes(r));
+        // `list` promises this order already; sorting again keeps the default correct for a
+        // backend whose `list` orders by `created_at` alone.
+        records.sort_by(ListCursor::cmp_records);
+        records.truncate(limit);
+        Ok(records)
+    }
 
     /// Waits up to `timeout` for `key`'s record to leave `Running`; returns it as last seen.
     ///
@@ -230,6 +309,14 @@ impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
     }
     async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
         (**self).list(state, limit).await
+    }
+    async fn list_after(
+        &self,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        (**self).list_after(state, after, limit).await
     }
     async fn wait_settled(
         &self,

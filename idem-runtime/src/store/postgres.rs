@@ -12,7 +12,7 @@ use tokio_postgres::{NoTls, Row, Transaction};
 
 use super::rules::{self, Aged};
 use super::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation,
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
     ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
 };
 use crate::identity::{Fingerprint, IdemKey};
@@ -226,6 +226,7 @@ struct Sql {
     release_fast: String,
     expired_leases: String,
     list: String,
+    list_after: String,
     expire_results: String,
     drop_tombstones: String,
     mark_tx: String,
@@ -312,6 +313,12 @@ impl Sql {
             ),
             list: format!(
                 "SELECT {COLUMNS} FROM {t} WHERE state = $1 ORDER BY created_at, key LIMIT $2"
+            ),
+            // A keyset page: the row comparison is a range on the (state, created_at, key)
+            // index, so a page deep into a large state costs no more than the first.
+            list_after: format!(
+                "SELECT {COLUMNS} FROM {t} WHERE state = $1 AND (created_at, key) > ($2, $3) \
+                 ORDER BY created_at, key LIMIT $4"
             ),
             expire_results: format!(
                 "UPDATE {t} SET result_expired = true, payload = NULL \
@@ -1265,6 +1272,15 @@ impl IdemStore for PostgresStore {
     }
 
     async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.list_after(state, None, limit).await
+    }
+
+    async fn list_after(
+        &self,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -1298,10 +1314,15 @@ impl IdemStore for PostgresStore {
         let rows = {
             let client = self.client().await?;
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            client
-                .query(&sql.list, &[&state.as_str(), &limit])
-                .await
-                .map_err(pg_err)?
+            match after {
+                None => client.query(&sql.list, &[&state.as_str(), &limit]).await,
+                Some(c) => {
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                        [&state.as_str(), &ms(c.created_at), &c.key.as_str(), &limit];
+                    client.query(&sql.list_after, &params).await
+                }
+            }
+            .map_err(pg_err)?
         };
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {

@@ -17,7 +17,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::rules::{self, Aged};
 use super::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation,
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
     ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
 };
 use crate::identity::{Fingerprint, IdemKey};
@@ -765,19 +765,44 @@ fn needs_sweep(conn: &Connection, inner: &Inner, now: Timestamp) -> Result<bool,
     .map_err(db_err)
 }
 
+/// One page of a listing. The index `idem_records_by_state (state, created_at, key)` serves
+/// both forms: the row-value comparison is a range on it, so a page costs `limit` rows,
+/// however deep into the state it starts.
 fn list_rows(
     conn: &Connection,
     state: RecordState,
+    after: Option<&ListCursor>,
     limit: usize,
 ) -> Result<Vec<Record>, StoreError> {
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM idem_records WHERE state = ?1
-             ORDER BY created_at, key LIMIT ?2"
-        ))
-        .map_err(db_err)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut rows = stmt.query(params![state.as_str(), limit]).map_err(db_err)?;
+    let mut stmt;
+    let mut rows = match after {
+        None => {
+            stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM idem_records WHERE state = ?1
+                     ORDER BY created_at, key LIMIT ?2"
+                ))
+                .map_err(db_err)?;
+            stmt.query(params![state.as_str(), limit]).map_err(db_err)?
+        }
+        Some(c) => {
+            stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM idem_records
+                     WHERE state = ?1 AND (created_at, key) > (?2, ?3)
+                     ORDER BY created_at, key LIMIT ?4"
+                ))
+                .map_err(db_err)?;
+            stmt.query(params![
+                state.as_str(),
+                sql_time(c.created_at),
+                c.key.as_str(),
+                limit
+            ])
+            .map_err(db_err)?
+        }
+    };
     let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(db_err)? {
         out.push(decode(row)?);
@@ -902,6 +927,17 @@ impl IdemStore for SqliteStore {
     }
 
     async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.list_after(state, None, limit).await
+    }
+
+    async fn list_after(
+        &self,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let after = after.cloned();
+        let cursor = after.clone();
         let listed = self
             .read(move |conn, inner| {
                 // One read transaction: the check and the listing see the same snapshot.
@@ -909,7 +945,7 @@ impl IdemStore for SqliteStore {
                 if needs_sweep(&tx, inner, inner.clock.now())? {
                     return Ok(None);
                 }
-                list_rows(&tx, state, limit).map(Some)
+                list_rows(&tx, state, cursor.as_ref(), limit).map(Some)
             })
             .await?;
         if let Some(records) = listed {
@@ -917,7 +953,7 @@ impl IdemStore for SqliteStore {
         }
         self.write(move |tx, inner, now| {
             sweep(tx, inner, now)?;
-            list_rows(tx, state, limit)
+            list_rows(tx, state, after.as_ref(), limit)
         })
         .await
     }

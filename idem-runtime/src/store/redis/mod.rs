@@ -12,7 +12,7 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{ErrorKind, RedisError, Script, Value};
 
 use super::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation,
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
     ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
 };
 use crate::identity::{Fingerprint, IdemKey};
@@ -26,10 +26,10 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// # One round trip, atomic
 ///
-/// `claim`, `settle`, `renew`, `release`, `reclaim`, `get` and `list` are each a single
-/// `EVALSHA` of one Lua script, which Redis runs atomically: of N workers racing for a key
-/// exactly one gets the token, and a settle is fenced by the claim's token inside the same
-/// script that writes it. (After Redis restarts or its script cache is flushed, the first
+/// `claim`, `settle`, `renew`, `release`, `reclaim`, `get` and `list` (and each page of
+/// `list_after`) are each a single `EVALSHA` of one Lua script, which Redis runs
+/// atomically: of N workers racing for a key exactly one gets the token, and a settle is
+/// fenced by the claim's token inside the same script that writes it. (After Redis restarts or its script cache is flushed, the first
 /// call pays one extra `SCRIPT LOAD`.) Time is read from the store's [`Clock`] on the worker
 /// and passed into the script, not taken from Redis `TIME`, so every backend ages records
 /// the same way; keep worker clocks in sync (NTP) and leases much longer than their skew.
@@ -41,7 +41,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// | key | type | holds |
 /// |---|---|---|
 /// | `p` `r:` *idem key* | hash | the record; a running claim's lease end is a field in it |
-/// | `p` `s:` *state* | sorted set | keys in that state, scored by claim time (for [`IdemStore::list`]) |
+/// | `p` `s:` *state* | sorted set | keys in that state, scored by claim time (for [`IdemStore::list`]; equal scores sort by key, which is exactly [`ListCursor`] order) |
 /// | `p` `leases` | sorted set | running keys by lease end (expired leases become *unknown* on listing) |
 /// | `p` `expiry` | sorted set | completed/failed keys by tombstone end (index clean-up) |
 ///
@@ -591,17 +591,26 @@ impl IdemStore for RedisStore {
     }
 
     async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.list_after(state, None, limit).await
+    }
+
+    async fn list_after(
+        &self,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        let limit = limit.to_string();
+        let cursor = after.map(|c| (c.created_at.as_millis().to_string(), c.key.as_str()));
+        let mut args = vec![state.as_str().as_bytes(), limit.as_bytes()];
+        if let Some((created_at, key)) = &cursor {
+            args.extend([created_at.as_bytes(), key.as_bytes()]);
+        }
         // KEYS[1] is unused by `list`; any key of this store's slot will do.
-        let items = self
-            .run(
-                &self.inner.index_keys[0],
-                "list",
-                &[state.as_str().as_bytes(), limit.to_string().as_bytes()],
-            )
-            .await?;
+        let items = self.run(&self.inner.index_keys[0], "list", &args).await?;
         let (Some(Value::Array(records)), Some(Value::Array(bad))) = (items.first(), items.get(1))
         else {
             return Err(unexpected("list", &Value::Array(items)));

@@ -201,6 +201,44 @@ local function sweep()
   end
 end
 
+-- True when member a sorts before member b in a sorted set of equal scores: by bytes, as
+-- Redis compares members. (Lua's `<` on strings follows the server's locale instead.)
+local function member_lt(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- The rank in idx of the first member strictly after (score ca, member k), the set's own
+-- order: a listing page then starts there. The cursor's member is usually still in the set
+-- at that score (ZRANK); if it has left the state, the place it would have is found from
+-- counts and a binary search over the members of equal score, which are in member order.
+-- O(log n) either way, however deep into the set the cursor points.
+local function rank_after(idx, ca, k)
+  local score = redis.call('ZSCORE', idx, k)
+  if score and tonumber(score) == ca then
+    return redis.call('ZRANK', idx, k) + 1
+  end
+  local lo = redis.call('ZCOUNT', idx, '-inf', '(' .. num(ca))
+  local hi = lo + redis.call('ZCOUNT', idx, num(ca), num(ca))
+  -- Ranks below lo sort at or before the cursor; ranks from hi on sort after it.
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local m = redis.call('ZRANGE', idx, mid, mid)[1]
+    if m and not member_lt(k, m) then
+      lo = mid + 1
+    else
+      hi = mid
+    end
+  end
+  return lo
+end
+
 local rk = KEYS[1]
 
 if OP == 'claim' then
@@ -309,7 +347,8 @@ elseif OP == 'get' then
   end
   return { 'record', redis.call('HGETALL', rk) }
 elseif OP == 'list' then
-  -- KEYS[1] is unused; ARGV: 6 state, 7 limit. Returns { records, corrupt keys }.
+  -- KEYS[1] is unused; ARGV: 6 state, 7 limit, then optionally the cursor to list strictly
+  -- after: 8 its created_at (ms), 9 its key. Returns { records, corrupt keys }.
   local state, limit = ARGV[6], tonumber(ARGV[7])
   local out, bad = {}, {}
   -- Expired leases first, so list(unknown) includes them and list(running) does not.
@@ -334,6 +373,9 @@ elseif OP == 'list' then
   end
   local idx = KEYS[IDX[state]]
   offset = 0
+  if ARGV[8] then
+    offset = rank_after(idx, tonumber(ARGV[8]), ARGV[9])
+  end
   while #out < limit do
     local batch = redis.call('ZRANGE', idx, offset, offset + 127)
     if #batch == 0 then
