@@ -74,6 +74,14 @@ impl Stub {
             }
         }
     }
+    /// One key's pending charge clears; the others stay pending.
+    fn finish_pending_of(&self, key: &str) {
+        for c in self.charges.lock().unwrap().iter_mut() {
+            if c.0 == key && c.2 == "pending" {
+                c.2 = "succeeded";
+            }
+        }
+    }
     fn find(&self, key: &str) -> Vec<(String, &'static str)> {
         self.charges
             .lock()
@@ -475,4 +483,98 @@ async fn changed_params_are_refused_and_reported_to_a_person() {
     assert_eq!(notices[0].refused_args.as_ref().unwrap()["cents"], 9900);
     assert_eq!(notices[0].operation.as_ref().unwrap().args["cents"], 4900);
     assert_eq!(w.stub.charges(), 1);
+}
+
+impl World {
+    /// A charge for its own customer: a key of its own.
+    async fn call_for(&self, customer: &str) -> idem_runtime::ToolResult {
+        self.registry
+            .call(ToolCall::new(
+                "run-1",
+                "charge",
+                json!({"customer": customer, "cents": 4900}),
+            ))
+            .await
+    }
+}
+
+#[tokio::test]
+async fn records_that_stay_pending_do_not_starve_newer_ones() {
+    let w = World::new(Stub::new(false, [Fault::Async; 4]), true, |s| s);
+    // Three transfers that stay pending for days, then a newer one that clears at once.
+    let mut keys = Vec::new();
+    for customer in ["old-1", "old-2", "old-3", "new"] {
+        let r = w.call_for(customer).await;
+        assert_eq!(r.class(), Some(OutcomeClass::Pending));
+        keys.push(r.key().unwrap().clone());
+        w.clock.advance(Duration::from_secs(60));
+    }
+    let newest = keys.last().unwrap();
+    w.stub.finish_pending_of(newest.as_str());
+
+    // One reconciler across passes, as `spawn` runs it, looking at two records per pass.
+    let reconciler = Reconciler::new(&w.registry).batch(2);
+    let mut passes = 0;
+    while w.store.get(newest).await.unwrap().unwrap().state == RecordState::Pending {
+        passes += 1;
+        assert!(
+            passes <= 2,
+            "the newer record must be looked at within ⌈4 / 2⌉ passes, not starved behind \
+             the older ones that stay pending"
+        );
+        let decisions = reconciler.run_once().await.unwrap();
+        assert!(decisions.len() <= 2, "at most `batch` records per pass");
+    }
+    let record = w.store.get(newest).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.downstream_ref.as_deref(), Some("ch_4"));
+    for old in &keys[..3] {
+        assert_eq!(
+            w.store.get(old).await.unwrap().unwrap().state,
+            RecordState::Pending,
+            "the older transfers are still pending, and were not sent again"
+        );
+    }
+    assert_eq!(w.stub.sends.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn a_backlog_larger_than_the_batch_is_walked_round_robin() {
+    let w = World::new(Stub::new(false, [Fault::Async; 5]), true, |s| s);
+    let mut keys = Vec::new();
+    for i in 0..5 {
+        // Two calls per claim time: a page boundary falls among records of one millisecond.
+        if i % 2 == 0 {
+            w.clock.advance(Duration::from_secs(1));
+        }
+        keys.push(
+            w.call_for(&format!("customer-{i}"))
+                .await
+                .key()
+                .unwrap()
+                .clone(),
+        );
+    }
+    let reconciler = Reconciler::new(&w.registry).batch(2);
+    let mut visits = std::collections::HashMap::new();
+    for pass in 0..5 {
+        let decisions = reconciler.run_once().await.unwrap();
+        assert_eq!(decisions.len(), 2, "pass {pass} uses its whole batch");
+        assert_ne!(
+            decisions[0].key, decisions[1].key,
+            "no record twice in a pass"
+        );
+        for d in decisions {
+            assert_eq!(d.action, Action::Waiting);
+            *visits.entry(d.key).or_insert(0) += 1;
+        }
+    }
+    // 5 passes × 2 = 10 looks at 5 records: each looked at exactly twice, none left out.
+    for k in &keys {
+        assert_eq!(
+            visits.get(k),
+            Some(&2),
+            "{k} looked at twice in five passes"
+        );
+    }
 }

@@ -14,6 +14,10 @@
 //! | unknown | neither | escalate: no key contract and no read-back |
 //! | pending | a read-back | poll until terminal |
 //! | any | read-back finds more than one effect | escalate |
+//!
+//! A pass looks at a bounded batch per state and the next pass resumes after it
+//! ([`crate::store::IdemStore::list_after`]), so records that stay unknown or pending for
+//! long cannot keep newer ones from ever being looked at.
 
 mod escalation;
 mod read_back;
@@ -23,14 +27,15 @@ pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, Lo
 pub use read_back::{ReadBack, ReadBackCtx};
 pub use resolve::{resolve, Resolution, ResolveError};
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::executor::ClaimedRun;
 use crate::outcome::OutcomeClass;
 use crate::registry::Registry;
 use crate::store::{
-    ClaimToken, IdemStore, ReadBackRecord, Record, RecordState, Settlement, StoreError, Timestamp,
+    ClaimToken, IdemStore, ListCursor, ReadBackRecord, Record, RecordState, Settlement, StoreError,
+    Timestamp,
 };
 use crate::tool::{Downstream, DynTool, ToolKind};
 
@@ -80,12 +85,53 @@ pub enum Action {
 }
 
 /// Settles unknown and pending records; escalates what it cannot settle.
+///
+/// Each pass looks at up to [`Reconciler::batch`] records per state, resuming where the
+/// previous pass of this reconciler stopped and starting over from the oldest once it has
+/// been through them all: records that stay unsettled for days (a pending transfer polled
+/// until it clears) cannot hide newer ones behind them. A clone continues from where the
+/// original was, then keeps its own place.
 #[derive(Clone, Debug)]
 pub struct Reconciler {
     registry: Registry,
     sink: Arc<dyn EscalationSink>,
     max_retries: u32,
     batch: usize,
+    walk: Walk,
+}
+
+/// The states a pass walks, in the order it walks them.
+const WALKED: [RecordState; 2] = [RecordState::Unknown, RecordState::Pending];
+
+/// Where the next pass resumes in each walked state: after this cursor, or from the oldest
+/// record when `None`. Behind a lock because `run_once` takes `&self` (a reconciler is
+/// shared with its spawned task); held only to read or write a cursor, never across an
+/// `.await`.
+#[derive(Debug, Default)]
+struct Walk(Mutex<[Option<ListCursor>; WALKED.len()]>);
+
+impl Walk {
+    fn cursors(&self) -> MutexGuard<'_, [Option<ListCursor>; WALKED.len()]> {
+        // A cursor is replaced whole or not at all: a panic elsewhere cannot leave one
+        // half-written, so a poisoned lock still holds usable positions.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, i: usize) -> Option<ListCursor> {
+        self.cursors().get(i).cloned().flatten()
+    }
+
+    fn set(&self, i: usize, cursor: Option<ListCursor>) {
+        if let Some(slot) = self.cursors().get_mut(i) {
+            *slot = cursor;
+        }
+    }
+}
+
+impl Clone for Walk {
+    fn clone(&self) -> Self {
+        Walk(Mutex::new(self.cursors().clone()))
+    }
 }
 
 impl Reconciler {
@@ -96,6 +142,7 @@ impl Reconciler {
             sink: registry.escalation_sink().clone(),
             max_retries: 3,
             batch: 500,
+            walk: Walk::default(),
         }
     }
 
@@ -112,7 +159,9 @@ impl Reconciler {
         self
     }
 
-    /// Records looked at per state per pass (default 500).
+    /// Records looked at per state per pass (default 500). A larger backlog is walked over
+    /// successive passes, `n` at a time, so every record of a backlog that stays unsettled
+    /// is looked at within ⌈backlog / `n`⌉ passes.
     pub fn batch(mut self, n: usize) -> Self {
         self.batch = n.max(1);
         self
@@ -126,16 +175,70 @@ impl Reconciler {
         self.registry.executor().clock.now()
     }
 
-    /// One pass over unknown and pending records.
+    /// One pass over unknown and pending records: up to [`Reconciler::batch`] of each, from
+    /// where this reconciler's previous pass stopped.
     pub async fn run_once(&self) -> Result<Vec<Decision>, StoreError> {
         let mut decisions = Vec::new();
-        for record in self.store().list(RecordState::Unknown, self.batch).await? {
-            decisions.push(self.decide(record).await);
-        }
-        for record in self.store().list(RecordState::Pending, self.batch).await? {
-            decisions.push(self.decide(record).await);
+        for (i, state) in WALKED.into_iter().enumerate() {
+            self.walk_state(i, state, &mut decisions).await?;
         }
         Ok(decisions)
+    }
+
+    /// Decides up to `batch` records of `state`, in listing order, from the saved cursor.
+    ///
+    /// Reaching the end of the state (a short page) wraps to the oldest record and goes on
+    /// with what is left of the batch, stopping at the record the pass began after, so no
+    /// record is decided twice in one pass. Records decided here that stay in the state
+    /// (waiting, still pending) keep their place, so the next pass moves past them.
+    async fn walk_state(
+        &self,
+        i: usize,
+        state: RecordState,
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
+        let began_after = self.walk.get(i);
+        let mut after = began_after.clone();
+        let mut budget = self.batch;
+        let mut wrapped = false;
+        while budget > 0 {
+            let mut page = self
+                .store()
+                .list_after(state, after.as_ref(), budget)
+                .await?;
+            let at_end = page.len() < budget;
+            let mut lapped = false;
+            if wrapped {
+                if let Some(start) = &began_after {
+                    if let Some(n) = page.iter().position(|r| ListCursor::of(r) > *start) {
+                        page.truncate(n);
+                        lapped = true;
+                    }
+                }
+            }
+            budget -= page.len();
+            if let Some(last) = page.last() {
+                after = Some(ListCursor::of(last));
+            }
+            for record in page {
+                decisions.push(self.decide(record).await);
+            }
+            if lapped {
+                break;
+            }
+            if at_end {
+                after = None;
+                if wrapped || began_after.is_none() {
+                    break;
+                }
+                wrapped = true;
+            }
+            // Saved page by page, so a store error later in the pass does not send the next
+            // pass back over what this one already decided.
+            self.walk.set(i, after.clone());
+        }
+        self.walk.set(i, after);
+        Ok(())
     }
 
     /// Runs [`Reconciler::run_once`] every `every` until the returned handle is aborted.
