@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+const KEY: &str = "idem:0000000000000000000000000000000000000000000000000000000000000000";
+
 /// A typical write's arguments: about 100 bytes of JSON.
 #[derive(Clone, Deserialize, Serialize, schemars::JsonSchema)]
 struct ChargeArgs {
@@ -128,6 +130,42 @@ fn bench_per_call(c: &mut Criterion) {
                 BatchSize::SmallInput,
             )
         });
+        // The model's JSON text: the registry decodes it straight into the tool's `Args`.
+        let text = serde_json::to_string(&args).unwrap();
+        g.bench_with_input(
+            BenchmarkId::new("floor_parse_canonical_sha256", label),
+            &text,
+            |b, t| b.iter(|| floor(&serde_json::from_str(std::hint::black_box(t)).unwrap())),
+        );
+        let reg = registry();
+        g.bench_with_input(
+            BenchmarkId::new("fresh_write_text", label),
+            &text,
+            |b, t| {
+                b.to_async(&rt).iter_batched(
+                    || {
+                        let run = n.fetch_add(1, Ordering::Relaxed);
+                        ToolCall::from_json(format!("run-{run}"), tool, t.clone())
+                    },
+                    |call| {
+                        let reg = &reg;
+                        async move { assert!(reg.call(call).await.is_completed()) }
+                    },
+                    BatchSize::SmallInput,
+                )
+            },
+        );
+        rt.block_on(reg.call(ToolCall::from_json("run-replay", tool, text.clone())));
+        g.bench_with_input(BenchmarkId::new("replay_text", label), &text, |b, t| {
+            b.to_async(&rt).iter_batched(
+                || ToolCall::from_json("run-replay", tool, t.clone()),
+                |call| {
+                    let reg = &reg;
+                    async move { assert!(reg.call(call).await.replayed()) }
+                },
+                BatchSize::SmallInput,
+            )
+        });
         let reg = registry();
         rt.block_on(reg.call(ToolCall::new("run-replay", tool, args.clone())));
         g.bench_with_input(BenchmarkId::new("replay", label), &args, |b, a| {
@@ -150,6 +188,19 @@ fn bench_per_call(c: &mut Criterion) {
             |call| {
                 let reg = &reg;
                 async move { assert!(reg.call(call).await.is_completed()) }
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("write_direct_handler", |b| {
+        // What a write costs without idem: deserialize, call the (no-op) handler, serialize.
+        b.to_async(&rt).iter_batched(
+            || args.clone(),
+            |args| async move {
+                let typed: ChargeArgs = serde_json::from_value(args).unwrap();
+                let ctx = WriteCtx::for_test(idem::IdemKey::parse(KEY).unwrap());
+                let out = Charge.call(ctx, typed).await.unwrap();
+                serde_json::to_value(out).unwrap()
             },
             BatchSize::SmallInput,
         )
