@@ -350,3 +350,173 @@ fn struct_fields_are_sorted_and_key_fields_selected() {
         r#"{"amount_cents":4900,"customer":"cus_1"}"#
     );
 }
+
+/// `Serialize` impls that misuse the serializer: a key without a value, two keys in a row,
+/// an error swallowed (best-effort serialization), an error wrapped by `serialize_with`.
+/// Bytes written around a failure are never trusted: the reference path decides.
+mod misbehaving {
+    use super::*;
+    use serde::ser::{SerializeMap, SerializeStruct};
+
+    struct DanglingKey;
+    impl Serialize for DanglingKey {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut m = s.serialize_map(None)?;
+            m.serialize_entry("a", &1)?;
+            m.serialize_key("k")?;
+            m.end()
+        }
+    }
+
+    struct TwoKeys;
+    impl Serialize for TwoKeys {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut m = s.serialize_map(None)?;
+            m.serialize_key("x")?;
+            m.serialize_key("y")?;
+            m.serialize_value(&1)?;
+            m.end()
+        }
+    }
+
+    /// Skips an entry whose value this writer leaves to `to_value` (a newtype map key).
+    struct BestEffort;
+    impl Serialize for BestEffort {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut m = s.serialize_map(None)?;
+            let mut inner = BTreeMap::new();
+            inner.insert(Id("k".into()), 1);
+            if m.serialize_entry("a", &inner).is_err() {
+                // best effort: leave it out
+            }
+            m.serialize_entry("b", &2)?;
+            m.end()
+        }
+    }
+
+    struct Broken;
+    impl Serialize for Broken {
+        fn serialize<S: Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom("no"))
+        }
+    }
+
+    /// Ignores a field whose own `Serialize` fails.
+    struct SkipBroken;
+    impl Serialize for SkipBroken {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut m = s.serialize_struct("SkipBroken", 2)?;
+            let _ = m.serialize_field("a", &Broken);
+            m.serialize_field("b", &2)?;
+            m.end()
+        }
+    }
+
+    fn with_context<T: Serialize, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        v.serialize(s)
+            .map_err(|e| serde::ser::Error::custom(format!("limits: {e}")))
+    }
+
+    #[derive(Serialize)]
+    struct Payout {
+        #[serde(serialize_with = "with_context")]
+        limits: BTreeMap<Id, u32>,
+        to: String,
+    }
+
+    #[test]
+    fn a_key_without_its_value_is_dropped_as_to_value_drops_it() {
+        assert_same(&DanglingKey, &[]);
+        assert_same(&DanglingKey, &["a", "k"]);
+        #[derive(Serialize)]
+        struct Outer {
+            b: DanglingKey,
+            c: u8,
+        }
+        assert_same(
+            &Outer {
+                b: DanglingKey,
+                c: 1,
+            },
+            &["c"],
+        );
+        assert_same(&TwoKeys, &[]);
+    }
+
+    #[test]
+    fn swallowed_errors_leave_no_half_written_bytes() {
+        assert_same(&BestEffort, &[]);
+        assert_same(&BestEffort, &["b"]);
+        assert_same(&SkipBroken, &[]);
+        assert_same(&SkipBroken, &["b"]);
+        let id = identify(&BestEffort, &["b"]).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&id.canonical).unwrap(),
+            r#"{"a":{"k":1},"b":2}"#
+        );
+    }
+
+    #[test]
+    fn an_error_wrapped_by_serialize_with_does_not_refuse_valid_arguments() {
+        let mut limits = BTreeMap::new();
+        limits.insert(Id("cus_1".into()), 100);
+        let p = Payout {
+            limits,
+            to: "acme".into(),
+        };
+        assert_same(&p, &["to"]);
+        let id = identify(&p, &[] as &[&str]).expect("valid arguments");
+        assert_eq!(
+            std::str::from_utf8(&id.canonical).unwrap(),
+            r#"{"limits":{"cus_1":100},"to":"acme"}"#
+        );
+    }
+
+    #[test]
+    fn identify_nested_inside_a_serialize_impl_keeps_both_results_right() {
+        struct Nested;
+        impl Serialize for Nested {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                // A failing inner identify must not mark the outer one failed, nor the reverse.
+                assert!(identify(&SkipBroken, &[] as &[&str]).is_ok());
+                let inner = identify(&json!({"z": 1, "a": 2}), &[] as &[&str]).unwrap();
+                let mut m = s.serialize_struct("Nested", 1)?;
+                m.serialize_field("inner", std::str::from_utf8(&inner.canonical).unwrap())?;
+                m.end()
+            }
+        }
+        assert_same(&Nested, &[]);
+    }
+
+    #[test]
+    fn identify_works_from_a_thread_local_destructor() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static IDENTIFIED: AtomicBool = AtomicBool::new(false);
+        struct OnExit;
+        impl Drop for OnExit {
+            fn drop(&mut self) {
+                let id = identify(&json!({"b": 1, "a": [true]}), &["a"]).unwrap();
+                IDENTIFIED.store(id.canonical == br#"{"a":[true],"b":1}"#, Ordering::SeqCst);
+            }
+        }
+        thread_local! {
+            static ON_EXIT: std::cell::RefCell<Option<OnExit>> = const { std::cell::RefCell::new(None) };
+        }
+        std::thread::spawn(|| {
+            // Registered before the serializer's own thread-locals, so (destructors run in
+            // reverse order) those are gone by the time this one runs.
+            ON_EXIT.with(|slot| *slot.borrow_mut() = Some(OnExit));
+            identify(&json!({"x": 1}), &[] as &[&str]).unwrap();
+        })
+        .join()
+        .expect("the thread ran");
+        // Thread-local destructors run after `join` has its result; give them a moment.
+        for _ in 0..200 {
+            if IDENTIFIED.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        panic!("identify from a thread-local destructor did not finish");
+    }
+}

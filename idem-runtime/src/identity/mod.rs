@@ -50,32 +50,28 @@ pub fn identify<A: Serialize + ?Sized, S: AsRef<str>>(
     args: &A,
     key_fields: &[S],
 ) -> Result<ArgsIdentity, IdentityError> {
-    use canonical::serializer::{to_canonical, Error, KeyFields, Written};
-    match to_canonical(args, key_fields) {
-        Ok(Written {
-            bytes: canonical,
-            key_fields: selected,
-        }) => {
-            let key_fields = match selected {
-                KeyFields::NotAsked => None,
-                KeyFields::Selected(fields) => Some(fields),
-                KeyFields::NotAnObject => return Err(not_an_object(key_fields)),
-            };
-            let fingerprint = Fingerprint::of_canonical(&canonical);
-            Ok(ArgsIdentity {
-                canonical,
-                fingerprint,
-                key_fields,
-            })
-        }
-        Err(Error::Custom(message)) => Err(IdentityError::Serialize(message)),
-        // A shape the one-pass writer leaves to the reference path.
-        Err(Error::Fallback) => {
-            let value =
-                serde_json::to_value(args).map_err(|e| IdentityError::Serialize(e.to_string()))?;
-            identify_value(&value, key_fields)
-        }
-    }
+    use canonical::serializer::{to_canonical, KeyFields, Written};
+    let Some(Written {
+        bytes: canonical,
+        key_fields: selected,
+    }) = to_canonical(args, key_fields)
+    else {
+        // A shape (or an error) the one-pass writer leaves to the reference path.
+        let value =
+            serde_json::to_value(args).map_err(|e| IdentityError::Serialize(e.to_string()))?;
+        return identify_value(&value, key_fields);
+    };
+    let key_fields = match selected {
+        KeyFields::NotAsked => None,
+        KeyFields::Selected(fields) => Some(fields),
+        KeyFields::NotAnObject => return Err(not_an_object(key_fields)),
+    };
+    let fingerprint = Fingerprint::of_canonical(&canonical);
+    Ok(ArgsIdentity {
+        canonical,
+        fingerprint,
+        key_fields,
+    })
 }
 
 fn not_an_object<S: AsRef<str>>(key_fields: &[S]) -> IdentityError {

@@ -10,8 +10,8 @@
 //!
 //! It must give exactly the bytes of `write_canonical(&to_value(x))`. Anything where that is
 //! not obvious (floats, 128-bit integers, serde_json's private magic types, map keys that are
-//! neither strings nor integers, duplicate keys) reports [`Error::Fallback`], and the caller
-//! takes the `to_value` path instead: the shortcut covers the common shapes, the reference
+//! neither strings nor integers, duplicate keys), and any error at all, makes [`to_canonical`]
+//! return `None`, and the caller takes the `to_value` path instead: the shortcut covers the common shapes, the reference
 //! covers everything.
 
 use std::cell::Cell;
@@ -22,21 +22,26 @@ use serde::ser::{self, Serialize};
 
 use super::{write_canonical, write_string};
 
-/// Why the one-pass serializer stopped.
+/// Why the one-pass serializer stopped: a shape it leaves to the `to_value` reference path, or
+/// an error of the value's own `Serialize`.
+///
+/// Creating one marks the current serialization as failed (see [`FAILED`]): user code may
+/// wrap, swallow or ignore the error and carry on, and bytes written around a swallowed
+/// error are not to be trusted. Any error at all sends the call down the reference path,
+/// which then decides (and words any error) exactly as before this writer existed.
 #[derive(Debug)]
-pub(crate) enum Error {
-    /// A shape this serializer leaves to the `to_value` reference path.
-    Fallback,
-    /// The value's own `Serialize` failed (it would fail on any path).
-    Custom(String),
+pub(crate) struct Error(String);
+
+impl Error {
+    fn fallback() -> Self {
+        mark_failed();
+        Error("not handled by the one-pass canonical serializer".to_owned())
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Fallback => f.write_str("not handled by the one-pass canonical serializer"),
-            Error::Custom(m) => f.write_str(m),
-        }
+        f.write_str(&self.0)
     }
 }
 
@@ -44,11 +49,22 @@ impl std::error::Error for Error {}
 
 impl ser::Error for Error {
     fn custom<T: fmt::Display>(msg: T) -> Self {
-        Error::Custom(msg.to_string())
+        mark_failed();
+        Error(msg.to_string())
     }
 }
 
 type Result<T> = std::result::Result<T, Error>;
+
+thread_local! {
+    /// Set when any [`Error`] is created during the current serialization on this thread.
+    static FAILED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn mark_failed() {
+    // During thread teardown the flag may be gone; `to_canonical` then never started.
+    let _ = FAILED.try_with(|f| f.set(true));
+}
 
 /// What [`to_canonical`] wrote.
 pub(crate) struct Written {
@@ -68,14 +84,23 @@ pub(crate) enum KeyFields {
     Selected(Vec<u8>),
 }
 
-/// The canonical bytes of `value`, and of its top-level object's `key_fields`.
+/// The canonical bytes of `value`, and of its top-level object's `key_fields`; `None` when
+/// the reference path (`to_value` + [`write_canonical`]) must decide instead.
 pub(crate) fn to_canonical<T: Serialize + ?Sized, S: AsRef<str>>(
     value: &T,
     key_fields: &[S],
-) -> Result<Written> {
+) -> Option<Written> {
+    // Saved and restored, so an `identify` nested inside a `Serialize` impl neither clears nor
+    // inherits the outer call's failure. Unreachable thread-locals (thread teardown): take the
+    // reference path.
+    let outer = FAILED.try_with(|f| f.replace(false)).ok()?;
     // The entry list and the reorder buffer are scratch space: reuse this thread's, so a
     // call allocates only the output it keeps.
-    let (entries, scratch) = SCRATCH.with(Cell::take).unwrap_or_default();
+    let (entries, scratch) = SCRATCH
+        .try_with(Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let mut ser = Canonicalizer {
         out: Vec::with_capacity(128),
         entries,
@@ -85,26 +110,30 @@ pub(crate) fn to_canonical<T: Serialize + ?Sized, S: AsRef<str>>(
         top: None,
     };
     let written = value.serialize(&mut ser);
+    let failed = FAILED.try_with(|f| f.replace(outer)).unwrap_or(true);
     let Canonicalizer {
         out,
         mut entries,
         mut scratch,
         top,
+        depth,
         ..
     } = ser;
     // Kept only while small: one huge call must not pin its buffers to the thread forever.
     if scratch.capacity() <= 64 * 1024 && entries.capacity() <= 4096 {
         entries.clear();
         scratch.clear();
-        SCRATCH.with(|cell| cell.set(Some((entries, scratch))));
+        let _ = SCRATCH.try_with(|cell| cell.set(Some((entries, scratch))));
     }
-    written?;
+    if failed || written.is_err() || depth != 0 {
+        return None;
+    }
     let key_fields = match (key_fields.is_empty(), &top) {
         (true, _) => KeyFields::NotAsked,
         (false, None) => KeyFields::NotAnObject,
         (false, Some(top)) => KeyFields::Selected(top.select(&out, key_fields)),
     };
-    Ok(Written {
+    Some(Written {
         bytes: out,
         key_fields,
     })
@@ -269,7 +298,7 @@ impl Canonicalizer {
                 Self::key_bytes(out, &escaped, w[0].key) == Self::key_bytes(out, &escaped, w[1].key)
             }) {
                 // Duplicate keys: `to_value` keeps the last one written. Leave that to it.
-                return Err(Error::Fallback);
+                return Err(Error::fallback());
             }
             // Rewrite the object's content in key order, through the scratch buffer.
             self.scratch.clear();
@@ -333,7 +362,7 @@ impl Canonicalizer {
     /// Writes a scalar the way `to_value` + `write_canonical` would, by doing exactly that:
     /// for the few types whose JSON form has subtleties (floats, 128-bit integers).
     fn via_value<T: Serialize>(&mut self, v: T) -> Result<()> {
-        let value = serde_json::to_value(v).map_err(|e| Error::Custom(e.to_string()))?;
+        let value = serde_json::to_value(v).map_err(ser::Error::custom)?;
         write_canonical(&value, &mut self.out);
         Ok(())
     }
@@ -497,7 +526,7 @@ impl<'a> ser::Serializer for &'a mut Canonicalizer {
         value: &T,
     ) -> Result<()> {
         if is_serde_json_magic(name) {
-            return Err(Error::Fallback);
+            return Err(Error::fallback());
         }
         value.serialize(self)
     }
@@ -540,7 +569,7 @@ impl<'a> ser::Serializer for &'a mut Canonicalizer {
     }
     fn serialize_struct(self, name: &'static str, _len: usize) -> Result<Compound<'a>> {
         if is_serde_json_magic(name) {
-            return Err(Error::Fallback);
+            return Err(Error::fallback());
         }
         self.serialize_map(None)
     }
@@ -567,7 +596,7 @@ impl Compound<'_> {
             Compound::Array(ser, array) | Compound::TupleVariant(ser, _, array) => {
                 ser.element(array, value)
             }
-            _ => Err(Error::Fallback),
+            _ => Err(Error::fallback()),
         }
     }
 
@@ -576,7 +605,7 @@ impl Compound<'_> {
             Compound::Object(ser, object) | Compound::StructVariant(ser, _, object) => {
                 ser.field(object, key, value)
             }
-            _ => Err(Error::Fallback),
+            _ => Err(Error::fallback()),
         }
     }
 
@@ -586,6 +615,8 @@ impl Compound<'_> {
                 ser.end_array();
                 Ok(())
             }
+            // A key without its value: `to_value` drops it; leave that to it.
+            Compound::Object(_, object) if object.pending.is_some() => Err(Error::fallback()),
             Compound::Object(ser, object) => ser.end_object(object),
             Compound::TupleVariant(ser, object, _) => {
                 ser.end_array();
@@ -678,10 +709,10 @@ impl ser::SerializeMap for Compound<'_> {
     type Error = Error;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<()> {
         let Compound::Object(ser, object) = self else {
-            return Err(Error::Fallback);
+            return Err(Error::fallback());
         };
         if object.pending.is_some() {
-            return Err(Error::Fallback);
+            return Err(Error::fallback());
         }
         let pending = key.serialize(MapKey { ser, object })?;
         object.pending = Some(pending);
@@ -689,10 +720,10 @@ impl ser::SerializeMap for Compound<'_> {
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<()> {
         let Compound::Object(ser, object) = self else {
-            return Err(Error::Fallback);
+            return Err(Error::fallback());
         };
         let Some((key, start, _)) = object.pending.take() else {
-            return Err(Error::Fallback);
+            return Err(Error::fallback());
         };
         let value_start = ser.out.len();
         value.serialize(&mut **ser)?;
@@ -721,7 +752,7 @@ impl MapKey<'_> {
 macro_rules! key_falls_back {
     ($($method:ident($($arg:ty),*)),* $(,)?) => {
         $(fn $method(self, $(_: $arg),*) -> Result<(KeyText, usize, usize)> {
-            Err(Error::Fallback)
+            Err(Error::fallback())
         })*
     };
 }
@@ -783,14 +814,14 @@ impl ser::Serializer for MapKey<'_> {
         serialize_unit_struct(&'static str),
     );
     fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<Self::Ok> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         _name: &'static str,
         _value: &T,
     ) -> Result<Self::Ok> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
         self,
@@ -799,20 +830,20 @@ impl ser::Serializer for MapKey<'_> {
         _variant: &'static str,
         _value: &T,
     ) -> Result<Self::Ok> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
     fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
     fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
     fn serialize_tuple_struct(
         self,
         _name: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeTupleStruct> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
     fn serialize_tuple_variant(
         self,
@@ -821,13 +852,13 @@ impl ser::Serializer for MapKey<'_> {
         _variant: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeTupleVariant> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
     fn serialize_struct(self, _name: &'static str, _len: usize) -> Result<Self::SerializeStruct> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
     fn serialize_struct_variant(
         self,
@@ -836,6 +867,6 @@ impl ser::Serializer for MapKey<'_> {
         _variant: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeStructVariant> {
-        Err(Error::Fallback)
+        Err(Error::fallback())
     }
 }

@@ -35,8 +35,13 @@ impl CanonicalJson {
     pub(crate) fn from_canonical_bytes(bytes: Vec<u8>) -> Self {
         let text = String::from_utf8(bytes).unwrap_or_else(|e| {
             // The writers only emit `str` contents and ASCII; keep going rather than panic.
+            debug_assert!(false, "canonical writer emitted invalid UTF-8: {e}");
             String::from_utf8_lossy(e.as_bytes()).into_owned()
         });
+        debug_assert!(
+            serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(),
+            "canonical writer emitted invalid JSON: {text}"
+        );
         CanonicalJson(Arc::new(Inner {
             text,
             value: OnceLock::new(),
@@ -71,10 +76,9 @@ impl Deref for CanonicalJson {
 
 impl From<Value> for CanonicalJson {
     fn from(value: Value) -> Self {
-        let json = CanonicalJson::from_value(&value);
-        // The value is at hand: keep it rather than parse it back later.
-        let _ = json.0.value.set(value);
-        json
+        // Not kept: under serde_json's `preserve_order` its maps would serialize in the
+        // caller's order; the value parsed back from the canonical text is in key order.
+        CanonicalJson::from_value(&value)
     }
 }
 
