@@ -207,7 +207,8 @@ where
                      listed, not settled; embed `idem_cli::run` in a binary that registers your tools"
                 );
             }
-            match Reconciler::new(&registry).run_once().await {
+            // Every record once, not only the oldest `batch`: a one-shot run has no next pass.
+            match Reconciler::new(&registry).run_all().await {
                 Ok(decisions) => {
                     output::decisions(&decisions, cli.json);
                     ExitCode::SUCCESS

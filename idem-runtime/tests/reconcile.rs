@@ -578,3 +578,38 @@ async fn a_backlog_larger_than_the_batch_is_walked_round_robin() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_one_shot_run_looks_at_every_record_however_small_the_batch() {
+    let w = World::new(Stub::new(false, [Fault::Async; 5]), true, |s| s);
+    let mut keys = Vec::new();
+    for i in 0..5 {
+        keys.push(
+            w.call_for(&format!("customer-{i}"))
+                .await
+                .key()
+                .unwrap()
+                .clone(),
+        );
+        w.clock.advance(Duration::from_secs(1));
+    }
+    // The newest clears downstream: a one-shot run (the CLI, a cron job) with batch 2 must
+    // reach it, not stop after the two oldest.
+    let newest = keys.last().unwrap();
+    w.stub.finish_pending_of(newest.as_str());
+    let decisions = Reconciler::new(&w.registry)
+        .batch(2)
+        .run_all()
+        .await
+        .unwrap();
+    let mut seen: Vec<_> = decisions.iter().map(|d| d.key.clone()).collect();
+    seen.sort();
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(seen, expected, "each record looked at exactly once");
+    assert_eq!(
+        w.store.get(newest).await.unwrap().unwrap().state,
+        RecordState::Completed
+    );
+    assert_eq!(w.stub.sends.load(Ordering::SeqCst), 5, "nothing sent again");
+}

@@ -175,6 +175,33 @@ impl Reconciler {
         self.registry.executor().clock.now()
     }
 
+    /// Looks at every unknown and pending record once, oldest first, in pages of
+    /// [`Reconciler::batch`]: for a one-shot run (a cron job, the CLI) that must not stop at
+    /// the first `batch` records however many stay unsettled. Records created while it runs
+    /// are included when the walk reaches them. Does not move [`Reconciler::run_once`]'s
+    /// position.
+    pub async fn run_all(&self) -> Result<Vec<Decision>, StoreError> {
+        let mut decisions = Vec::new();
+        for state in WALKED {
+            let mut after: Option<ListCursor> = None;
+            loop {
+                let page = self
+                    .store()
+                    .list_after(state, after.as_ref(), self.batch)
+                    .await?;
+                let last_page = page.len() < self.batch;
+                after = page.last().map(ListCursor::of).or(after);
+                for record in page {
+                    decisions.push(self.decide(record).await);
+                }
+                if last_page {
+                    break;
+                }
+            }
+        }
+        Ok(decisions)
+    }
+
     /// One pass over unknown and pending records: up to [`Reconciler::batch`] of each, from
     /// where this reconciler's previous pass stopped.
     pub async fn run_once(&self) -> Result<Vec<Decision>, StoreError> {
