@@ -24,7 +24,9 @@ struct Slot {
     settled: Option<Arc<Notify>>,
 }
 
-type Map = HashMap<IdemKey, Slot, BuildHasherDefault<KeyHasher>>;
+// Boxed: a record is a few hundred bytes, and a growing map moves every entry on each
+// resize; moving pointers instead keeps a store that takes new keys all day cheap to grow.
+type Map = HashMap<IdemKey, Box<Slot>, BuildHasherDefault<KeyHasher>>;
 type Shard = Mutex<Map>;
 
 /// Hashes an [`IdemKey`] by reading 16 of its hex digits instead of running SipHash over
@@ -153,7 +155,7 @@ impl MemoryStore {
             map.remove(key);
             return None;
         }
-        map.get_mut(key)
+        map.get_mut(key).map(|slot| &mut **slot)
     }
 }
 
@@ -214,10 +216,10 @@ impl IdemStore for MemoryStore {
         let record = rules::new_claim(req, token, self.inner.clock.now());
         map.insert(
             req.key.clone(),
-            Slot {
+            Box::new(Slot {
                 record,
                 settled: None,
-            },
+            }),
         );
         Ok(ClaimOutcome::Claimed(token))
     }
