@@ -230,25 +230,26 @@ fn bench_concurrency(c: &mut Criterion) {
             .enable_all()
             .build()
             .unwrap();
-        let reg = registry();
-        let n = Arc::new(AtomicU64::new(0));
         g.bench_function(
             BenchmarkId::new("distinct_keys", format!("{threads}_threads")),
             |b| {
-                b.to_async(&rt).iter(|| {
-                    let reg = reg.clone();
-                    let n = n.clone();
-                    async move {
+                b.to_async(&rt).iter_custom(|iters| async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        // A new store per iteration (built and dropped outside the timing):
+                        // every iteration inserts into an empty map, so later iterations do
+                        // not pay for the growth of earlier ones and 1 and 2 threads compare
+                        // like for like.
+                        let reg = registry();
+                        let start = Instant::now();
                         // One task per worker thread, each making CALLS / threads calls.
                         let tasks: Vec<_> = (0..threads)
-                            .map(|_| {
+                            .map(|t| {
                                 let reg = reg.clone();
-                                let n = n.clone();
                                 tokio::spawn(async move {
-                                    for _ in 0..CALLS / threads as u64 {
-                                        let run = n.fetch_add(1, Ordering::Relaxed);
+                                    for i in 0..CALLS / threads as u64 {
                                         let call = ToolCall::new(
-                                            format!("run-{run}"),
+                                            format!("run-{t}-{i}"),
                                             "charge",
                                             small_args(),
                                         );
@@ -260,7 +261,10 @@ fn bench_concurrency(c: &mut Criterion) {
                         for t in tasks {
                             t.await.unwrap();
                         }
+                        total += start.elapsed();
+                        drop(reg);
                     }
+                    total
                 })
             },
         );

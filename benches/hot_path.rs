@@ -1,6 +1,7 @@
 //! A fixed loop over the per-call hot path, for profilers rather than for timing:
 //! `cargo bench --bench hot_path --no-run`, then run the binary under
-//! `valgrind --tool=callgrind` or `perf record` with `replay`, `fresh` or `floor` and a count.
+//! `valgrind --tool=callgrind` or `perf record` with `floor`, `replay`, `fresh`, `replay_text`
+//! or `fresh_text` and a count.
 //!
 //! Criterion's own harness (batching, statistics) would dominate an instruction profile; this
 //! loop does one thing N times so the counts divide cleanly per call.
@@ -51,9 +52,12 @@ fn main() {
         .build()
         .expect("registry");
     // Inputs are built before the loop, as the criterion benches build them outside timing.
+    let text = args().to_string();
     let calls: Vec<ToolCall> = (0..n)
         .map(|i| match what.as_str() {
             "fresh" => ToolCall::new(format!("run-{i}"), "charge", args()),
+            "fresh_text" => ToolCall::from_json(format!("run-{i}"), "charge", text.clone()),
+            "replay_text" => ToolCall::from_json("run-replay", "charge", text.clone()),
             _ => ToolCall::new("run-replay", "charge", args()),
         })
         .collect();
