@@ -85,6 +85,28 @@ fn floor(args: &Value) -> [u8; 32] {
     Sha256::digest(to_canonical_vec(args)).into()
 }
 
+/// Times `iters` calls made by `make`. Calls are built in small batches just before they are
+/// timed (the caller owns its arguments either way, and has just built them: warm in cache);
+/// each result is dropped inside the timing. The registry is dropped after the clock stops.
+async fn timed_calls(reg: Registry, iters: u64, make: impl Fn(u64) -> ToolCall) -> Duration {
+    const BATCH: u64 = 64;
+    let mut total = Duration::ZERO;
+    let mut next = 0;
+    while next < iters {
+        let end = (next + BATCH).min(iters);
+        let calls: Vec<ToolCall> = (next..end).map(&make).collect();
+        next = end;
+        let start = Instant::now();
+        for call in calls {
+            let result = reg.call(call).await;
+            assert!(result.is_completed());
+        }
+        total += start.elapsed();
+    }
+    drop(reg);
+    total
+}
+
 fn registry() -> Registry {
     Registry::builder()
         .store(MemoryStore::new())
@@ -112,24 +134,6 @@ fn bench_per_call(c: &mut Criterion) {
             &args,
             |b, a| b.iter(|| floor(std::hint::black_box(a))),
         );
-        // Fresh write: a new run id each time, so every call claims a new key.
-        let reg = registry();
-        let n = AtomicU64::new(0);
-        g.bench_with_input(BenchmarkId::new("fresh_write", label), &args, |b, a| {
-            // The call (and its copy of the args) is built outside the timing: the caller
-            // owns its JSON either way.
-            b.to_async(&rt).iter_batched(
-                || {
-                    let run = n.fetch_add(1, Ordering::Relaxed);
-                    ToolCall::new(format!("run-{run}"), tool, a.clone())
-                },
-                |call| {
-                    let reg = &reg;
-                    async move { assert!(reg.call(call).await.is_completed()) }
-                },
-                BatchSize::SmallInput,
-            )
-        });
         // The model's JSON text: the registry decodes it straight into the tool's `Args`.
         let text = serde_json::to_string(&args).unwrap();
         g.bench_with_input(
@@ -137,47 +141,32 @@ fn bench_per_call(c: &mut Criterion) {
             &text,
             |b, t| b.iter(|| floor(&serde_json::from_str(std::hint::black_box(t)).unwrap())),
         );
-        let reg = registry();
-        g.bench_with_input(
-            BenchmarkId::new("fresh_write_text", label),
-            &text,
-            |b, t| {
-                b.to_async(&rt).iter_batched(
-                    || {
-                        let run = n.fetch_add(1, Ordering::Relaxed);
-                        ToolCall::from_json(format!("run-{run}"), tool, t.clone())
-                    },
-                    |call| {
-                        let reg = &reg;
-                        async move { assert!(reg.call(call).await.is_completed()) }
-                    },
-                    BatchSize::SmallInput,
-                )
-            },
-        );
-        rt.block_on(reg.call(ToolCall::from_json("run-replay", tool, text.clone())));
-        g.bench_with_input(BenchmarkId::new("replay_text", label), &text, |b, t| {
-            b.to_async(&rt).iter_batched(
-                || ToolCall::from_json("run-replay", tool, t.clone()),
-                |call| {
-                    let reg = &reg;
-                    async move { assert!(reg.call(call).await.replayed()) }
-                },
-                BatchSize::SmallInput,
-            )
-        });
-        let reg = registry();
-        rt.block_on(reg.call(ToolCall::new("run-replay", tool, args.clone())));
-        g.bench_with_input(BenchmarkId::new("replay", label), &args, |b, a| {
-            b.to_async(&rt).iter_batched(
-                || ToolCall::new("run-replay", tool, a.clone()),
-                |call| {
-                    let reg = &reg;
-                    async move { assert!(reg.call(call).await.replayed()) }
-                },
-                BatchSize::SmallInput,
-            )
-        });
+        let value_call = |run: String| ToolCall::new(run, tool, args.clone());
+        let text_call = |run: String| ToolCall::from_json(run, tool, text.clone());
+        for (name, make) in [
+            ("fresh_write", &value_call as &dyn Fn(String) -> ToolCall),
+            ("fresh_write_text", &text_call),
+        ] {
+            // A new run id per call, so every call claims a new key, in a store that starts
+            // empty for each sample.
+            g.bench_function(BenchmarkId::new(name, label), |b| {
+                b.to_async(&rt).iter_custom(|iters| {
+                    timed_calls(registry(), iters, |i| make(format!("run-{i}")))
+                })
+            });
+        }
+        for (name, make) in [
+            ("replay", &value_call as &dyn Fn(String) -> ToolCall),
+            ("replay_text", &text_call),
+        ] {
+            g.bench_function(BenchmarkId::new(name, label), |b| {
+                b.to_async(&rt).iter_custom(|iters| async move {
+                    let reg = registry();
+                    assert!(reg.call(make("run-replay".into())).await.is_completed());
+                    timed_calls(reg, iters, |_| make("run-replay".into())).await
+                })
+            });
+        }
     }
     let reg = registry();
     let args = small_args();
