@@ -319,9 +319,7 @@ async fn transactional_handler_killed_inside_its_transaction_leaves_nothing() {
     let key = idem::IdemKey::derive(
         &idem::Scope::run("run-crash-pg"),
         "credit_account",
-        idem::identity::KeyMaterial::Args(&idem::Fingerprint::of_canonical(
-            br#"{"cents":4900,"customer":"acme"}"#,
-        )),
+        idem::identity::KeyMaterial::Args(br#"{"cents":4900,"customer":"acme"}"#),
     );
     let record = store.get(&key).await.expect("read");
     assert!(

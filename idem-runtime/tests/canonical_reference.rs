@@ -93,12 +93,12 @@ fn key_format_is_pinned() {
     let canonical = br#"{"amount_cents":4900,"customer":"cus_1"}"#;
     let fingerprint = Fingerprint::of_canonical(canonical);
     assert_eq!(fingerprint.to_hex(), PINNED_FINGERPRINT);
-    let key = IdemKey::derive(
-        &Scope::run("run-1").with_tenant("acme"),
-        "charge",
-        KeyMaterial::Args(&fingerprint),
-    );
+    let scope = Scope::run("run-1").with_tenant("acme");
+    let key = IdemKey::derive(&scope, "charge", KeyMaterial::Args(canonical));
     assert_eq!(key.as_str(), PINNED_KEY);
+    let by_fingerprint =
+        IdemKey::derive(&scope, "charge", KeyMaterial::ArgsFingerprint(&fingerprint));
+    assert_eq!(by_fingerprint, key);
 }
 
 /// Computed independently (Python `hashlib`) from the documented derivation:

@@ -566,6 +566,29 @@ async fn bad_input_is_refused_before_anything_runs() {
 }
 
 #[tokio::test]
+async fn the_key_is_the_documented_derivation_of_scope_tool_and_canonical_args() {
+    let ledger = Ledger::new(false, []);
+    let s = setup(charge(&ledger));
+    let r = s.registry.call(acme()).await;
+    let expected = idem_runtime::IdemKey::derive(
+        &idem_runtime::Scope::run("run-1"),
+        "charge",
+        idem_runtime::identity::KeyMaterial::Args(br#"{"cents":4900,"customer":"acme"}"#),
+    );
+    assert_eq!(r.key(), Some(&expected));
+    let record = record_of(&s, &r).await;
+    assert_eq!(
+        record.fingerprint,
+        idem_runtime::Fingerprint::of_canonical(br#"{"cents":4900,"customer":"acme"}"#)
+    );
+    let op = record
+        .operation
+        .expect("the operation is saved with the claim");
+    assert_eq!(op.args.as_str(), r#"{"cents":4900,"customer":"acme"}"#);
+    assert_eq!(op.args["cents"], 4900);
+}
+
+#[tokio::test]
 async fn text_and_value_arguments_are_one_operation_and_refused_alike() {
     let ledger = Ledger::new(false, []);
     let s = setup(charge(&ledger));

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use idem_runtime::identity::canonical::to_canonical_vec;
-use idem_runtime::identity::{identify, identify_value, Fingerprint, IdemKey, KeyMaterial, Scope};
+use idem_runtime::identity::{identify, identify_value, IdemKey, KeyMaterial, Scope};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use serde_json::{json, Map, Value};
@@ -66,8 +66,8 @@ proptest! {
         prop_assert_eq!(a.fingerprint, b.fingerprint);
         let scope = Scope::run("run");
         prop_assert_eq!(
-            IdemKey::derive(&scope, "t", KeyMaterial::Args(&a.fingerprint)),
-            IdemKey::derive(&scope, "t", KeyMaterial::Args(&b.fingerprint))
+            IdemKey::derive(&scope, "t", KeyMaterial::Args(&a.canonical)),
+            IdemKey::derive(&scope, "t", KeyMaterial::ArgsFingerprint(&b.fingerprint))
         );
     }
 
@@ -108,7 +108,7 @@ fn ten_thousand_distinct_args_give_ten_thousand_keys() {
             keys.insert(IdemKey::derive(
                 &scope,
                 "charge",
-                KeyMaterial::Args(&Fingerprint::of_canonical(&canonical)),
+                KeyMaterial::Args(&canonical),
             ));
         }
     }

@@ -212,7 +212,7 @@ impl Executor {
         let material = match (&call.intent, &identity.key_fields) {
             (Some(intent), _) => KeyMaterial::Intent(intent),
             (None, Some(fields)) => KeyMaterial::Fields(fields),
-            (None, None) => KeyMaterial::Args(&identity.fingerprint),
+            (None, None) => KeyMaterial::ArgsFingerprint(&identity.fingerprint),
         };
         let key = IdemKey::derive(&call.scope, spec.name(), material);
         tracing::Span::current().record("key", key.as_str());

@@ -64,9 +64,12 @@ pub enum KeyMaterial<'a> {
     Intent(&'a str),
     /// The canonical JSON of the fields named by `key(…)`.
     Fields(&'a [u8]),
-    /// The whole arguments, by their fingerprint (SHA-256 of their canonical JSON): the
-    /// arguments are hashed once, for both the fingerprint and the key.
-    Args(&'a Fingerprint),
+    /// The canonical JSON of the whole arguments. Keyed by its fingerprint: the same key as
+    /// [`KeyMaterial::ArgsFingerprint`] of these bytes.
+    Args(&'a [u8]),
+    /// The whole arguments by their fingerprint (SHA-256 of their canonical JSON), for a
+    /// caller that has it already: the arguments are hashed once, for both.
+    ArgsFingerprint(&'a Fingerprint),
 }
 
 impl KeyMaterial<'_> {
@@ -74,15 +77,21 @@ impl KeyMaterial<'_> {
         match self {
             KeyMaterial::Intent(_) => b"intent",
             KeyMaterial::Fields(_) => b"fields",
-            KeyMaterial::Args(_) => b"args",
+            KeyMaterial::Args(_) | KeyMaterial::ArgsFingerprint(_) => b"args",
         }
     }
 
-    fn bytes(&self) -> &[u8] {
+    /// The bytes hashed into the key. Whole arguments enter as their fingerprint, however
+    /// they were given.
+    fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        use std::borrow::Cow;
         match self {
-            KeyMaterial::Intent(s) => s.as_bytes(),
-            KeyMaterial::Fields(b) => b,
-            KeyMaterial::Args(f) => f.as_bytes(),
+            KeyMaterial::Intent(s) => Cow::Borrowed(s.as_bytes()),
+            KeyMaterial::Fields(b) => Cow::Borrowed(b),
+            KeyMaterial::Args(canonical) => {
+                Cow::Owned(Fingerprint::of_canonical(canonical).as_bytes().to_vec())
+            }
+            KeyMaterial::ArgsFingerprint(f) => Cow::Borrowed(f.as_bytes()),
         }
     }
 }
@@ -126,7 +135,7 @@ impl IdemKey {
         part(scope.run_id.as_bytes());
         part(tool.as_bytes());
         part(material.tag());
-        part(material.bytes());
+        part(&material.bytes());
         let digest: [u8; 32] = h.finalize().into();
         // Formatted on the stack: the `Arc<str>` is the key's only allocation.
         let mut text = [0u8; Self::LEN];
@@ -209,8 +218,7 @@ mod tests {
 
     #[test]
     fn key_shape() {
-        let fp = Fingerprint::of_canonical(b"{}");
-        let k = IdemKey::derive(&Scope::run("r1"), "charge", KeyMaterial::Args(&fp));
+        let k = IdemKey::derive(&Scope::run("r1"), "charge", KeyMaterial::Args(b"{}"));
         assert_eq!(k.as_str().len(), IdemKey::LEN);
         assert!(k.as_str().is_ascii());
         assert_eq!(IdemKey::parse(k.as_str()).unwrap(), k);
@@ -220,8 +228,7 @@ mod tests {
 
     #[test]
     fn tenant_absent_differs_from_tenant_empty() {
-        let fp = Fingerprint::of_canonical(b"{}");
-        let m = KeyMaterial::Args(&fp);
+        let m = KeyMaterial::Args(b"{}");
         let a = IdemKey::derive(&Scope::run("r"), "t", m);
         let b = IdemKey::derive(&Scope::run("r").with_tenant(""), "t", m);
         assert_ne!(a, b);
@@ -246,7 +253,12 @@ mod tests {
         let s = Scope::run("r");
         let a = IdemKey::derive(&s, "t", KeyMaterial::Intent("{}"));
         let fp = Fingerprint::of_canonical(b"{}");
-        let b = IdemKey::derive(&s, "t", KeyMaterial::Args(&fp));
+        let b = IdemKey::derive(&s, "t", KeyMaterial::Args(b"{}"));
+        assert_eq!(
+            b,
+            IdemKey::derive(&s, "t", KeyMaterial::ArgsFingerprint(&fp)),
+            "canonical bytes and their fingerprint are one key"
+        );
         let c = IdemKey::derive(&s, "t", KeyMaterial::Fields(b"{}"));
         assert_ne!(a, b);
         assert_ne!(b, c);

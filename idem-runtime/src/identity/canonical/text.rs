@@ -74,6 +74,12 @@ impl Deref for CanonicalJson {
     }
 }
 
+impl AsRef<Value> for CanonicalJson {
+    fn as_ref(&self) -> &Value {
+        self.value()
+    }
+}
+
 impl From<Value> for CanonicalJson {
     fn from(value: Value) -> Self {
         // Not kept: under serde_json's `preserve_order` its maps would serialize in the
