@@ -7,38 +7,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod support;
+
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
-use idem::identity::canonical::to_canonical_vec;
 use idem::{
     MemoryStore, ReadCtx, ReadTool, Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use support::{floor, small_args, Charge, ChargeArgs};
 
 const KEY: &str = "idem:0000000000000000000000000000000000000000000000000000000000000000";
-
-/// A typical write's arguments: about 100 bytes of JSON.
-#[derive(Clone, Deserialize, Serialize, schemars::JsonSchema)]
-struct ChargeArgs {
-    customer: String,
-    amount_cents: u64,
-    currency: String,
-    description: String,
-    capture: bool,
-}
-
-struct Charge;
-impl WriteTool for Charge {
-    type Args = ChargeArgs;
-    type Output = u64;
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::new("charge")
-    }
-    async fn call(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<u64, ToolError> {
-        Ok(args.amount_cents)
-    }
-}
 
 /// A write taking arbitrary JSON, for the 10 KiB case.
 #[derive(Deserialize, Serialize, schemars::JsonSchema)]
@@ -69,20 +48,11 @@ impl ReadTool for Lookup {
     }
 }
 
-fn small_args() -> Value {
-    json!({"customer": "cus_9s6XKzkNRiz8i3", "amount_cents": 4900, "currency": "eur",
-           "description": "Order 1234", "capture": true})
-}
-
 fn large_args() -> Value {
     let items: Vec<Value> = (0..100)
         .map(|i| json!({"sku": format!("sku-{i:05}"), "qty": i % 7, "note": "x".repeat(60)}))
         .collect();
     json!({ "items": items })
-}
-
-fn floor(args: &Value) -> [u8; 32] {
-    Sha256::digest(to_canonical_vec(args)).into()
 }
 
 /// Times `iters` calls made by `make`. Calls are built in small batches just before they are

@@ -6,37 +6,11 @@
 //! Criterion's own harness (batching, statistics) would dominate an instruction profile; this
 //! loop does one thing N times so the counts divide cleanly per call.
 
-use idem::identity::canonical::to_canonical_vec;
-use idem::{MemoryStore, Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool};
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+mod support;
 
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
-struct ChargeArgs {
-    customer: String,
-    amount_cents: u64,
-    currency: String,
-    description: String,
-    capture: bool,
-}
-
-struct Charge;
-impl WriteTool for Charge {
-    type Args = ChargeArgs;
-    type Output = u64;
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::new("charge")
-    }
-    async fn call(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<u64, ToolError> {
-        Ok(args.amount_cents)
-    }
-}
-
-fn args() -> Value {
-    json!({"customer": "cus_9s6XKzkNRiz8i3", "amount_cents": 4900, "currency": "eur",
-           "description": "Order 1234", "capture": true})
-}
+use idem::{MemoryStore, Registry, ToolCall};
+use serde_json::Value;
+use support::{floor, small_args as args, Charge};
 
 fn main() {
     let mut argv = std::env::args().skip(1).filter(|a| a != "--bench");
@@ -68,7 +42,7 @@ fn main() {
         match what.as_str() {
             "floor" => {
                 for v in &values {
-                    sink += usize::from(Sha256::digest(to_canonical_vec(v))[0]);
+                    sink += usize::from(floor(v)[0]);
                 }
             }
             _ => {

@@ -81,17 +81,14 @@ impl KeyMaterial<'_> {
         }
     }
 
-    /// The bytes hashed into the key. Whole arguments enter as their fingerprint, however
-    /// they were given.
-    fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
-        use std::borrow::Cow;
+    /// Calls `f` with the bytes hashed into the key. Whole arguments enter as their
+    /// fingerprint, however they were given.
+    fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match self {
-            KeyMaterial::Intent(s) => Cow::Borrowed(s.as_bytes()),
-            KeyMaterial::Fields(b) => Cow::Borrowed(b),
-            KeyMaterial::Args(canonical) => {
-                Cow::Owned(Fingerprint::of_canonical(canonical).as_bytes().to_vec())
-            }
-            KeyMaterial::ArgsFingerprint(f) => Cow::Borrowed(f.as_bytes()),
+            KeyMaterial::Intent(s) => f(s.as_bytes()),
+            KeyMaterial::Fields(b) => f(b),
+            KeyMaterial::Args(canonical) => f(Fingerprint::of_canonical(canonical).as_bytes()),
+            KeyMaterial::ArgsFingerprint(fp) => f(fp.as_bytes()),
         }
     }
 }
@@ -135,7 +132,7 @@ impl IdemKey {
         part(scope.run_id.as_bytes());
         part(tool.as_bytes());
         part(material.tag());
-        part(&material.bytes());
+        material.with_bytes(|bytes| part(bytes));
         let digest: [u8; 32] = h.finalize().into();
         // Formatted on the stack: the `Arc<str>` is the key's only allocation.
         let mut text = [0u8; Self::LEN];

@@ -206,15 +206,12 @@ struct Canonicalizer {
     top: Option<TopObject>,
 }
 
-/// Raw text of keys that needed escaping lives here, per serialization.
-struct EscapedKeys(Vec<String>);
-
 impl Canonicalizer {
-    fn key_bytes<'a>(out: &'a [u8], escaped: &'a EscapedKeys, key: KeyText) -> &'a [u8] {
+    fn key_bytes<'a>(out: &'a [u8], escaped: &'a [String], key: KeyText) -> &'a [u8] {
         match key {
             KeyText::Static(s) => s.as_bytes(),
             KeyText::Written(start, end) => &out[start..end],
-            KeyText::Escaped(i) => escaped.0[i].as_bytes(),
+            KeyText::Escaped(i) => escaped[i].as_bytes(),
         }
     }
 
@@ -224,7 +221,7 @@ impl Canonicalizer {
         Object {
             base: self.entries.len(),
             content_start: self.out.len(),
-            escaped: EscapedKeys(Vec::new()),
+            escaped: Vec::new(),
             pending: None,
         }
     }
@@ -237,8 +234,8 @@ impl Canonicalizer {
         let text = if self.out.len() == before + key.len() + 2 {
             KeyText::Written(before + 1, before + 1 + key.len())
         } else {
-            object.escaped.0.push(key.to_owned());
-            KeyText::Escaped(object.escaped.0.len() - 1)
+            object.escaped.push(key.to_owned());
+            KeyText::Escaped(object.escaped.len() - 1)
         };
         self.out.push(b':');
         (text, start)
@@ -402,7 +399,8 @@ impl Canonicalizer {
 struct Object {
     base: usize,
     content_start: usize,
-    escaped: EscapedKeys,
+    /// Raw text of this object's keys that needed escaping ([`KeyText::Escaped`]).
+    escaped: Vec<String>,
     /// A map key written by `serialize_key`, or a variant name, waiting for its value.
     pending: Option<(KeyText, usize, usize)>,
 }

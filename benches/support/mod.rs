@@ -1,0 +1,44 @@
+//! What the benches share: a typical write tool, its arguments, and the floor they are
+//! measured against.
+
+use idem::identity::canonical::to_canonical_vec;
+use idem::{ToolError, ToolSpec, WriteCtx, WriteTool};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// A typical write's arguments: about 100 bytes of JSON.
+#[derive(Clone, Deserialize, Serialize, schemars::JsonSchema)]
+pub struct ChargeArgs {
+    pub customer: String,
+    pub amount_cents: u64,
+    pub currency: String,
+    pub description: String,
+    pub capture: bool,
+}
+
+/// A no-op write: what idem adds around a handler, not what the handler costs.
+pub struct Charge;
+
+impl WriteTool for Charge {
+    type Args = ChargeArgs;
+    type Output = u64;
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("charge")
+    }
+    async fn call(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<u64, ToolError> {
+        Ok(args.amount_cents)
+    }
+}
+
+/// [`ChargeArgs`] as the caller's JSON.
+pub fn small_args() -> Value {
+    json!({"customer": "cus_9s6XKzkNRiz8i3", "amount_cents": 4900, "currency": "eur",
+           "description": "Order 1234", "capture": true})
+}
+
+/// The floor: canonical JSON + SHA-256 of the arguments, the hashing no idempotency layer
+/// can skip.
+pub fn floor(args: &Value) -> [u8; 32] {
+    Sha256::digest(to_canonical_vec(args)).into()
+}
