@@ -15,7 +15,7 @@ use idem::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use support::{floor, small_args, Charge, ChargeArgs};
+use support::{floor, small_args, typed_floor, Charge, ChargeArgs};
 
 const KEY: &str = "idem:0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -104,6 +104,24 @@ fn bench_per_call(c: &mut Criterion) {
             &args,
             |b, a| b.iter(|| floor(std::hint::black_box(a))),
         );
+        // The floor again, when the arguments are owned and dropped afterwards, as a call's
+        // are: a `Value` tree costs about as much to free as to hash.
+        g.bench_with_input(
+            BenchmarkId::new("floor_owned_value", label),
+            &args,
+            |b, a| b.iter_batched(|| a.clone(), |v| floor(&v), BatchSize::SmallInput),
+        );
+        // The typed floor: decode into the tool's type, identify the typed value, drop both.
+        g.bench_with_input(BenchmarkId::new("floor_typed", label), &args, |b, a| {
+            b.iter_batched(
+                || a.clone(),
+                |v| match tool {
+                    "charge" => typed_floor::<ChargeArgs>(v),
+                    _ => typed_floor::<Blob>(v),
+                },
+                BatchSize::SmallInput,
+            )
+        });
         // The model's JSON text: the registry decodes it straight into the tool's `Args`.
         let text = serde_json::to_string(&args).unwrap();
         g.bench_with_input(

@@ -2,7 +2,9 @@
 //! measured against.
 
 use idem::identity::canonical::to_canonical_vec;
+use idem::identity::{identify, Fingerprint};
 use idem::{ToolError, ToolSpec, WriteCtx, WriteTool};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -41,4 +43,16 @@ pub fn small_args() -> Value {
 /// can skip.
 pub fn floor(args: &Value) -> [u8; 32] {
     Sha256::digest(to_canonical_vec(args)).into()
+}
+
+/// The typed floor: what any correct call must do with arguments it owns, idempotency layer
+/// or not. Decode them into the tool's type (the handler needs it, and the identity is taken
+/// of the typed value, so ignored fields and `49` vs `49.0` never split an operation), take
+/// that value's identity (canonical JSON + SHA-256), and drop the caller's JSON.
+pub fn typed_floor<T: DeserializeOwned + Serialize>(args: Value) -> Fingerprint {
+    let typed = T::deserialize(&args).expect("arguments decode");
+    let no_key_fields: &[&str] = &[];
+    identify(&typed, no_key_fields)
+        .expect("arguments serialize")
+        .fingerprint
 }
