@@ -11,7 +11,8 @@ pub enum CallError {
     /// No tool of that name is registered.
     #[error("unknown tool `{name}`")]
     UnknownTool {
-        /// The name that was asked for.
+        /// The name that was asked for (cut to 64 bytes and `…` when longer: no tool name
+        /// is).
         name: String,
     },
     /// The arguments were not valid JSON.

@@ -2,14 +2,16 @@
 //! two, lose a result, or panic. Simulated time: tokio's paused clock drives timeouts, and a
 //! `TokioClock` makes the store's leases move with it. Each test asserts on a ledger.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::reconcile::Action;
-use idem_runtime::store::{Timestamp, TokioClock};
+use idem_runtime::store::{
+    ClaimOutcome, ClaimRequest, ClaimToken, Record, Settlement, StoreError, Timestamp, TokioClock,
+};
 use idem_runtime::{
-    Downstream, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
+    Downstream, IdemKey, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
     RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
 };
 use serde_json::json;
@@ -273,30 +275,137 @@ async fn a_late_result_waits_for_a_long_retry_loop() {
     assert_eq!(down.effects(), 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_retry_is_not_sent_once_the_claim_is_lost() {
-    // The lease (1 s) passes during the backoff (3 s): the record is unknown now, and the
-    // executor must not send again under a claim it no longer holds.
-    let spec = ToolSpec::new("charge")
-        .timeout(Duration::from_millis(500))
-        .lease(Duration::from_secs(1));
-    let retry = RetryPolicy {
+/// A memory store whose lease renewals fail while `down` is set: a store out of reach.
+#[derive(Debug)]
+struct RenewalOutage {
+    store: Arc<MemoryStore>,
+    down: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl IdemStore for RenewalOutage {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.store.claim(req).await
+    }
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(StoreError::Backend("store unreachable".into()));
+        }
+        self.store.renew(key, token, lease).await
+    }
+    async fn settle(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        self.store.settle(key, token, settlement).await
+    }
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        self.store.release(key, token).await
+    }
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError> {
+        self.store.reclaim(key, expected, lease).await
+    }
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+        self.store.get(key).await
+    }
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.store.list(state, limit).await
+    }
+}
+
+fn backoff_3s() -> RetryPolicy {
+    RetryPolicy {
         max_attempts: 3,
         initial_backoff: Duration::from_secs(3),
         max_backoff: Duration::from_secs(3),
-    };
-    let (registry, down, store) = world(true, vec![Send::Hang, Send::Commit], spec, false, retry);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backoff_longer_than_the_lease_keeps_the_claim() {
+    // The backoff (3 s) outlasts the lease (1 s): the executor renews the lease through it,
+    // so the retry goes out under the same live claim instead of finding it lapsed.
+    let spec = ToolSpec::new("charge")
+        .timeout(Duration::from_millis(500))
+        .lease(Duration::from_secs(1));
+    let (registry, down, store) = world(
+        true,
+        vec![Send::Hang, Send::Commit],
+        spec,
+        false,
+        backoff_3s(),
+    );
     let r = registry.call(call()).await;
-    assert_eq!(r.class(), Some(OutcomeClass::Unknown));
+    assert!(r.is_completed(), "{r:?}");
+    assert_eq!(down.sends.load(Ordering::SeqCst), 2);
+    assert_eq!(down.effects(), 1);
+    let record = store.get(r.key().unwrap()).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    let classes: Vec<_> = record.attempts.iter().map(|a| a.class).collect();
+    assert_eq!(classes, [OutcomeClass::Unknown, OutcomeClass::Completed]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_is_not_sent_once_the_claim_is_lost_and_what_was_sent_is_kept() {
+    // The store is out of reach through the backoff, so the lease (1 s) lapses and the
+    // record turns unknown; when the store answers again, the claim is no longer ours. The
+    // executor must not send again under it, and the attempt it did send (which may have
+    // landed) must be in the record for the reconciler and a person.
+    let spec = ToolSpec::new("charge")
+        .timeout(Duration::from_millis(500))
+        .lease(Duration::from_secs(1))
+        .downstream(Downstream::Keyed);
+    let down = Arc::new(Ledger {
+        keyed: true,
+        script: Mutex::new(vec![Send::Hang, Send::Commit]),
+        ..Ledger::default()
+    });
+    let clock = Arc::new(TokioClock::starting_at(Timestamp(1_800_000_000_000)));
+    let memory = Arc::new(MemoryStore::with_clock(clock.clone()));
+    let outage = Arc::new(RenewalOutage {
+        store: memory.clone(),
+        down: AtomicBool::new(true),
+    });
+    let registry = Registry::builder()
+        .shared_store(outage.clone())
+        .clock(clock)
+        .retry_policy(backoff_3s())
+        .tool(Charge(down.clone(), spec, false))
+        .build()
+        .unwrap();
+    let call = tokio::spawn({
+        let registry = registry.clone();
+        async move { registry.call(call()).await }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    outage.down.store(false, Ordering::SeqCst);
+    let r = call.await.unwrap();
+    assert_eq!(r.class(), Some(OutcomeClass::Unknown), "{r:?}");
     assert_eq!(
         down.sends.load(Ordering::SeqCst),
         1,
         "no send after the claim was lost"
     );
+    let record = memory.get(r.key().unwrap()).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Unknown);
     assert_eq!(
-        store.get(r.key().unwrap()).await.unwrap().unwrap().state,
-        RecordState::Unknown
+        record.attempts.len(),
+        1,
+        "the sent attempt is evidence: {record:?}"
     );
+    assert_eq!(record.attempts[0].class, OutcomeClass::Unknown);
 }
 
 #[tokio::test(start_paused = true)]

@@ -54,6 +54,12 @@ pub(crate) struct Lease<'a> {
     pub(crate) lease: Duration,
 }
 
+/// How often a running claim's lease is renewed: every third of it, so two renewals can be
+/// late or lost before it lapses. (The registry refuses leases too short for this.)
+pub(crate) fn renewal_interval(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(1))
+}
+
 /// Runs `fut` until it ends or `timeout` passes, renewing `lease` (if any) at a third of its
 /// length so only a dead or stuck worker's claim ever expires.
 pub(crate) async fn run(
@@ -65,7 +71,7 @@ pub(crate) async fn run(
     // A lease that outlasts the deadline needs no renewal during this attempt.
     let renew_every = lease
         .as_ref()
-        .map(|l| (l.lease / 3).max(Duration::from_millis(10)))
+        .map(|l| renewal_interval(l.lease))
         .filter(|every| *every < timeout);
     loop {
         let next_renewal = renew_every.map(deadline_after);

@@ -1,6 +1,7 @@
 //! Run: the write executor (claim → run → classify → settle) and the read executor.
 
 mod attempt;
+mod evidence;
 mod retry;
 
 pub use retry::RetryPolicy;
@@ -58,6 +59,8 @@ struct LateAttempt {
     started_at: Timestamp,
     /// Drop the handler this long after its timeout (the tool's in-flight bound).
     abandon_after: Option<Duration>,
+    /// The tool's lease, for taking over a record that moved on meanwhile.
+    lease: Duration,
 }
 
 /// What the executor needs besides the tool: the store, the clock, and its policies.
@@ -373,6 +376,7 @@ impl Executor {
                         attempt,
                         started_at,
                         abandon_after: spec.in_flight_bound_duration(),
+                        lease: spec.lease_duration(),
                     };
                     self.watch_late_result(fut, late);
                     (
@@ -397,14 +401,31 @@ impl Executor {
                 && !matches!(&message, Some(m) if m.starts_with("handler panicked"));
             let in_window = claimed_at.plus(spec.window_duration()) > self.clock.now();
             if retryable && keyed && attempt < max_attempts && in_window {
-                tokio::time::sleep(self.retry.backoff(attempt)).await;
-                match self.store().renew(&key, token, spec.lease_duration()).await {
+                let backoff = self.retry.backoff(attempt);
+                match self
+                    .hold_claim(&key, token, spec.lease_duration(), backoff)
+                    .await
+                {
                     Ok(()) => {}
-                    // Someone took the record over (its lease passed during the backoff and a
-                    // reconciler or a person acted): sending again would race them.
+                    // Someone took the record over (its lease passed while the store was out
+                    // of reach and a reconciler or a person acted): sending again would race
+                    // them. What was sent so far still belongs in the record.
                     Err(e @ StoreError::StaleToken { .. }) => {
                         tracing::warn!(key = %key, error = %e, attempts = ?evidence,
                             "claim lost before a retry; not sending again");
+                        let kept = evidence::keep(
+                            self.store(),
+                            &key,
+                            token,
+                            None,
+                            evidence.clone(),
+                            spec.lease_duration(),
+                        )
+                        .await;
+                        if !matches!(kept, Ok(Some(_))) {
+                            tracing::error!(key = %key, result = ?kept, attempts = ?evidence,
+                                "the attempts could not be added to the record");
+                        }
                         return Executed {
                             key: Some(key),
                             result: Ok(Outcome::Unknown {
@@ -437,6 +458,35 @@ impl Executor {
                 )));
             }
             return self.settle(key, token, result, evidence, attempt).await;
+        }
+    }
+
+    /// Sleeps out a retry's backoff while keeping the claim: its lease is renewed as often as
+    /// during an attempt, so a backoff longer than the lease never lets it lapse under a
+    /// live worker. Fails only when the claim is no longer ours (`StaleToken`); other store
+    /// errors are logged and the claim is renewed again at the next turn.
+    async fn hold_claim(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+        pause: Duration,
+    ) -> Result<(), StoreError> {
+        let end = attempt::deadline_after(pause);
+        let every = attempt::renewal_interval(lease);
+        loop {
+            let next = attempt::deadline_after(every).min(end);
+            tokio::time::sleep_until(next).await;
+            match self.store().renew(key, token, lease).await {
+                Ok(()) => {}
+                Err(e @ StoreError::StaleToken { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(key = %key, error = %e, "lease renewal during a retry backoff failed")
+                }
+            }
+            if next >= end {
+                return Ok(());
+            }
         }
     }
 
@@ -482,18 +532,22 @@ impl Executor {
     }
 
     /// Keeps a timed-out handler running; when it ends, its result settles the record it
-    /// left *unknown* (same token) or, if someone has moved the record on, is logged. A tool
-    /// that declares an in-flight bound has its handler dropped once that bound has passed
-    /// after the timeout, so the bound the reconciler relies on holds in this process too.
+    /// left *unknown*, or, if a reconciler or a person has moved the record on meanwhile, is
+    /// added to it as evidence (see [`evidence::keep`]); a person looking at an escalation
+    /// is told through the sink. A tool that declares an in-flight bound has its handler
+    /// dropped once that bound has passed after the timeout, so the bound the reconciler
+    /// relies on holds in this process too.
     fn watch_late_result(&self, fut: CaughtFuture, late: LateAttempt) {
         let store = self.store.clone();
         let clock = self.clock.clone();
+        let sink = self.sink.clone();
         let LateAttempt {
             key,
             token,
             attempt,
             started_at,
             abandon_after,
+            lease,
         } = late;
         tokio::spawn(
             async move {
@@ -529,27 +583,43 @@ impl Executor {
                     )),
                 };
                 // The executor may still be retrying under this claim; wait for it to settle
-                // (however long its attempts take), then settle only what it left unknown.
+                // (however long its attempts take) before adding to what it left.
                 loop {
                     match store.wait_settled(&key, Duration::from_secs(60)).await {
                         Ok(Some(r)) if r.token == token && r.state == RecordState::Running => continue,
-                        Ok(Some(r)) if r.token == token && r.state == RecordState::Unknown => break,
-                        _ => {
-                            tracing::info!(key = %key, late = ?outcome, evidence = ?evidence,
-                                "late result of a timed-out attempt; the record has moved on");
-                            return;
-                        }
+                        _ => break,
                     }
                 }
                 // A late "rejected" or panic is only evidence: the record stays unknown.
-                let settlement = settlement
-                    .filter(|s| s.state != RecordState::Unknown)
-                    .unwrap_or_else(|| Settlement::new(RecordState::Unknown));
-                match store
-                    .settle(&key, token, settlement.attempts(vec![evidence.clone()]))
-                    .await
-                {
-                    Ok(()) => tracing::info!(key = %key, class = %class, "late result recorded"),
+                let settlement = settlement.filter(|s| s.state != RecordState::Unknown);
+                let kept = evidence::keep(
+                    &*store,
+                    &key,
+                    token,
+                    settlement,
+                    vec![evidence.clone()],
+                    lease,
+                )
+                .await;
+                match kept {
+                    Ok(Some(record)) => {
+                        tracing::info!(key = %key, class = %class, state = %record.state,
+                            "late result recorded");
+                        if record.state == RecordState::Escalated {
+                            let notice = Escalation::from_record(
+                                &record,
+                                format!("a timed-out attempt reported late, after escalation: {class}"),
+                                clock.now(),
+                            );
+                            if let Err(e) = sink.deliver(&notice).await {
+                                tracing::error!(key = %key, error = %e, "escalation sink failed");
+                            }
+                        }
+                    }
+                    Ok(None) => {
+                        tracing::info!(key = %key, late = ?outcome, evidence = ?evidence,
+                            "late result of a timed-out attempt; the record has moved on")
+                    }
                     Err(e) => {
                         tracing::warn!(key = %key, error = %e, late = ?outcome, evidence = ?evidence,
                         "late result of a timed-out attempt could not be recorded")

@@ -450,10 +450,7 @@ impl Reconciler {
                     self.note(&record, evidence).await;
                     return decision(
                         Action::Waiting,
-                        format!(
-                            "not found yet; the original may land until {}",
-                            last_send.plus(bound)
-                        ),
+                        format!("not found yet; the original may land until {settled_by}"),
                     );
                 }
                 return self.release(&record, evidence).await;

@@ -184,11 +184,16 @@ impl ToolResult {
     }
 
     /// True when the model should see this as an error (`is_error` in Anthropic's API).
+    /// An expired result counts as what it was: a tombstone of a failure is still an error.
     pub fn is_error(&self) -> bool {
         !matches!(
             self.outcome(),
             Some(
-                Outcome::Completed { .. } | Outcome::Pending { .. } | Outcome::ResultExpired { .. }
+                Outcome::Completed { .. }
+                    | Outcome::Pending { .. }
+                    | Outcome::ResultExpired {
+                        was: OutcomeClass::Completed
+                    }
             )
         )
     }

@@ -127,10 +127,15 @@ impl RegistryBuilder {
                     message: "timeout must be greater than zero".to_owned(),
                 });
             }
-            if spec.lease_duration().is_zero() {
+            if spec.lease_duration() < MIN_LEASE {
                 return Err(BuildError::InvalidSpec {
                     tool: spec.name().to_owned(),
-                    message: "lease must be greater than zero".to_owned(),
+                    message: format!(
+                        "lease must be at least {MIN_LEASE:?} (it is renewed every third of \
+                         itself while the handler runs; a shorter one would lapse between \
+                         renewals under a live handler); got {:?}",
+                        spec.lease_duration()
+                    ),
                 });
             }
             check_key_fields(&tool)?;
@@ -294,7 +299,7 @@ impl Registry {
         };
         let Some(tool) = self.inner.tools.get(&call.tool) else {
             return refused(CallError::UnknownTool {
-                name: call.tool.clone(),
+                name: echoed_name(&call.tool),
             });
         };
         if let Err(e) = validate_call(call) {
@@ -326,6 +331,11 @@ impl Registry {
                 RawArgs::Value(v)
             }
         };
+        if tool.takes_object() {
+            if let Err(e) = require_object(args, &call.tool) {
+                return refused(e);
+            }
+        }
         let decoded = match tool.decode(args) {
             Ok(d) => d,
             Err(DecodeError::Malformed(message)) => {
@@ -347,6 +357,69 @@ impl Registry {
     }
 }
 
+/// An unknown tool name as the error repeats it: whole when it could be a tool name (at most
+/// 64 bytes), else cut there with `…`, so a model's runaway name is not echoed back in full.
+fn echoed_name(name: &str) -> String {
+    const MAX: usize = 64;
+    if name.len() <= MAX {
+        return name.to_owned();
+    }
+    let mut end = MAX;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &name[..end])
+}
+
+/// Refuses arguments that are not a JSON object when the tool's schema asks for one. Serde
+/// alone would read an array as a struct's fields by position: `["acme", 4900]` would run,
+/// and a struct of two fields of one type (`from`, `to`) would swap them without a word.
+fn require_object(args: RawArgs<'_>, tool: &str) -> Result<(), CallError> {
+    let kind = match args {
+        RawArgs::Value(v) => match v {
+            Value::Object(_) => return Ok(()),
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "an array",
+        },
+        RawArgs::Text(text) => {
+            let first = text
+                .bytes()
+                .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+            if first == Some(b'{') {
+                // Decoding tells a malformed object apart.
+                return Ok(());
+            }
+            // Not an object: malformed JSON is still reported as such.
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
+                return Err(CallError::MalformedJson {
+                    message: e.to_string(),
+                });
+            }
+            match first {
+                Some(b'n') => "null",
+                Some(b't' | b'f') => "a boolean",
+                Some(b'"') => "a string",
+                Some(b'[') => "an array",
+                _ => "a number",
+            }
+        }
+    };
+    Err(CallError::InvalidArgs {
+        tool: tool.to_owned(),
+        message: format!("arguments must be a JSON object, not {kind}"),
+    })
+}
+
+/// The shortest lease a tool may declare. The executor renews a lease every third of its
+/// length; below this, timer and store latency alone would let it lapse under a live handler.
+const MIN_LEASE: Duration = Duration::from_millis(10);
+
+/// The longest run id, tenant, principal or intent id a call may carry.
+const MAX_ID_BYTES: usize = 1024;
+
 fn validate_call(call: &ToolCall) -> Result<(), CallError> {
     let invalid = |message: &str| {
         Err(CallError::InvalidCall {
@@ -356,11 +429,24 @@ fn validate_call(call: &ToolCall) -> Result<(), CallError> {
     if call.scope.run_id().is_empty() {
         return invalid("the run id is empty; every call needs the id of the run it belongs to");
     }
+    // Ids are hashed into the key, but saved with every record and echoed in logs: bound
+    // them like the intent id.
+    for (what, id) in [
+        ("run id", Some(call.scope.run_id())),
+        ("tenant", call.scope.tenant()),
+        ("principal", call.scope.principal()),
+    ] {
+        if id.is_some_and(|id| id.len() > MAX_ID_BYTES) {
+            return Err(CallError::InvalidCall {
+                message: format!("the {what} is longer than {MAX_ID_BYTES} bytes"),
+            });
+        }
+    }
     if let Some(intent) = &call.intent {
         if intent.is_empty() {
             return invalid("the intent id is empty");
         }
-        if intent.len() > 1024 {
+        if intent.len() > MAX_ID_BYTES {
             return invalid("the intent id is longer than 1024 bytes");
         }
     }

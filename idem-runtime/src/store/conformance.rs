@@ -153,6 +153,7 @@ macro_rules! store_conformance_tests {
             late_result_settles_unknown,
             late_result_refused_after_reclaim,
             results_expire_to_tombstones,
+            short_tombstone_retention_is_raised,
             unsettled_records_never_expire,
             release_frees_the_key,
             reclaim_fences_the_old_token,
@@ -190,6 +191,7 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     late_result_settles_unknown(f).await;
     late_result_refused_after_reclaim(f).await;
     results_expire_to_tombstones(f).await;
+    short_tombstone_retention_is_raised(f).await;
     unsettled_records_never_expire(f).await;
     release_frees_the_key(f).await;
     reclaim_fences_the_old_token(f).await;
@@ -235,6 +237,15 @@ impl<F: StoreFactory> Harness<F> {
 /// Opens a store on a fresh location, or `None` (after printing why) when the backend is
 /// unavailable.
 async fn harness<F: StoreFactory>(f: &F, check: &str) -> Option<Harness<F>> {
+    harness_with(f, check, RETENTION).await
+}
+
+/// [`harness`] with other retention windows.
+async fn harness_with<F: StoreFactory>(
+    f: &F,
+    check: &str,
+    retention: Retention,
+) -> Option<Harness<F>> {
     if let Some(reason) = f.unavailable() {
         eprintln!("conformance check `{check}` skipped: {reason}");
         return None;
@@ -242,7 +253,7 @@ async fn harness<F: StoreFactory>(f: &F, check: &str) -> Option<Harness<F>> {
     let clock = ManualClock::starting_now();
     let options = StoreOptions {
         clock: clock.clone(),
-        retention: RETENTION,
+        retention,
     };
     let location = f
         .location()
@@ -746,6 +757,35 @@ pub async fn late_result_refused_after_reclaim<F: StoreFactory>(f: &F) {
     let r = get(s, &req.key).await;
     assert_eq!(r.state, RecordState::Escalated);
     assert_eq!(r.token, new);
+}
+
+/// A tombstone retention shorter than the result retention is raised to it
+/// ([`Retention::normalized`]): a tombstone that lapsed before its result expired would let
+/// a repeat inside the result window find nothing and run again.
+pub async fn short_tombstone_retention_is_raised<F: StoreFactory>(f: &F) {
+    let inverted = Retention {
+        results: Duration::from_secs(2 * 3600),
+        tombstones: Duration::from_secs(3600),
+    };
+    let Some(h) = harness_with(f, "short_tombstone_retention_is_raised", inverted).await else {
+        return;
+    };
+    let s = &*h.store;
+    let req = request("inverted-retention");
+    let t = claim(s, &req).await;
+    settle(s, &req.key, t, completed(json!({"receipt": 8}))).await;
+    h.clock.advance(Duration::from_secs(90 * 60));
+    let r = claim_finds(s, &req).await;
+    assert!(
+        !r.result_expired,
+        "inside the result window the result is kept"
+    );
+    assert_eq!(r.payload, Some(json!({"receipt": 8})));
+    h.clock.advance(Duration::from_secs(60 * 60));
+    assert!(
+        matches!(s.claim(&req).await, Ok(ClaimOutcome::Claimed(_))),
+        "past both windows the key is free again"
+    );
 }
 
 /// Completed and failed results expire after the retention window, leaving a tombstone

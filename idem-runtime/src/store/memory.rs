@@ -112,7 +112,7 @@ impl MemoryStore {
         let inner = Inner {
             shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
             clock: self.inner.clock.clone(),
-            retention,
+            retention: retention.normalized(),
         };
         MemoryStore {
             inner: Arc::new(inner),

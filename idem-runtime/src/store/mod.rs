@@ -52,8 +52,23 @@ use crate::identity::{Fingerprint, IdemKey};
 pub struct Retention {
     /// How long a completed or failed result is replayed (default 24 h).
     pub results: Duration,
-    /// How long the tombstone of an expired result refuses re-execution (default 30 days).
+    /// How long the tombstone of an expired result refuses re-execution (default 30 days),
+    /// counted like `results` from when the record was settled. Never shorter than
+    /// `results`: stores raise a shorter value to it (see [`Retention::normalized`]).
     pub tombstones: Duration,
+}
+
+impl Retention {
+    /// This retention with `tombstones` raised to at least `results`. A tombstone must
+    /// outlive the result it stands for: were it shorter, a repeat arriving between the two
+    /// would find no record at all and run a second time. Every store applies this to the
+    /// retention it is given.
+    pub fn normalized(self) -> Retention {
+        Retention {
+            results: self.results,
+            tombstones: self.tombstones.max(self.results),
+        }
+    }
 }
 
 impl Default for Retention {

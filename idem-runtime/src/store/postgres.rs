@@ -136,7 +136,7 @@ impl PostgresStoreBuilder {
 
     /// How long results and tombstones are kept (default [`Retention::default`]).
     pub fn retention(mut self, retention: Retention) -> Self {
-        self.retention = retention;
+        self.retention = retention.normalized();
         self
     }
 

@@ -40,7 +40,8 @@ pub fn age(record: &mut Record, now: Timestamp, retention: &Retention) -> Aged {
             _ => Aged::Unchanged,
         },
         RecordState::Completed | RecordState::Failed => {
-            if record.updated_at.plus(retention.tombstones) <= now {
+            // Normalized again here: a custom store may pass its retention through as given.
+            if record.updated_at.plus(retention.normalized().tombstones) <= now {
                 Aged::Gone
             } else if !record.result_expired && record.updated_at.plus(retention.results) <= now {
                 record.result_expired = true;

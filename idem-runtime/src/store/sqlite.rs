@@ -164,7 +164,7 @@ impl SqliteStoreBuilder {
 
     /// The retention windows (default: results 24 h, tombstones 30 days).
     pub fn retention(mut self, retention: Retention) -> Self {
-        self.retention = retention;
+        self.retention = retention.normalized();
         self
     }
 

@@ -23,6 +23,8 @@ pub struct DynTool {
     key_fields: Arc<[String]>,
     kind: ToolKind,
     schema: Arc<Value>,
+    /// The schema's root is `"type": "object"`: callers must send a JSON object.
+    takes_object: bool,
 }
 
 impl fmt::Debug for DynTool {
@@ -266,12 +268,14 @@ impl DynTool {
         schema: Arc<Value>,
     ) -> DynTool {
         let key_fields = spec.key_field_names().map(str::to_owned).collect();
+        let takes_object = schema.get("type").and_then(Value::as_str) == Some("object");
         DynTool {
             inner,
             spec,
             key_fields,
             kind,
             schema,
+            takes_object,
         }
     }
 
@@ -294,6 +298,12 @@ impl DynTool {
     /// where it could be inlined), generated once.
     pub fn input_schema(&self) -> &Value {
         &self.schema
+    }
+
+    /// True when the advertised schema asks for a JSON object (every struct, map and enum
+    /// of arguments, and `()`), so a caller's array or scalar is refused before decoding.
+    pub(crate) fn takes_object(&self) -> bool {
+        self.takes_object
     }
 
     pub(crate) fn decode<'a>(&self, args: impl Into<RawArgs<'a>>) -> Result<Decoded, DecodeError> {

@@ -117,6 +117,8 @@ impl ToolSpec {
 
     /// Lease of a running claim. It is renewed while the handler runs, so only a dead or
     /// stuck worker's claim expires (and becomes *unknown*). Default: the timeout plus 30 s.
+    /// At least 10 ms ([`crate::Registry`]'s build refuses less): it is renewed every third
+    /// of its length.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self

@@ -152,7 +152,7 @@ impl RedisStoreBuilder {
 
     /// How long results and tombstones are kept (default [`Retention::default`]).
     pub fn retention(mut self, retention: Retention) -> Self {
-        self.retention = retention;
+        self.retention = retention.normalized();
         self
     }
 
