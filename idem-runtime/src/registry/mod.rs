@@ -374,11 +374,12 @@ fn echoed_name(name: &str) -> String {
 /// Refuses arguments that are not a JSON object when the tool's schema asks for one. Serde
 /// alone would read an array as a struct's fields by position: `["acme", 4900]` would run,
 /// and a struct of two fields of one type (`from`, `to`) would swap them without a word.
+/// `null` is left to the arguments' type: a tool without arguments (`()`) takes it, a
+/// struct refuses it.
 fn require_object(args: RawArgs<'_>, tool: &str) -> Result<(), CallError> {
     let kind = match args {
         RawArgs::Value(v) => match v {
-            Value::Object(_) => return Ok(()),
-            Value::Null => "null",
+            Value::Object(_) | Value::Null => return Ok(()),
             Value::Bool(_) => "a boolean",
             Value::Number(_) => "a number",
             Value::String(_) => "a string",
@@ -388,8 +389,8 @@ fn require_object(args: RawArgs<'_>, tool: &str) -> Result<(), CallError> {
             let first = text
                 .bytes()
                 .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
-            if first == Some(b'{') {
-                // Decoding tells a malformed object apart.
+            if matches!(first, Some(b'{' | b'n')) {
+                // Decoding tells a malformed object (or `null`) apart.
                 return Ok(());
             }
             // Not an object: malformed JSON is still reported as such.
@@ -399,7 +400,6 @@ fn require_object(args: RawArgs<'_>, tool: &str) -> Result<(), CallError> {
                 });
             }
             match first {
-                Some(b'n') => "null",
                 Some(b't' | b'f') => "a boolean",
                 Some(b'"') => "a string",
                 Some(b'[') => "an array",
