@@ -354,9 +354,16 @@ async fn array_arguments_in_place_of_an_object_are_refused() {
 async fn null_and_scalar_arguments_are_refused_before_any_claim() {
     let bank = Bank::new(false, []);
     let w = World::new(ChargeTool::new(&bank));
-    for text in ["null", "42", r#""acme""#, "true", "{}", "[]"] {
+    assert_all_invalid(&w, &bank, &["null", "42", r#""acme""#, "true", "{}", "[]"]).await;
+}
+
+/// Calls `charge` with each text, as text and as the parsed value: every call must be
+/// refused as invalid arguments before a key is derived, and nothing may reach the bank or
+/// the store.
+async fn assert_all_invalid(w: &World, bank: &Bank, texts: &[&str]) {
+    for text in texts {
         for call in [
-            ToolCall::from_json(RUN, "charge", text),
+            ToolCall::from_json(RUN, "charge", *text),
             ToolCall::new(RUN, "charge", serde_json::from_str::<Value>(text).unwrap()),
         ] {
             let r = w.registry.call(call).await;
@@ -420,21 +427,7 @@ async fn wrong_types_and_out_of_range_numbers_are_invalid_args() {
         r#"{"cents": 4900}"#,
         r#"{"customer": "acme"}"#,
     ];
-    for text in cases {
-        for call in [
-            ToolCall::from_json(RUN, "charge", text),
-            ToolCall::new(RUN, "charge", serde_json::from_str::<Value>(text).unwrap()),
-        ] {
-            let r = w.registry.call(call).await;
-            assert!(
-                matches!(refused(&r), CallError::InvalidArgs { tool, .. } if tool == "charge"),
-                "{text}: {:?}",
-                r.error()
-            );
-        }
-    }
-    assert_eq!(bank.requests(), 0);
-    assert!(w.store.is_empty());
+    assert_all_invalid(&w, &bank, &cases).await;
 }
 
 #[tokio::test(start_paused = true)]
