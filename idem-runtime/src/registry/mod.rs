@@ -1,6 +1,7 @@
 //! Expose: the [`Registry`] that dispatches calls by name and exports tool definitions.
 
 pub(crate) mod call;
+mod size;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -203,19 +204,6 @@ fn check_key_fields(tool: &DynTool) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// Counts the bytes of a value's JSON text without building it.
-struct CountingWriter(usize);
-
-impl std::io::Write for CountingWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 impl Registry {
     /// Starts a builder.
     pub fn builder() -> RegistryBuilder {
@@ -319,14 +307,8 @@ impl Registry {
                 RawArgs::Text(text)
             }
             CallArgs::Value(v) => {
-                let mut counter = CountingWriter(0);
-                // Writing a `Value` cannot fail; the counter never errors.
-                let _ = serde_json::to_writer(&mut counter, v);
-                if counter.0 > limit {
-                    return refused(CallError::ArgsTooLarge {
-                        size: counter.0,
-                        limit,
-                    });
+                if let Err(size) = size::check(v, limit) {
+                    return refused(CallError::ArgsTooLarge { size, limit });
                 }
                 RawArgs::Value(v)
             }

@@ -1,0 +1,800 @@
+//! Review of `#[tool]`, `#[toolbox]`, `#[idem::args]` and the tool definitions they export:
+//! compile-time cases under `tests/ui/review/` (trybuild), runtime cases here.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::{
+    tool, toolbox, BuildError, DefinitionOptions, Format, ReadCtx, Registry, ToolCall, ToolError,
+    WriteCtx,
+};
+use serde_json::{json, Value};
+
+#[test]
+fn ui_review() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/ui/review/*.rs");
+    t.pass("tests/ui/review/pass/*.rs");
+}
+
+#[test]
+#[ignore = "BUG: `Self` in a #[toolbox] method's signature names the generated holder, not the state"]
+fn ui_review_toolbox_output_self() {
+    trybuild::TestCases::new().pass("tests/ui/review/bugs/toolbox_output_self.rs");
+}
+
+#[test]
+#[ignore = "BUG: a pub handler with private args is a hard E0446, where a plain fn only warns"]
+fn ui_review_private_args_pub_fn() {
+    trybuild::TestCases::new().pass("tests/ui/review/bugs/private_args_pub_fn.rs");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Descriptions
+
+/// Charge a customer's card
+/// for one invoice.
+///
+/// Modes:
+/// - `fast`: one
+///   attempt
+/// - `slow`
+///
+/// ```text
+/// keep   this
+/// ```
+#[tool(write)]
+async fn doc_markdown(_ctx: WriteCtx) -> Result<(), ToolError> {
+    Ok(())
+}
+
+#[doc = "Look up"]
+#[doc = "a charge."]
+#[tool(read)]
+async fn doc_attr(_ctx: ReadCtx) -> Result<(), ToolError> {
+    Ok(())
+}
+
+/** Block docs
+    on two lines. */
+#[tool(read)]
+async fn doc_block(_ctx: ReadCtx) -> Result<(), ToolError> {
+    Ok(())
+}
+
+/// Ignored: the option wins.
+#[tool(read, description = "From the option.")]
+async fn doc_option(_ctx: ReadCtx) -> Result<(), ToolError> {
+    Ok(())
+}
+
+#[doc = include_str!("fixtures/renamed/Cargo.toml")]
+#[tool(read)]
+async fn doc_include(_ctx: ReadCtx) -> Result<(), ToolError> {
+    Ok(())
+}
+
+#[tool(read)]
+async fn undocumented(_ctx: ReadCtx) -> Result<(), ToolError> {
+    Ok(())
+}
+
+fn description_of(registry: &Registry, name: &str) -> String {
+    registry
+        .get(name)
+        .unwrap()
+        .spec()
+        .description_text()
+        .to_owned()
+}
+
+#[test]
+fn descriptions_come_from_docs_in_every_form() {
+    let registry = Registry::builder()
+        .tool(doc_markdown)
+        .tool(doc_attr)
+        .tool(doc_block)
+        .tool(doc_option)
+        .build()
+        .unwrap();
+    assert_eq!(
+        description_of(&registry, "doc_markdown"),
+        "Charge a customer's card for one invoice.\n\nModes:\n- `fast`: one attempt\n- `slow`\n\n```text\nkeep   this\n```"
+    );
+    assert_eq!(description_of(&registry, "doc_attr"), "Look up a charge.");
+    assert_eq!(
+        description_of(&registry, "doc_block"),
+        "Block docs on two lines."
+    );
+    assert_eq!(description_of(&registry, "doc_option"), "From the option.");
+    for format in [Format::OpenAi, Format::Anthropic, Format::Mcp] {
+        let defs = registry.definitions(format);
+        let text = serde_json::to_string(&defs).unwrap();
+        assert!(text.contains("From the option."), "{text}");
+    }
+}
+
+#[test]
+#[ignore = "BUG: `#[doc = include_str!(..)]` is skipped silently: the model gets an empty description"]
+fn a_doc_the_macro_cannot_read_is_not_silently_dropped() {
+    let registry = Registry::builder().tool(doc_include).build().unwrap();
+    assert!(
+        !description_of(&registry, "doc_include").is_empty(),
+        "expected the included text, or a compile error asking for `description = \"…\"`"
+    );
+}
+
+#[test]
+#[ignore = "BUG: a tool with no doc and no description exports `\"description\": \"\"` in every format"]
+fn a_tool_without_a_description_does_not_export_an_empty_one() {
+    let registry = Registry::builder().tool(undocumented).build().unwrap();
+    for format in [Format::OpenAi, Format::Anthropic, Format::Mcp] {
+        let def = &registry.definitions(format)[0];
+        let function = def.get("function").unwrap_or(def);
+        assert_ne!(function.get("description"), Some(&json!("")), "{def}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Definitions: shapes, annotations, MCP schema
+
+#[idem::args]
+struct Address {
+    line1: String,
+    postcode: Option<String>,
+}
+
+#[idem::args]
+#[serde(rename_all = "snake_case")]
+enum Speed {
+    Fast,
+    Slow,
+}
+
+/// Arguments with nested, optional and enum fields.
+#[idem::args]
+struct OrderArgs {
+    /// The customer id.
+    customer: String,
+    cents: u64,
+    tags: Option<Vec<String>>,
+    address: Address,
+    billing: Option<Address>,
+    speed: Speed,
+}
+
+/// Place an order.
+#[tool(write, key(customer), downstream = "keyed")]
+async fn place_order(_ctx: WriteCtx, args: OrderArgs) -> Result<String, ToolError> {
+    Ok(args.customer)
+}
+
+/// Delete an order.
+#[tool(write, destructive, name = "delete-order")]
+async fn delete_order(_ctx: WriteCtx, args: Address) -> Result<String, ToolError> {
+    Ok(args.line1)
+}
+
+/// Look up an order.
+#[tool(read)]
+async fn get_order(_ctx: ReadCtx, args: Address) -> Result<String, ToolError> {
+    Ok(args.line1)
+}
+
+fn orders() -> Registry {
+    Registry::builder()
+        .tool(place_order)
+        .tool(delete_order)
+        .tool(get_order)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn openai_and_anthropic_shapes() {
+    let registry = orders();
+    let openai = registry.definitions(Format::OpenAi);
+    let anthropic = registry.definitions(Format::Anthropic);
+    assert_eq!(openai.len(), 3);
+    for (o, a) in openai.iter().zip(&anthropic) {
+        assert_eq!(o["type"], "function");
+        let f = o["function"].as_object().unwrap();
+        assert_eq!(
+            f.keys().collect::<Vec<_>>(),
+            ["description", "name", "parameters"],
+            "{o}"
+        );
+        assert_eq!(f["name"], a["name"]);
+        assert_eq!(f["parameters"], a["input_schema"]);
+        assert_eq!(a["input_schema"]["type"], "object");
+        assert_eq!(a.as_object().unwrap().len(), 3);
+    }
+    assert_eq!(anthropic[1]["name"], "delete-order");
+    let params = &anthropic[0]["input_schema"];
+    assert_eq!(
+        params["properties"]["customer"]["description"],
+        "The customer id."
+    );
+    assert_eq!(params["properties"]["speed"]["enum"], json!(["fast", "slow"]));
+    assert_eq!(params["properties"]["tags"]["type"], "array");
+    let required = params["required"].as_array().unwrap();
+    for name in ["customer", "cents", "address", "speed"] {
+        assert!(required.contains(&json!(name)), "{name}: {params}");
+    }
+    for name in ["tags", "billing"] {
+        assert!(!required.contains(&json!(name)), "{name}: {params}");
+    }
+}
+
+#[test]
+fn mcp_annotations_follow_the_kind_and_destructive() {
+    let defs = orders().definitions(Format::Mcp);
+    let hints = |i: usize| {
+        let a = &defs[i]["annotations"];
+        (
+            a["readOnlyHint"].as_bool(),
+            a["destructiveHint"].as_bool(),
+            a["idempotentHint"].as_bool(),
+        )
+    };
+    assert_eq!(hints(0), (Some(false), Some(false), Some(true)));
+    assert_eq!(hints(1), (Some(false), Some(true), Some(true)));
+    assert_eq!(hints(2), (Some(true), Some(false), Some(true)));
+}
+
+/// The constraints of the MCP `Tool` definition (schema-2025-11-25 and schema-2026-07-28 in
+/// `../shared/mcp-schema/`) that a definition can break; jsonschema is not a dev-dependency of
+/// the facade, so they are spelled out here.
+fn mcp_tool_violations(def: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    let Some(obj) = def.as_object() else {
+        return vec!["not an object".into()];
+    };
+    if !obj.get("name").is_some_and(Value::is_string) {
+        errors.push("name: required string".into());
+    }
+    if obj.get("description").is_some_and(|d| !d.is_string()) {
+        errors.push("description: not a string".into());
+    }
+    match obj.get("inputSchema").and_then(Value::as_object) {
+        None => errors.push("inputSchema: required object".into()),
+        Some(schema) => {
+            if schema.get("type") != Some(&json!("object")) {
+                errors.push(format!(
+                    "inputSchema.type must be \"object\", is {:?}",
+                    schema.get("type")
+                ));
+            }
+            if let Some(props) = schema.get("properties") {
+                match props.as_object() {
+                    None => errors.push("inputSchema.properties: not an object".into()),
+                    // 2025-11-25: every property schema is an object (not `true`/`false`).
+                    Some(props) => {
+                        for (name, p) in props {
+                            if !p.is_object() {
+                                errors.push(format!("inputSchema.properties.{name}: {p}"));
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(required) = schema.get("required") {
+                if !required
+                    .as_array()
+                    .is_some_and(|r| r.iter().all(Value::is_string))
+                {
+                    errors.push("inputSchema.required: not an array of strings".into());
+                }
+            }
+        }
+    }
+    if let Some(annotations) = obj.get("annotations") {
+        for (k, v) in annotations.as_object().into_iter().flatten() {
+            let ok = match k.as_str() {
+                "title" => v.is_string(),
+                _ => v.is_boolean(),
+            };
+            if !ok {
+                errors.push(format!("annotations.{k}: {v}"));
+            }
+        }
+    }
+    errors
+}
+
+/// Writes the MCP definitions of every registry here to `$CARGO_TARGET_TMPDIR`, for a check
+/// against the published schemas with an external validator.
+fn dump(name: &str, defs: &[Value]) {
+    let path = format!("{}/review_mcp_{name}.json", env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(path, serde_json::to_string_pretty(defs).unwrap()).unwrap();
+}
+
+#[test]
+fn mcp_definitions_meet_the_tool_schema() {
+    let defs = orders().definitions(Format::Mcp);
+    dump("orders", &defs);
+    for d in &defs {
+        assert_eq!(mcp_tool_violations(d), Vec::<String>::new(), "{d}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Args types that are hard to describe
+
+#[idem::args]
+struct FreeFormArgs {
+    /// Any JSON.
+    payload: Value,
+}
+
+/// Stores any JSON.
+#[tool(write)]
+async fn store_json(_ctx: WriteCtx, args: FreeFormArgs) -> Result<Value, ToolError> {
+    Ok(args.payload)
+}
+
+#[test]
+#[ignore = "BUG: a `serde_json::Value` field renders as the schema `true`, which MCP 2025-11-25 rejects (property schemas must be objects)"]
+fn a_free_form_field_meets_the_mcp_schema() {
+    let defs = Registry::builder()
+        .tool(store_json)
+        .build()
+        .unwrap()
+        .definitions(Format::Mcp);
+    dump("free_form", &defs);
+    assert_eq!(mcp_tool_violations(&defs[0]), Vec::<String>::new(), "{}", defs[0]);
+}
+
+/// Echo a string.
+#[tool(read)]
+async fn echo(_ctx: ReadCtx, args: String) -> Result<String, ToolError> {
+    Ok(args)
+}
+
+#[test]
+#[ignore = "BUG: a non-object args type (`args: String`) compiles and registers; its input schema is {\"type\":\"string\"}, invalid for every format"]
+fn a_non_object_args_type_is_refused() {
+    match Registry::builder().tool(echo).build() {
+        Err(_) => {}
+        Ok(registry) => {
+            let defs = registry.definitions(Format::Mcp);
+            dump("string_args", &defs);
+            assert_eq!(
+                mcp_tool_violations(&defs[0]),
+                Vec::<String>::new(),
+                "{}",
+                defs[0]
+            );
+        }
+    }
+}
+
+#[idem::args]
+struct Empty;
+
+/// Takes a unit struct.
+#[tool(write)]
+async fn unit_args(_ctx: WriteCtx, _args: Empty) -> Result<u8, ToolError> {
+    Ok(7)
+}
+
+#[tokio::test]
+async fn a_unit_struct_args_type_takes_an_empty_object() {
+    let registry = Registry::builder().tool(unit_args).build().unwrap();
+    let defs = registry.definitions(Format::Anthropic);
+    assert_eq!(
+        defs[0]["input_schema"],
+        json!({"type": "object", "properties": {}})
+    );
+    let r = registry
+        .call(ToolCall::new("run", "unit_args", json!({})))
+        .await;
+    assert_eq!(r.output(), Some(&json!(7)), "{:?}", r.as_result());
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI strict mode
+
+fn strict(registry: &Registry) -> Vec<Value> {
+    registry.definitions_with(Format::OpenAi, &DefinitionOptions { strict: true })
+}
+
+/// Every object in a schema (outside `$defs`, which strict mode also closes) is closed and
+/// requires all its properties, and no object-typed schema leaves `additionalProperties` open.
+fn strict_violations(v: &Value, path: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            if map.get("type") == Some(&json!("object"))
+                || map.get("type").and_then(Value::as_array).is_some_and(|t| t.contains(&json!("object")))
+            {
+                if map.get("additionalProperties") != Some(&json!(false)) {
+                    out.push(format!("{path}: additionalProperties is not false"));
+                }
+                let props: Vec<&String> = map
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .map(|p| p.keys().collect())
+                    .unwrap_or_default();
+                let required: Vec<&str> = map
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                for p in props {
+                    if !required.contains(&p.as_str()) {
+                        out.push(format!("{path}: `{p}` not required"));
+                    }
+                }
+            }
+            if map.contains_key("oneOf") {
+                out.push(format!("{path}: oneOf (strict mode supports anyOf only)"));
+            }
+            if map.contains_key("allOf") {
+                out.push(format!("{path}: allOf (not supported in strict mode)"));
+            }
+            for (k, child) in map {
+                strict_violations(child, &format!("{path}/{k}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                strict_violations(child, &format!("{path}/{i}"), out);
+            }
+        }
+        Value::Bool(true) if !path.ends_with("additionalProperties") => {
+            out.push(format!("{path}: the schema `true` (any value) is not allowed"));
+        }
+        _ => {}
+    }
+}
+
+fn assert_strict_ok(def: &Value) {
+    let params = &def["function"]["parameters"];
+    let mut out = Vec::new();
+    strict_violations(params, "", &mut out);
+    assert!(out.is_empty(), "{out:?} in {params}");
+    assert_eq!(params["type"], "object");
+    assert!(params.get("anyOf").is_none() && params.get("oneOf").is_none());
+}
+
+#[test]
+fn strict_mode_for_nested_optional_and_enum_fields() {
+    let defs = strict(&orders());
+    for d in &defs {
+        assert_eq!(d["function"]["strict"], true);
+        assert_strict_ok(d);
+    }
+    let p = &defs[0]["function"]["parameters"];
+    assert_eq!(p["properties"]["tags"]["type"], json!(["array", "null"]));
+    assert_eq!(p["properties"]["billing"]["type"], json!(["object", "null"]));
+    assert_eq!(p["properties"]["address"]["properties"]["postcode"]["type"], json!(["string", "null"]));
+}
+
+#[idem::args]
+struct LabelArgs {
+    labels: HashMap<String, String>,
+}
+
+/// Set labels.
+#[tool(write)]
+async fn set_labels(_ctx: WriteCtx, args: LabelArgs) -> Result<usize, ToolError> {
+    Ok(args.labels.len())
+}
+
+#[test]
+#[ignore = "BUG: strict mode turns a map field's `additionalProperties: {type: string}` into `false`: the model can only send `{}`"]
+fn strict_mode_keeps_a_map_usable() {
+    let registry = Registry::builder().tool(set_labels).build().unwrap();
+    let plain = &registry.definitions(Format::OpenAi)[0]["function"]["parameters"];
+    assert_eq!(
+        plain["properties"]["labels"]["additionalProperties"],
+        json!({"type": "string"}),
+        "{plain}"
+    );
+    let strict = &strict(&registry)[0]["function"]["parameters"];
+    // Either the map survives or strict mode is refused for this tool; closing it is neither.
+    assert_ne!(
+        strict["properties"]["labels"]["additionalProperties"],
+        json!(false),
+        "{strict}"
+    );
+}
+
+#[idem::args]
+struct PageArgs {
+    #[serde(default)]
+    limit: u32,
+}
+
+/// List with a defaulted limit.
+#[tool(read)]
+async fn list_page(_ctx: ReadCtx, args: PageArgs) -> Result<u32, ToolError> {
+    Ok(args.limit)
+}
+
+#[tokio::test]
+#[ignore = "BUG: strict mode advertises a `#[serde(default)]` u32 as nullable, but serde refuses the `null` the model then sends"]
+async fn strict_mode_nullable_fields_accept_null() {
+    let registry = Registry::builder().tool(list_page).build().unwrap();
+    let p = &strict(&registry)[0]["function"]["parameters"];
+    let nullable = p["properties"]["limit"]["type"]
+        .as_array()
+        .is_some_and(|t| t.contains(&json!("null")));
+    if nullable {
+        let r = registry
+            .call(ToolCall::new("run", "list_page", json!({"limit": null})))
+            .await;
+        assert!(
+            r.output().is_some(),
+            "schema says null is fine, call says {:?}",
+            r.error()
+        );
+    }
+}
+
+#[idem::args]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Payment {
+    Card { number: String },
+    Iban { iban: String, bic: Option<String> },
+}
+
+#[idem::args]
+struct PayArgs {
+    payment: Payment,
+}
+
+/// Pay by card or transfer.
+#[tool(write)]
+async fn pay(_ctx: WriteCtx, args: PayArgs) -> Result<bool, ToolError> {
+    Ok(matches!(args.payment, Payment::Card { .. }))
+}
+
+/// Pay, the args being the enum itself.
+#[tool(write)]
+async fn pay_root(_ctx: WriteCtx, args: Payment) -> Result<bool, ToolError> {
+    Ok(matches!(args, Payment::Card { .. }))
+}
+
+#[test]
+#[ignore = "BUG: strict mode keeps schemars' `oneOf` for tagged enums; OpenAI strict accepts only `anyOf`"]
+fn strict_mode_for_a_tagged_enum_field() {
+    let registry = Registry::builder().tool(pay).build().unwrap();
+    assert_strict_ok(&strict(&registry)[0]);
+}
+
+#[test]
+#[ignore = "BUG: an enum args type gives a root `oneOf` (+ type object): OpenAI rejects a root without properties/with oneOf in strict mode"]
+fn strict_mode_for_an_enum_args_type() {
+    let registry = Registry::builder().tool(pay_root).build().unwrap();
+    assert_strict_ok(&strict(&registry)[0]);
+}
+
+#[idem::args]
+struct Paging {
+    page: u32,
+    per_page: Option<u32>,
+}
+
+#[idem::args]
+#[serde(rename_all = "camelCase")]
+struct SearchArgs {
+    query_text: String,
+    #[serde(flatten)]
+    paging: Paging,
+}
+
+/// Search with flattened paging.
+#[tool(read)]
+async fn search(_ctx: ReadCtx, args: SearchArgs) -> Result<String, ToolError> {
+    Ok(format!(
+        "{}{}{:?}",
+        args.query_text, args.paging.page, args.paging.per_page
+    ))
+}
+
+#[tokio::test]
+async fn rename_all_and_flatten_in_every_mode() {
+    let registry = Registry::builder().tool(search).build().unwrap();
+    let plain = &registry.definitions(Format::Anthropic)[0]["input_schema"];
+    for name in ["queryText", "page", "per_page"] {
+        assert!(plain["properties"].get(name).is_some(), "{name}: {plain}");
+    }
+    assert_strict_ok(&strict(&registry)[0]);
+    let r = registry
+        .call(ToolCall::new(
+            "run",
+            "search",
+            json!({"queryText": "q", "page": 2}),
+        ))
+        .await;
+    assert_eq!(r.output(), Some(&json!("q2None")), "{:?}", r.error());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options checked only at build time
+
+#[idem::args]
+#[serde(rename_all = "camelCase")]
+struct RenamedArgs {
+    customer_id: String,
+    cents: u64,
+}
+
+/// `key` names the Rust field, which serde renames.
+#[tool(write, key(customer_id))]
+async fn charge_renamed(_ctx: WriteCtx, args: RenamedArgs) -> Result<u64, ToolError> {
+    Ok(args.cents)
+}
+
+#[test]
+#[ignore = "BUG: key(customer_id) passes the compile-time field check but Registry::build refuses it under rename_all (JSON name customerId)"]
+fn key_names_the_rust_field_under_rename_all() {
+    let built = Registry::builder().tool(charge_renamed).build();
+    assert!(built.is_ok(), "{:?}", built.err());
+}
+
+/// A 5 ms lease: accepted by the macro.
+#[tool(write, lease = "5ms")]
+async fn short_lease(_ctx: WriteCtx) -> Result<(), ToolError> {
+    Ok(())
+}
+
+#[test]
+fn a_lease_below_the_minimum_is_refused_only_at_build() {
+    // The macro accepts it (a compile error would be better); the registry refuses it.
+    let err = Registry::builder().tool(short_lease).build().err();
+    assert!(
+        matches!(&err, Some(BuildError::InvalidSpec { tool, .. }) if tool == "short_lease"),
+        "{err:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Toolboxes
+
+#[idem::args]
+struct TicketArgs {
+    title: String,
+}
+
+struct Tickets {
+    opened: AtomicU32,
+    prefix: String,
+}
+
+#[toolbox]
+impl Tickets {
+    /// Open a ticket.
+    #[tool(write, key(title), timeout = "5s")]
+    async fn open_ticket(&self, ctx: WriteCtx, args: TicketArgs) -> Result<String, ToolError> {
+        let n = self.opened.fetch_add(1, Ordering::SeqCst) + 1;
+        assert!(ctx.key().as_str().starts_with("idem:"));
+        Ok(format!("{}{n}:{}", self.prefix, args.title))
+    }
+
+    /// How many tickets are open?
+    #[tool(read, name = "ticket-count")]
+    async fn count(&self, _ctx: ReadCtx) -> Result<u32, ToolError> {
+        Ok(self.opened.load(Ordering::SeqCst))
+    }
+
+    /// Close every ticket.
+    #[tool(write, destructive)]
+    async fn close_all(&self, _ctx: WriteCtx) -> Result<u32, ToolError> {
+        Ok(self.opened.swap(0, Ordering::SeqCst))
+    }
+}
+
+struct Mail;
+
+#[toolbox]
+impl Mail {
+    /// Also opens a ticket.
+    #[tool(write)]
+    async fn open_ticket(&self, _ctx: WriteCtx, args: TicketArgs) -> Result<String, ToolError> {
+        Ok(args.title)
+    }
+}
+
+/// A free fn with a toolbox method's name.
+#[tool(read, name = "ticket-count")]
+async fn ticket_count_free(_ctx: ReadCtx) -> Result<u32, ToolError> {
+    Ok(0)
+}
+
+fn tickets() -> Arc<Tickets> {
+    Arc::new(Tickets {
+        opened: AtomicU32::new(0),
+        prefix: "T".to_owned(),
+    })
+}
+
+#[tokio::test]
+async fn a_toolbox_shares_its_state_across_tools() {
+    let state = tickets();
+    let registry = Registry::builder().toolbox(state.clone()).build().unwrap();
+    assert_eq!(
+        registry.tools().map(|t| t.name()).collect::<Vec<_>>(),
+        ["open_ticket", "ticket-count", "close_all"]
+    );
+    let spec = registry.get("open_ticket").unwrap().spec();
+    assert_eq!(spec.timeout_duration(), Duration::from_secs(5));
+    assert_eq!(spec.key_field_names().collect::<Vec<_>>(), ["title"]);
+
+    let open = |title: &str| ToolCall::new("run", "open_ticket", json!({ "title": title }));
+    let a = registry.call(open("disk full")).await;
+    let again = registry.call(open("disk full")).await;
+    let b = registry.call(open("cpu hot")).await;
+    assert_eq!(a.output(), Some(&json!("T1:disk full")));
+    assert!(again.replayed());
+    assert_eq!(b.output(), Some(&json!("T2:cpu hot")));
+    let count = registry
+        .call(ToolCall::new("run", "ticket-count", json!({})))
+        .await;
+    assert_eq!(count.output(), Some(&json!(2)));
+    assert_eq!(state.opened.load(Ordering::SeqCst), 2);
+
+    let mcp = registry.definitions(Format::Mcp);
+    dump("tickets", &mcp);
+    assert_eq!(mcp[1]["annotations"]["readOnlyHint"], true);
+    assert_eq!(mcp[2]["annotations"]["destructiveHint"], true);
+    for d in &mcp {
+        assert_eq!(mcp_tool_violations(d), Vec::<String>::new(), "{d}");
+    }
+}
+
+#[tokio::test]
+async fn toolbox_methods_stay_callable() {
+    use idem::identity::KeyMaterial;
+    use idem::{IdemKey, Scope};
+    let state = tickets();
+    let key = IdemKey::derive(&Scope::run("t"), "open_ticket", KeyMaterial::Intent("i"));
+    let out = state
+        .open_ticket(
+            WriteCtx::for_test(key),
+            TicketArgs {
+                title: "x".into(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, "T1:x");
+    assert_eq!(state.count(ReadCtx::for_test("t")).await.unwrap(), 1);
+}
+
+#[test]
+fn duplicate_names_across_toolboxes_and_fns_are_build_errors() {
+    let dup = |built: Result<Registry, BuildError>, name: &str| match built {
+        Err(BuildError::DuplicateName(n)) => assert_eq!(n, name),
+        Err(other) => panic!("expected DuplicateName({name}), got {other}"),
+        Ok(_) => panic!("expected DuplicateName({name}), the registry built"),
+    };
+    dup(
+        Registry::builder()
+            .toolbox(tickets())
+            .toolbox(Arc::new(Mail))
+            .build(),
+        "open_ticket",
+    );
+    dup(
+        Registry::builder()
+            .toolbox(tickets())
+            .tool(ticket_count_free)
+            .build(),
+        "ticket-count",
+    );
+    dup(
+        Registry::builder()
+            .toolbox(tickets())
+            .toolbox(tickets())
+            .build(),
+        "open_ticket",
+    );
+    dup(
+        Registry::builder().tool(echo).tool(echo).build(),
+        "echo",
+    );
+}
