@@ -24,6 +24,9 @@ pub const DEFAULT_SCHEMA: &str = "idem";
 /// The newest table layout this version writes.
 const SCHEMA_VERSION: i32 = 1;
 
+/// How many expired leases a listing ages per query.
+const EXPIRED_PAGE: usize = 1000;
+
 /// An [`IdemStore`] in PostgreSQL, for many workers on many machines.
 ///
 /// # Table
@@ -307,9 +310,12 @@ impl Sql {
                    AND NOT tx_effect \
                  RETURNING {COLUMNS}"
             ),
+            // A keyset page: rows that stay running after ageing (a corrupt row, or a
+            // transactional claim still being decided) are walked past, not met again.
             expired_leases: format!(
-                "SELECT key FROM {t} WHERE state = 'running' AND lease_until <= $1 \
-                 ORDER BY lease_until LIMIT 1000"
+                "SELECT key, lease_until FROM {t} \
+                 WHERE state = 'running' AND lease_until <= $1 AND (lease_until, key) > ($2, $3) \
+                 ORDER BY lease_until, key LIMIT {EXPIRED_PAGE}"
             ),
             list: format!(
                 "SELECT {COLUMNS} FROM {t} WHERE state = $1 ORDER BY created_at, key LIMIT $2"
@@ -1286,26 +1292,35 @@ impl IdemStore for PostgresStore {
         }
         let now = self.inner.clock.now();
         let sql = &self.inner.sql;
-        // Expired leases first, so list(unknown) includes them and list(running) does not.
-        let expired = {
-            let client = self.client().await?;
-            client
-                .query(&sql.expired_leases, &[&ms(now)])
-                .await
-                .map_err(pg_err)?
-        };
-        for row in expired {
-            let raw: String = row.try_get(0).map_err(pg_err)?;
-            let Ok(key) = IdemKey::parse(&raw) else {
-                tracing::error!(key = %raw, "corrupt idem record left out of a listing");
-                continue;
+        // Expired leases first, so list(unknown) includes them and list(running) does not:
+        // page after page, however many leases expired.
+        let mut past: (i64, String) = (i64::MIN, String::new());
+        loop {
+            let expired = {
+                let client = self.client().await?;
+                client
+                    .query(&sql.expired_leases, &[&ms(now), &past.0, &past.1])
+                    .await
+                    .map_err(pg_err)?
             };
-            match self.get(&key).await {
-                Ok(_) => {}
-                Err(e @ StoreError::Corrupt { .. }) => {
-                    tracing::error!(error = %e, "corrupt idem record left out of a listing");
+            let page = expired.len();
+            for row in expired {
+                let raw: String = row.try_get(0).map_err(pg_err)?;
+                past = (row.try_get(1).map_err(pg_err)?, raw.clone());
+                let Ok(key) = IdemKey::parse(&raw) else {
+                    tracing::error!(key = %raw, "corrupt idem record left out of a listing");
+                    continue;
+                };
+                match self.get(&key).await {
+                    Ok(_) => {}
+                    Err(e @ StoreError::Corrupt { .. }) => {
+                        tracing::error!(error = %e, "corrupt idem record left out of a listing");
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
+            }
+            if page < EXPIRED_PAGE {
+                break;
             }
         }
         if state.is_terminal() {

@@ -226,9 +226,10 @@ impl Inner {
             ))
         })?;
         conn.busy_timeout(self.busy_timeout).map_err(db_err)?;
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(db_err)?;
+        let mode: String = retry_busy(self.busy_timeout, || {
+            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        })
+        .map_err(db_err)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Backend(format!(
                 "SQLite database {} cannot use WAL (journal_mode is {mode})",
@@ -238,6 +239,31 @@ impl Inner {
         conn.pragma_update(None, "synchronous", self.sync.pragma())
             .map_err(db_err)?;
         Ok(conn)
+    }
+}
+
+/// Runs `f` again while SQLite answers BUSY or LOCKED, until `timeout` has passed.
+///
+/// Switching a new database to WAL takes a lock that SQLite's busy handler does not wait
+/// for: several processes opening one new file at once would otherwise fail at once, well
+/// inside the busy timeout they were promised.
+fn retry_busy<T>(
+    timeout: Duration,
+    mut f: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let start = std::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match f() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+                    && start.elapsed() + pause < timeout =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
     }
 }
 

@@ -288,8 +288,13 @@ fn to_json<T: serde::Serialize + ?Sized>(v: &T, what: &str) -> Result<String, St
     serde_json::to_string(v).map_err(|e| StoreError::Backend(format!("{what}: {e}")))
 }
 
+/// A duration for the script, in milliseconds, capped at 2^52 (about 140 000 years, so
+/// "forever" still means forever). Lua numbers are doubles: a lease end or an expiry past
+/// 2^53 would lose precision, read back as a time that does not fit, or overflow Redis's
+/// `PEXPIRE` after the script had already written the record.
 fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    const MAX: u64 = 1 << 52;
+    u64::try_from(d.as_millis()).map_or(MAX, |ms| ms.min(MAX))
 }
 
 fn unexpected(op: &str, reply: &Value) -> StoreError {
