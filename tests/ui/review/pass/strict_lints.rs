@@ -69,7 +69,7 @@ impl Billing {
     /// Refund.
     #[tool(write, key(customer))]
     pub async fn refund(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
-        let _ = ctx;
+        drop(ctx);
         Ok(format!("{}{}", self.prefix, args.customer))
     }
 
