@@ -72,7 +72,7 @@ pub(crate) fn fold(lines: &[String]) -> String {
             paragraph_open = true;
         }
     }
-    out.trim_end().to_owned()
+    out.trim().to_owned()
 }
 
 fn push_line(out: &mut String, line: &str) {

@@ -24,6 +24,9 @@ pub(crate) fn parse_millis(text: &str) -> Result<u64, String> {
             "s" => 1_000,
             "m" => 60_000,
             "h" => 3_600_000,
+            "" if rest.starts_with('.') => {
+                return Err(format!("duration `{text}` is not a whole number; {HINT}"))
+            }
             "" => return Err(format!("duration `{text}` has no unit; {HINT}")),
             other => return Err(format!("unknown unit `{other}` in `{text}`; {HINT}")),
         };

@@ -25,7 +25,7 @@ pub(crate) fn tool(attr_tokens: TokenStream, item: TokenStream) -> TokenStream {
         // A method `#[toolbox]` has expanded and checked; it stays as written.
         return item;
     }
-    let func: ItemFn = match syn::parse2(item.clone()) {
+    let mut func: ItemFn = match syn::parse2(item.clone()) {
         Ok(func) => func,
         Err(_) => {
             errors.at(
@@ -42,6 +42,18 @@ pub(crate) fn tool(attr_tokens: TokenStream, item: TokenStream) -> TokenStream {
         let errors = errors.into_compile_error();
         return quote!(#func #errors);
     }
+    // A second `#[tool]` below this one would expand again inside the generated impl, a
+    // cascade of errors about code the user never wrote: report it once, here, and drop it.
+    func.attrs.retain(|a| {
+        let again = a.path().segments.last().is_some_and(|s| s.ident == "tool");
+        if again {
+            errors.spanned(
+                a,
+                "duplicate `#[tool]` on one fn: a fn is one tool; remove this one",
+            );
+        }
+        !again
+    });
     let tool = ToolFn::new(parsed, &func.attrs, &func.sig, Mode::Free, &mut errors);
     valid::check(&tool, &attr_tokens, &mut errors);
     let rt = paths::runtime();

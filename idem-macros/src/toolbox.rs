@@ -146,7 +146,8 @@ fn expand(rt: &TokenStream, imp: &ItemImpl, tools: &[ToolFn]) -> TokenStream {
             let args = tool.params.args.as_ref().map(|_| quote!(, #args));
             quote!(<#self_ty>::#method(&#state, #ctx #args))
         };
-        let setup = quote!(let #state = ::std::sync::Arc::clone(&self.0););
+        let setup =
+            quote!(let #state = <::std::sync::Arc<_> as ::core::clone::Clone>::clone(&self.0););
         let trait_impl = expand::tool_impl(
             rt,
             tool,
@@ -170,7 +171,7 @@ fn expand(rt: &TokenStream, imp: &ItemImpl, tools: &[ToolFn]) -> TokenStream {
         });
         registrations.push(quote! {
             #(#cfgs)*
-            #tools_var.push(#rt::tool::DynTool::#erase(#holder(::std::sync::Arc::clone(&self))));
+            #tools_var.push(#rt::tool::DynTool::#erase(#holder(<::std::sync::Arc<_> as ::core::clone::Clone>::clone(&self))));
         });
     }
     quote! {

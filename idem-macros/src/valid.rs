@@ -58,15 +58,8 @@ fn check_name(tool: &ToolFn, errors: &mut Errors) {
     } else {
         ""
     };
-    if name.is_empty() || name.len() > 64 {
-        errors.at(
-            tool.name_span,
-            format!(
-                "tool name `{name}` has {} characters; it must have 1 to 64{fix}",
-                name.chars().count()
-            ),
-        );
-    } else if let Some(c) = name
+    // The character set first: past it, characters and bytes are the same count.
+    if let Some(c) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
     {
@@ -74,6 +67,14 @@ fn check_name(tool: &ToolFn, errors: &mut Errors) {
             tool.name_span,
             format!(
                 "tool name `{name}` contains {c:?}; tool names use only A-Z, a-z, 0-9, `_` and `-`{fix}"
+            ),
+        );
+    } else if name.is_empty() || name.len() > 64 {
+        errors.at(
+            tool.name_span,
+            format!(
+                "tool name `{name}` has {} characters; it must have 1 to 64{fix}",
+                name.len()
             ),
         );
     }

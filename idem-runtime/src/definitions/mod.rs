@@ -23,32 +23,40 @@ pub enum Format {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DefinitionOptions {
     /// OpenAI strict mode: `"strict": true` and a schema rewritten to its rules
-    /// (closed objects, every property required, optional ones nullable). Ignored by the
-    /// other formats.
+    /// (closed objects, every property required, optional ones nullable). A tool whose
+    /// schema strict mode cannot express (a map, an enum of argument shapes) is offered
+    /// with `"strict": false` and its schema as it is. Ignored by the other formats.
     pub strict: bool,
 }
 
 /// The definition of one tool in `format`.
+///
+/// A tool without a description (no doc comment, no `description`) gets no `description`
+/// field rather than an empty one.
 pub fn definition(tool: &DynTool, format: Format, options: &DefinitionOptions) -> Value {
     let spec = tool.spec();
     let schema = tool.input_schema();
-    match format {
+    let mut def = match format {
         Format::OpenAi => {
-            let mut function = json!({
-                "name": spec.name(),
-                "description": spec.description_text(),
-            });
-            if options.strict {
-                function["parameters"] = to_strict(schema);
-                function["strict"] = Value::Bool(true);
-            } else {
-                function["parameters"] = schema.clone();
+            let mut function = json!({ "name": spec.name() });
+            describe(&mut function, spec.description_text());
+            match options.strict.then(|| to_strict(schema)) {
+                Some(Some(strict)) => {
+                    function["parameters"] = strict;
+                    function["strict"] = Value::Bool(true);
+                }
+                // Asked for strict, but this schema (a map, a choice at the root) would
+                // accept less under strict rules: offered as it is, and said so.
+                Some(None) => {
+                    function["parameters"] = schema.clone();
+                    function["strict"] = Value::Bool(false);
+                }
+                None => function["parameters"] = schema.clone(),
             }
-            json!({ "type": "function", "function": function })
+            return json!({ "type": "function", "function": function });
         }
         Format::Anthropic => json!({
             "name": spec.name(),
-            "description": spec.description_text(),
             "input_schema": schema,
         }),
         Format::Mcp => {
@@ -67,10 +75,17 @@ pub fn definition(tool: &DynTool, format: Format, options: &DefinitionOptions) -
             };
             json!({
                 "name": spec.name(),
-                "description": spec.description_text(),
                 "inputSchema": schema,
                 "annotations": annotations,
             })
         }
+    };
+    describe(&mut def, spec.description_text());
+    def
+}
+
+fn describe(def: &mut Value, description: &str) {
+    if !description.is_empty() {
+        def["description"] = Value::String(description.to_owned());
     }
 }

@@ -18,7 +18,44 @@ pub fn input_schema_for<T: JsonSchema>() -> Value {
     let schema = generator.into_root_schema_for::<T>();
     let mut value = normalize_root(schema.to_value());
     drop_optional_nulls(&mut value);
+    objects_for_booleans(&mut value);
     value
+}
+
+/// Writes boolean subschemas (`true` for a `serde_json::Value` field, `false` for one that
+/// takes nothing) as the objects `{}` and `{"not": {}}`: some published tool schemas (MCP
+/// 2025-11-25) require every property's schema to be an object. Only keywords that hold
+/// subschemas are rewritten (`default: true` or `uniqueItems: true` are values), and
+/// `additionalProperties` keeps its boolean, which every format accepts.
+fn objects_for_booleans(schema: &mut Value) {
+    let Value::Object(map) = schema else { return };
+    for (key, child) in map.iter_mut() {
+        match (key.as_str(), child) {
+            ("properties" | "patternProperties" | "$defs" | "definitions", Value::Object(m)) => {
+                m.values_mut().for_each(subschema_as_object)
+            }
+            ("prefixItems" | "anyOf" | "oneOf" | "allOf", Value::Array(items)) => {
+                items.iter_mut().for_each(subschema_as_object)
+            }
+            (
+                "items" | "not" | "if" | "then" | "else" | "contains" | "additionalItems"
+                | "propertyNames" | "unevaluatedItems",
+                child,
+            ) => subschema_as_object(child),
+            ("additionalProperties" | "unevaluatedProperties", child @ Value::Object(_)) => {
+                objects_for_booleans(child)
+            }
+            _ => {}
+        }
+    }
+}
+
+fn subschema_as_object(v: &mut Value) {
+    match v {
+        Value::Bool(true) => *v = Value::Object(Map::new()),
+        Value::Bool(false) => *v = serde_json::json!({"not": {}}),
+        _ => objects_for_booleans(v),
+    }
 }
 
 /// Renders each optional property (absent from `required`) as its plain type: `[T, "null"]`
@@ -105,12 +142,39 @@ fn normalize_root(value: Value) -> Value {
 }
 
 /// Rewrites a schema for OpenAI's strict mode: every object closed
-/// (`additionalProperties: false`) with every property required, and properties that were
-/// optional made nullable instead.
-pub fn to_strict(schema: &Value) -> Value {
+/// (`additionalProperties: false`) with every property required, properties that were
+/// optional made nullable instead, and `oneOf` written as the `anyOf` strict mode accepts.
+///
+/// `None` when the schema cannot be strict without changing what it accepts: a map (an
+/// object whose other properties are open: closing it would leave the model only `{}`), or
+/// a root that is a choice (`oneOf`/`anyOf`) rather than one object. Such a tool is offered
+/// without strict mode.
+pub fn to_strict(schema: &Value) -> Option<Value> {
+    let root_is_choice = schema.get("properties").is_none()
+        && (schema.get("oneOf").is_some() || schema.get("anyOf").is_some());
+    if root_is_choice || has_open_map(schema) {
+        return None;
+    }
     let mut s = schema.clone();
     strictify(&mut s);
-    s
+    Some(s)
+}
+
+/// True when some object in the schema takes properties it does not name
+/// (`additionalProperties` a schema or `true`): a `HashMap` or a free-form object.
+fn has_open_map(v: &Value) -> bool {
+    match v {
+        Value::Object(map) => {
+            let open = match map.get("additionalProperties") {
+                Some(Value::Bool(b)) => *b,
+                Some(Value::Object(_)) => true,
+                _ => false,
+            };
+            open || map.values().any(has_open_map)
+        }
+        Value::Array(items) => items.iter().any(has_open_map),
+        _ => false,
+    }
 }
 
 fn strictify(v: &mut Value) {
@@ -145,7 +209,12 @@ fn strictify(v: &mut Value) {
                 map.insert("required".into(), Value::Array(all));
                 map.insert("additionalProperties".into(), Value::Bool(false));
             }
-            for key in ["items", "anyOf", "oneOf", "allOf", "$defs", "prefixItems"] {
+            // Strict mode accepts `anyOf`, not `oneOf`; for serde's tagged enums, whose
+            // branches never overlap, the two accept the same values.
+            if let Some(branches) = map.remove("oneOf") {
+                map.insert("anyOf".into(), branches);
+            }
+            for key in ["items", "anyOf", "allOf", "$defs", "prefixItems"] {
                 match map.get_mut(key) {
                     Some(Value::Array(items)) => items.iter_mut().for_each(strictify),
                     Some(Value::Object(inner)) if key == "$defs" => {

@@ -139,6 +139,17 @@ impl RegistryBuilder {
                     ),
                 });
             }
+            if !tool.takes_object() {
+                let kind = tool.input_schema().get("type").cloned().unwrap_or_default();
+                return Err(BuildError::InvalidSpec {
+                    tool: spec.name().to_owned(),
+                    message: format!(
+                        "the arguments' JSON Schema has type {kind}, but OpenAI, Anthropic and \
+                         MCP take a JSON object: make the arguments a struct (or a map), e.g. \
+                         `struct Args {{ text: String }}`"
+                    ),
+                });
+            }
             check_key_fields(&tool)?;
             let name = spec.name().to_owned();
             if tools.contains_key(&name) {

@@ -183,18 +183,19 @@ impl ToolSpec {
 
     /// Checks the name: 1–64 characters of `[A-Za-z0-9_-]`.
     pub fn validate_name(name: &str) -> Result<(), String> {
-        if name.is_empty() || name.len() > 64 {
-            return Err(format!(
-                "tool name `{name}` must be 1 to 64 characters long (it is {})",
-                name.len()
-            ));
-        }
+        // The character set first: past it, characters and bytes are the same count.
         if let Some(c) = name
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
         {
             return Err(format!(
                 "tool name `{name}` contains {c:?}; use only A-Z, a-z, 0-9, `_` and `-`"
+            ));
+        }
+        if name.is_empty() || name.len() > 64 {
+            return Err(format!(
+                "tool name `{name}` must be 1 to 64 characters long (it is {})",
+                name.len()
             ));
         }
         Ok(())
