@@ -46,7 +46,16 @@ impl ToolFn {
         };
         let description = match &attr.description {
             Some(lit) => lit.value(),
-            None => docs::fold(&docs::doc_lines(attrs)),
+            None => {
+                if let Some(unread) = docs::unreadable_doc(attrs) {
+                    // Skipping it would hand the model an empty or partial description.
+                    errors.spanned(
+                        unread,
+                        "this doc is not a string literal, so `#[tool]` cannot read it as the tool's description: give the description with `#[tool(…, description = \"…\")]`",
+                    );
+                }
+                docs::fold(&docs::doc_lines(attrs))
+            }
         };
         ToolFn {
             kind,

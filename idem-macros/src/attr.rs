@@ -210,6 +210,15 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 return;
             };
             let value = match duration::parse_millis(&lit.value()) {
+                // The runtime renews a lease every third of its length; below this it would
+                // lapse between renewals (`Registry::build` refuses it too).
+                Ok(millis) if name == "lease" && millis < 10 => {
+                    errors.at(
+                        lit.span(),
+                        "`lease`: at least \"10ms\"; it is renewed every third of its length while the handler runs, and a shorter one would lapse under a live handler",
+                    );
+                    return;
+                }
                 Ok(millis) => DurationOpt {
                     millis,
                     span: lit.span(),

@@ -162,8 +162,11 @@ pub(crate) fn classify(
         }
     };
 
+    let first_is_ctx = typed
+        .first()
+        .is_some_and(|pat| ctx_named(strip_ref(&pat.ty)).is_some());
     let args = typed.get(1).map(|pat| {
-        check_args(&pat.ty, errors);
+        check_args(&pat.ty, first_is_ctx, errors);
         (*pat.ty).clone()
     });
     for extra in typed.iter().skip(2) {
@@ -197,6 +200,12 @@ pub(crate) fn classify(
         }
     };
     let output = ret.as_ref().and_then(result_ok_type);
+    if let Some(out @ Type::ImplTrait(_)) = &output {
+        errors.spanned(
+            out,
+            "the output needs a concrete type that implements `Serialize`, not `impl Trait`: the executor saves it and replays it to repeats",
+        );
+    }
 
     Params {
         ctx,
@@ -274,19 +283,27 @@ fn check_ctx(ty: &Type, kind: Option<Kind>, errors: &mut Errors) {
     }
 }
 
-fn check_args(ty: &Type, errors: &mut Errors) {
-    let inner = match ty {
-        Type::Reference(r) => &*r.elem,
+fn strip_ref(ty: &Type) -> &Type {
+    match ty {
+        Type::Reference(r) => &r.elem,
         other => other,
-    };
-    if let Some(named) = ctx_named(inner) {
-        errors.spanned(
-            ty,
+    }
+}
+
+fn check_args(ty: &Type, first_is_ctx: bool, errors: &mut Errors) {
+    if let Some(named) = ctx_named(strip_ref(ty)) {
+        let message = if first_is_ctx {
             format!(
                 "the context is taken twice: a tool handler takes one context, then its args (`args: Args`), not a second `{}`",
                 ctx_type_name(named)
-            ),
-        );
+            )
+        } else {
+            format!(
+                "the context comes first, then the args: swap the two parameters (`ctx: {}, args: …`)",
+                ctx_type_name(named)
+            )
+        };
+        errors.spanned(ty, message);
         return;
     }
     match ty {

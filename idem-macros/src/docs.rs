@@ -6,9 +6,24 @@
 
 use syn::{Attribute, Expr, ExprLit, Lit, Meta};
 
+/// A doc attribute whose text a macro cannot see (`#[doc = include_str!(..)]`, a
+/// `concat!`): the caller asks for `description = "…"` instead.
+pub(crate) fn unreadable_doc(attrs: &[Attribute]) -> Option<&Attribute> {
+    attrs.iter().find(|attr| match &attr.meta {
+        Meta::NameValue(nv) if nv.path.is_ident("doc") => !matches!(
+            &nv.value,
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(_),
+                ..
+            })
+        ),
+        _ => false,
+    })
+}
+
 /// The literal text of the `///` and `#[doc = "…"]` attributes, one entry per line. Doc
 /// attributes that are not literals (`#[doc = include_str!(..)]`) cannot be read here and are
-/// skipped; give `description = "…"` for those.
+/// skipped ([`unreadable_doc`] finds them).
 pub(crate) fn doc_lines(attrs: &[Attribute]) -> Vec<String> {
     let mut lines = Vec::new();
     for attr in attrs {

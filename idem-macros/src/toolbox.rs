@@ -7,6 +7,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
 use syn::parse::Parser;
+use syn::visit_mut::{self, VisitMut};
 use syn::{Attribute, ImplItem, ItemImpl, Meta};
 
 use crate::ast::ToolFn;
@@ -54,13 +55,15 @@ pub(crate) fn toolbox(attr_tokens: TokenStream, item: TokenStream) -> TokenStrea
             continue;
         };
         let parsed = attr::parse(attr_tokens, &mut errors);
-        let tool = ToolFn::new(
+        let mut tool = ToolFn::new(
             parsed,
             &method.attrs,
             &method.sig,
             Mode::Method,
             &mut errors,
         );
+        // The types move into the generated holder's impl, where `Self` is the holder.
+        resolve_self(&mut tool.params, &imp.self_ty);
         valid::check(&tool, &attr, &mut errors);
         tools.push(tool);
     }
@@ -117,6 +120,38 @@ fn take_tool_attr(
         }
     }
     found
+}
+
+/// Writes `Self` in the method's parameter and return types as the state type it means.
+fn resolve_self(params: &mut crate::classify::Params, self_ty: &syn::Type) {
+    struct Resolve<'a>(&'a syn::Type);
+    impl VisitMut for Resolve<'_> {
+        fn visit_type_mut(&mut self, ty: &mut syn::Type) {
+            if let syn::Type::Path(p) = ty {
+                if p.qself.is_none()
+                    && p.path.leading_colon.is_none()
+                    && p.path.segments.first().is_some_and(|s| s.ident == "Self")
+                {
+                    let state = self.0;
+                    let rest: Vec<_> = p.path.segments.iter().skip(1).collect();
+                    *ty = if rest.is_empty() {
+                        state.clone()
+                    } else {
+                        syn::parse_quote!(<#state>::#(#rest)::*)
+                    };
+                    return;
+                }
+            }
+            visit_mut::visit_type_mut(self, ty);
+        }
+    }
+    let mut resolve = Resolve(self_ty);
+    for ty in [&mut params.args, &mut params.ret, &mut params.output]
+        .into_iter()
+        .flatten()
+    {
+        resolve.visit_type_mut(ty);
+    }
 }
 
 fn check_unique_names(tools: &[ToolFn], errors: &mut Errors) {
