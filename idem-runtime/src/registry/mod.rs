@@ -324,10 +324,9 @@ impl Registry {
                 RawArgs::Value(v)
             }
         };
-        if tool.takes_object() {
-            if let Err(e) = require_object(args, &call.tool) {
-                return refused(e);
-            }
+        // Every registered tool takes an object (`build` refuses the others).
+        if let Err(e) = require_object(args, &call.tool) {
+            return refused(e);
         }
         let decoded = match tool.decode(args) {
             Ok(d) => d,
