@@ -123,20 +123,11 @@ impl Drop for Prefix {
     }
 }
 
-/// A Postgres schema of its own, dropped on drop.
-struct Schema {
-    url: String,
-    name: String,
-}
+#[path = "support/postgres_schema.rs"]
+mod postgres_schema;
+use postgres_schema::Schema;
 
 impl Schema {
-    fn fresh(url: &str) -> Schema {
-        Schema {
-            url: url.to_owned(),
-            name: format!("idem_review_{}", unique()),
-        }
-    }
-
     async fn open(&self, clock: &ManualClock, retention: Retention) -> PostgresStore {
         PostgresStore::builder(self.url.as_str())
             .schema(self.name.as_str())
@@ -154,31 +145,6 @@ impl Schema {
             .expect("connect to Postgres");
         tokio::spawn(conn);
         client
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let (url, name) = (self.url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok((client, conn)) =
-                    tokio_postgres::connect(&url, tokio_postgres::NoTls).await
-                {
-                    tokio::spawn(conn);
-                    let _ = client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
-                        .await;
-                }
-            });
-        })
-        .join();
     }
 }
 

@@ -5,7 +5,6 @@
 //! works in a schema of its own, dropped afterwards, so runs never collide.
 #![cfg(all(feature = "testing", feature = "postgres"))]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
@@ -27,54 +26,9 @@ fn skip_reason() -> String {
     )
 }
 
-/// A schema of its own, dropped with everything in it when this is dropped.
-struct Schema {
-    url: String,
-    name: String,
-}
-
-impl Schema {
-    fn fresh(url: &str) -> Schema {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() % 1_000_000_000_000);
-        Schema {
-            url: url.to_owned(),
-            name: format!(
-                "idem_t_{}_{nanos}_{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ),
-        }
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let (url, name) = (self.url.clone(), self.name.clone());
-        // Drop runs inside the test's runtime; a runtime of its own on a thread of its own.
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok((client, conn)) =
-                    tokio_postgres::connect(&url, tokio_postgres::NoTls).await
-                {
-                    tokio::spawn(conn);
-                    let _ = client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
-}
+#[path = "support/postgres_schema.rs"]
+mod postgres_schema;
+use postgres_schema::Schema;
 
 async fn sql(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
