@@ -1,8 +1,9 @@
 //! Expose: tool definitions in the shapes OpenAI, Anthropic and MCP clients expect.
 
-pub(crate) mod schema;
+mod strict;
 
-pub use schema::{input_schema_for, to_strict};
+pub use crate::tool::input_schema_for;
+pub use strict::to_strict;
 
 use serde_json::{json, Value};
 

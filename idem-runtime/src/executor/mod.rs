@@ -12,11 +12,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::error::CallError;
+use crate::call::{CallError, ToolCall};
+use crate::escalation::{Escalation, EscalationSink};
 use crate::identity::{CanonicalJson, IdemKey, KeyMaterial, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
-use crate::reconcile::{Escalation, EscalationSink};
-use crate::registry::call::ToolCall;
 use crate::store::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, Operation, Record,
     RecordState, Settlement, StoreError, Timestamp,

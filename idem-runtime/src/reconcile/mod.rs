@@ -19,12 +19,13 @@
 //! ([`crate::store::IdemStore::list_after`]), so records that stay unknown or pending for
 //! long cannot keep newer ones from ever being looked at.
 
-mod escalation;
-mod read_back;
 mod resolve;
 
-pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
-pub use read_back::{ReadBack, ReadBackCtx};
+// Escalations and read-backs are what the reconciler produces and consumes; they live in
+// lower layers (the executor escalates too, tools declare read-backs) and are re-exported
+// here where a reader of this module looks for them.
+pub use crate::escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
+pub use crate::tool::{ReadBack, ReadBackCtx};
 pub use resolve::{resolve, Resolution, ResolveError};
 
 use std::sync::{Arc, Mutex, MutexGuard};

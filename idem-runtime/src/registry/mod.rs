@@ -1,6 +1,6 @@
 //! Expose: the [`Registry`] that dispatches calls by name and exports tool definitions.
 
-pub(crate) mod call;
+mod error;
 mod size;
 
 use std::collections::HashMap;
@@ -10,16 +10,16 @@ use std::time::Duration;
 use serde_json::Value;
 use tracing::Instrument;
 
-pub use call::{ToolCall, ToolResult};
+pub use crate::call::{ToolCall, ToolResult};
+pub use error::BuildError;
 
 use crate::definitions::{definition, DefinitionOptions, Format};
-use crate::error::{BuildError, CallError};
+use crate::call::{CallArgs, CallError};
 use crate::executor::{Executed, Executor, RetryPolicy};
-use crate::reconcile::{EscalationSink, LogSink};
+use crate::escalation::{EscalationSink, LogSink};
 use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
-use call::CallArgs;
 
 /// Default limit on the size of a call's arguments (JSON text): 1 MiB.
 pub const DEFAULT_MAX_ARGS_BYTES: usize = 1 << 20;

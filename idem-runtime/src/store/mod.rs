@@ -27,6 +27,7 @@ mod redis;
 pub mod rules;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod transaction;
 
 use std::fmt;
 use std::sync::Arc;
@@ -41,6 +42,7 @@ pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
 pub(crate) use clock::deadline_after;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use memory::MemoryStore;
+pub use transaction::{HeldClaim, TxError};
 pub use record::{
     AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState, Settlement,
 };

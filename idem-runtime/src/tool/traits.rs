@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{ReadCtx, ToolError, ToolSpec, WriteCtx};
-use crate::reconcile::{ReadBack, ReadBackCtx};
-use crate::tool::erased::DynTool;
+use super::erased::DynTool;
+use super::{ReadBack, ReadBackCtx};
 
 /// A tool without effects: runs without a claim and may be retried freely.
 ///

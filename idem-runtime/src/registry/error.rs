@@ -1,0 +1,21 @@
+//! Why a registry could not be built.
+
+/// Why a registry could not be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// Two tools share one name.
+    #[error("two tools are named `{0}`; tool names must be unique in a registry")]
+    DuplicateName(String),
+    /// A tool name is not 1–64 characters of `[A-Za-z0-9_-]`.
+    #[error("{0}")]
+    InvalidName(String),
+    /// A tool's options contradict each other.
+    #[error("tool `{tool}`: {message}")]
+    InvalidSpec {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        message: String,
+    },
+}
