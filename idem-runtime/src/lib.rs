@@ -19,21 +19,21 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod identity;
-pub mod outcome;
-pub mod store;
-pub mod escalation;
-pub mod tool;
-pub mod definitions;
 pub mod call;
+pub mod definitions;
+pub mod escalation;
 mod executor;
-pub mod registry;
-pub mod reconcile;
+pub mod identity;
 #[doc(hidden)]
 pub mod macro_support;
+pub mod outcome;
+pub mod reconcile;
+pub mod registry;
+pub mod store;
+pub mod tool;
 
-pub use definitions::{DefinitionOptions, Format};
 pub use call::{CallError, ToolCall, ToolResult};
+pub use definitions::{DefinitionOptions, Format};
 pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
 pub use executor::RetryPolicy;
 pub use identity::{Fingerprint, IdemKey, Scope};

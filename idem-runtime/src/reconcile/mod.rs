@@ -35,8 +35,8 @@ use crate::executor::ClaimedRun;
 use crate::outcome::OutcomeClass;
 use crate::registry::Registry;
 use crate::store::{
-    ClaimToken, IdemStore, ListCursor, ReadBackRecord, Record, RecordState, Settlement, StoreError,
-    Timestamp,
+    AttemptKind, ClaimToken, IdemStore, ListCursor, ReadBackRecord, Record, RecordState,
+    Settlement, StoreError, Timestamp,
 };
 use crate::tool::{Downstream, DynTool, ToolKind};
 
@@ -337,7 +337,7 @@ impl Reconciler {
             let last_timeout = record
                 .attempts
                 .iter()
-                .filter(|a| crate::executor::timed_out(a))
+                .filter(|a| a.kind == AttemptKind::TimedOut)
                 .map(|a| a.finished_at)
                 .max();
             if let Some(end) = last_timeout.filter(|end| now < end.plus(grace)) {

@@ -13,10 +13,10 @@ use tracing::Instrument;
 pub use crate::call::{ToolCall, ToolResult};
 pub use error::BuildError;
 
-use crate::definitions::{definition, DefinitionOptions, Format};
 use crate::call::{CallArgs, CallError};
-use crate::executor::{Executed, Executor, RetryPolicy};
+use crate::definitions::{definition, DefinitionOptions, Format};
 use crate::escalation::{EscalationSink, LogSink};
+use crate::executor::{Executed, Executor, RetryPolicy};
 use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};

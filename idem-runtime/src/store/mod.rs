@@ -42,10 +42,11 @@ pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
 pub(crate) use clock::deadline_after;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use memory::MemoryStore;
-pub use transaction::{HeldClaim, TxError};
 pub use record::{
-    AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState, Settlement,
+    AttemptKind, AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState,
+    Settlement,
 };
+pub use transaction::{HeldClaim, TxError};
 
 use crate::identity::{Fingerprint, IdemKey};
 

@@ -134,8 +134,45 @@ impl fmt::Debug for ClaimToken {
     }
 }
 
-/// Evidence of one attempt: when it ran and what was observed.
+/// How an attempt ended, as the executor saw it. Decisions are taken on this, never on the
+/// wording of [`AttemptRecord::message`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AttemptKind {
+    /// The handler returned; the attempt's class is its result's.
+    Returned,
+    /// The handler hit its timeout. It may still be running, and report a late result.
+    TimedOut,
+    /// The handler panicked: it may have done anything before that.
+    Panicked,
+    /// The late result (or late panic) of an attempt that had timed out.
+    Late,
+    /// A timed-out handler still running when its in-flight bound passed, dropped.
+    Abandoned,
+}
+
+impl AttemptKind {
+    /// The kind of an attempt recorded before kinds were kept (record format 1), read off
+    /// the executor's wording of that version.
+    fn of_legacy(message: Option<&str>) -> AttemptKind {
+        let m = message.unwrap_or_default();
+        if m.starts_with("timed out after") {
+            AttemptKind::TimedOut
+        } else if m.starts_with("handler panicked") {
+            AttemptKind::Panicked
+        } else if m.starts_with("late result after timeout") {
+            AttemptKind::Late
+        } else {
+            AttemptKind::Returned
+        }
+    }
+}
+
+/// Evidence of one attempt: when it ran, how it ended and what was observed.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "AttemptRecordRepr")]
+#[non_exhaustive]
 pub struct AttemptRecord {
     /// Attempt number, from 1.
     pub attempt: u32,
@@ -143,10 +180,63 @@ pub struct AttemptRecord {
     pub started_at: Timestamp,
     /// When the attempt ended (or was given up on).
     pub finished_at: Timestamp,
+    /// How it ended.
+    pub kind: AttemptKind,
     /// What the attempt ended as.
     pub class: OutcomeClass,
-    /// What was observed (error text, "timed out after 30s", "handler panicked: …").
+    /// What was observed (error text, "timed out after 30s", "handler panicked: …"), for a
+    /// person to read.
     pub message: Option<String>,
+}
+
+impl AttemptRecord {
+    /// Evidence of attempt number `attempt`, run from `started_at` to `finished_at`.
+    pub fn new(
+        attempt: u32,
+        started_at: Timestamp,
+        finished_at: Timestamp,
+        kind: AttemptKind,
+        class: OutcomeClass,
+        message: Option<String>,
+    ) -> Self {
+        AttemptRecord {
+            attempt,
+            started_at,
+            finished_at,
+            kind,
+            class,
+            message,
+        }
+    }
+}
+
+/// An attempt as stored: records written before `kind` existed lack it, and get it from
+/// their message (see [`AttemptKind::of_legacy`]), so old records read the same as new.
+#[derive(serde::Deserialize)]
+struct AttemptRecordRepr {
+    attempt: u32,
+    started_at: Timestamp,
+    finished_at: Timestamp,
+    #[serde(default)]
+    kind: Option<AttemptKind>,
+    class: OutcomeClass,
+    message: Option<String>,
+}
+
+impl From<AttemptRecordRepr> for AttemptRecord {
+    fn from(r: AttemptRecordRepr) -> Self {
+        let kind = r
+            .kind
+            .unwrap_or_else(|| AttemptKind::of_legacy(r.message.as_deref()));
+        AttemptRecord::new(
+            r.attempt,
+            r.started_at,
+            r.finished_at,
+            kind,
+            r.class,
+            r.message,
+        )
+    }
 }
 
 /// What was asked for: enough to retry the operation with the same key, to look it up
