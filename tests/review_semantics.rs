@@ -287,11 +287,13 @@ impl World {
                 .shared_store(store.clone())
                 .clock(clock)
                 .escalation_sink(Arc::new(sink))
-                .retry_policy(RetryPolicy {
-                    max_attempts: 3,
-                    initial_backoff: Duration::from_millis(100),
-                    max_backoff: Duration::from_secs(1),
-                })
+                .retry_policy(
+                    RetryPolicy::default()
+                        .max_attempts(3)
+                        .initial_backoff(Duration::from_millis(100))
+                        .max_backoff(Duration::from_secs(1))
+                        .jitter(0.0),
+                )
                 .tool(tool),
         )
         .build()

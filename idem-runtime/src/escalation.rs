@@ -10,6 +10,7 @@ use crate::store::{AttemptRecord, Operation, ReadBackRecord, Record, RecordState
 /// Everything known about an operation a person must decide: the intent, key, tool and
 /// arguments, every attempt with its times and errors, every read-back, downstream refs.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct Escalation {
     /// The operation's key.
     pub key: IdemKey,

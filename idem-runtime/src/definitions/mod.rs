@@ -9,8 +9,10 @@ use serde_json::{json, Value};
 
 use crate::tool::{DynTool, ToolKind};
 
-/// Which API's tool-definition shape to produce.
+/// Which API's tool-definition shape to produce. More shapes will come as APIs do, so a
+/// `match` on it needs a wildcard arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Format {
     /// `{"type": "function", "function": {name, description, parameters}}`.
     OpenAi,
@@ -21,13 +23,28 @@ pub enum Format {
 }
 
 /// Options of [`crate::Registry::definitions_with`].
+///
+/// ```
+/// # use idem_runtime::DefinitionOptions;
+/// let strict = DefinitionOptions::default().strict(true);
+/// assert!(strict.strict);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DefinitionOptions {
     /// OpenAI strict mode: `"strict": true` and a schema rewritten to its rules
     /// (closed objects, every property required, optional ones nullable). A tool whose
     /// schema strict mode cannot express (a map, an enum of argument shapes) is offered
     /// with `"strict": false` and its schema as it is. Ignored by the other formats.
     pub strict: bool,
+}
+
+impl DefinitionOptions {
+    /// Sets OpenAI strict mode (see [`DefinitionOptions::strict`](#structfield.strict)).
+    pub fn strict(mut self, on: bool) -> Self {
+        self.strict = on;
+        self
+    }
 }
 
 /// The definition of one tool in `format`.

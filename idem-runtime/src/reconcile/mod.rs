@@ -42,6 +42,7 @@ use crate::tool::{Downstream, DynTool, ToolKind};
 
 /// What one reconciliation pass decided, per record.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Decision {
     /// The record's key.
     pub key: crate::IdemKey,
@@ -70,6 +71,7 @@ impl Decision {
 /// What the reconciler did with one record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Action {
     /// Retried with the same key; the record now holds the retry's outcome.
     Retried,
