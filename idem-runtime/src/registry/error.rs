@@ -10,6 +10,10 @@ pub enum BuildError {
     /// A tool name is not 1–64 characters of `[A-Za-z0-9_-]`.
     #[error("{0}")]
     InvalidName(String),
+    /// The registry was given a clock that disagrees with its store's: attempts would be
+    /// stamped by one time and leases and retention aged by another.
+    #[error("{0}")]
+    ClockMismatch(String),
     /// A tool's options contradict each other.
     #[error("tool `{tool}`: {message}")]
     InvalidSpec {

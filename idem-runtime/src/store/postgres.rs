@@ -943,6 +943,10 @@ async fn put(
 
 #[async_trait::async_trait]
 impl IdemStore for PostgresStore {
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock.clone()
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let sql = &self.inner.sql;
         let k = req.key.as_str();
