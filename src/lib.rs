@@ -1,5 +1,6 @@
 //! idem: exactly-once tool calls for Rust AI agents.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 /// Turns an `async fn` into a tool the [`Registry`] can dispatch to.
 ///
