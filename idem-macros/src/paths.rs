@@ -13,9 +13,7 @@ fn facade_name() -> String {
     match crate_name(FACADE_PACKAGE) {
         // `idem-rs = "…"`: not renamed, so the extern crate has the library's own name.
         // (proc-macro-crate spells an unrenamed dependency after its package.)
-        Ok(FoundCrate::Name(name)) if name == FACADE_PACKAGE.replace('-', "_") => {
-            "idem".to_owned()
-        }
+        Ok(FoundCrate::Name(name)) if name == FACADE_PACKAGE.replace('-', "_") => "idem".to_owned(),
         // `idem2 = { package = "idem-rs" }`: the extern crate is the key.
         Ok(FoundCrate::Name(name)) => name,
         // `Itself`: an example or a doc test of the facade (the library itself never uses its

@@ -137,7 +137,18 @@ impl EscalationSink for JsonLinesSink {
     }
 }
 
-/// Calls a function with each escalation.
+/// Calls a function with each escalation: a pager, a ticket queue, a channel to a task.
+///
+/// ```
+/// use std::sync::Arc;
+/// use idem_runtime::{CallbackSink, Registry};
+///
+/// let sink = CallbackSink(|e: &idem_runtime::Escalation| {
+///     eprintln!("page the on-call: {} ({}): {}", e.tool, e.key, e.reason);
+/// });
+/// let registry = Registry::builder().escalation_sink(Arc::new(sink)).build()?;
+/// # Ok::<(), idem_runtime::BuildError>(())
+/// ```
 pub struct CallbackSink<F>(pub F);
 
 impl<F> std::fmt::Debug for CallbackSink<F> {

@@ -69,6 +69,17 @@ impl Decision {
 }
 
 /// What the reconciler did with one record.
+///
+/// ```
+/// use idem_runtime::{Action, Reconciler, Registry};
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let registry = Registry::builder().build()?;
+/// let decisions = Reconciler::new(&registry).run_all().await?;
+/// let escalated = decisions.iter().filter(|d| d.action == Action::Escalated).count();
+/// assert_eq!(escalated, 0); // nothing unsettled in an empty store
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
