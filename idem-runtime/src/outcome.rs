@@ -4,7 +4,8 @@ use std::fmt;
 
 use serde_json::Value;
 
-/// DESIGN's outcome classes.
+/// The outcome classes: every write ends in exactly one (see the outcome table in
+/// docs/ARCHITECTURE.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeClass {

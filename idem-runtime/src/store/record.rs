@@ -10,7 +10,8 @@ use super::Timestamp;
 use crate::identity::{CanonicalJson, Fingerprint, IdemKey, Scope};
 use crate::outcome::OutcomeClass;
 
-/// The state of a record. Exactly DESIGN's classes, plus `Running` for a live claim.
+/// The state of a record: the outcome classes that leave a record (every one but
+/// *rejected*, which frees the key), plus `Running` for a live claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordState {
