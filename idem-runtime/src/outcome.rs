@@ -4,8 +4,9 @@ use std::fmt;
 
 use serde_json::Value;
 
-/// The classes every write ends in (see `docs/ARCHITECTURE.md` for the table of what the
-/// executor does and what repeats get in each). New classes may be added.
+/// The outcome classes: every write ends in exactly one (see the outcome table in
+/// docs/ARCHITECTURE.md). New classes may
+/// be added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]

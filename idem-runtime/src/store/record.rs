@@ -9,8 +9,8 @@ use super::Timestamp;
 use crate::identity::{CanonicalJson, Fingerprint, IdemKey, Scope};
 use crate::outcome::OutcomeClass;
 
-/// The state of a record: the outcome classes a record can be left in, plus `Running` for
-/// a live claim.
+/// The state of a record: the outcome classes that leave a record (every one but
+/// *rejected*, which frees the key), plus `Running` for a live claim.
 ///
 /// Deliberately not `#[non_exhaustive]`: every store matches on it, and a new state is a
 /// store-format change that each backend must handle, not something to wildcard.

@@ -6,9 +6,10 @@ use crate::store::TxError;
 
 /// A handler's account of an attempt that did not simply succeed.
 ///
-/// Each variant is one class of DESIGN's outcome table; pick the one that is *provably*
-/// true. When in doubt, [`ToolError::Unknown`]: it blocks further sends until someone
-/// settles the record, which costs a delay, while a wrong "rejected" costs a duplicate effect.
+/// Each variant is one class of the outcome table (docs/ARCHITECTURE.md); pick the one that
+/// is *provably* true. When in doubt, [`ToolError::Unknown`]: it blocks further sends until
+/// someone settles the record, which costs a delay, while a wrong "rejected" costs a
+/// duplicate effect.
 #[derive(Clone, Debug, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "class", rename_all = "snake_case")]
 #[non_exhaustive]
