@@ -5,8 +5,7 @@ use std::fmt;
 use serde_json::Value;
 
 /// The outcome classes: every write ends in exactly one (see the outcome table in
-/// docs/ARCHITECTURE.md). New classes may
-/// be added.
+/// docs/ARCHITECTURE.md). New classes may be added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
