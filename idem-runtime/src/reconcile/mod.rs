@@ -3,17 +3,32 @@
 //! The model never reconciles: it is told "unknown, not sent again" and moves on. The
 //! [`Reconciler`] (a background task, or [`Reconciler::run_once`] from a cron or the CLI)
 //! takes each *unknown* and *pending* record and decides, recording every decision with its
-//! evidence:
+//! evidence. The first row that matches decides; the rows after *read back* need the tool's
+//! read-back, run once per record per pass (a tool without one answers "unsupported"):
 //!
-//! | record | tool declares | decision |
+//! | record | tool declares / read-back finds | decision |
 //! |---|---|---|
-//! | unknown | keyed downstream, inside the safe window | retry with the **same** key (bounded) |
-//! | unknown | a read-back: found | settle as found (completed / pending / failed) |
-//! | unknown | a read-back: not found, in-flight bound passed | release: the intent may run again |
-//! | unknown | a read-back: not found, bound not passed (or none declared) | wait (escalate once the bound is absent) |
-//! | unknown | neither | escalate: no key contract and no read-back |
-//! | pending | a read-back | poll until terminal |
-//! | any | read-back finds more than one effect | escalate |
+//! | any | tool not registered here as a write tool | skip: another reconciler's to decide |
+//! | any | no operation saved, or the saved arguments no longer decode | escalate |
+//! | unknown | keyed downstream, inside the safe window, [`Reconciler::max_retries`] + 1 sends made | escalate: the downstream keeps answering unknown |
+//! | unknown | keyed downstream, inside the safe window | retry with the **same** key |
+//! | unknown | the last timed-out attempt ended less than the in-flight bound ago (one timeout, if none declared) | wait: it may still report its late result |
+//! | | *read back* | |
+//! | unknown, pending | no read-back | escalate: no key contract (or window passed) and no read-back |
+//! | any | the read-back fails | wait, the error noted |
+//! | unknown | found completed, failed or pending | settle as found |
+//! | pending | found completed or failed | settle as found |
+//! | pending | found pending | wait: polled again next pass |
+//! | any | found more than one effect | escalate |
+//! | pending | not found | escalate: its downstream ref is gone |
+//! | unknown | not found, no in-flight bound declared | escalate: the original may still land |
+//! | unknown | not found, before last send + timeout + 2 × in-flight bound | wait, the read-back noted |
+//! | unknown | not found, after that | release: the intent may run again |
+//!
+//! The decision itself is a pure function of the record, what the tool declares, the time
+//! and the read-back's answer (`plan.rs`, where a unit test walks every row of this table);
+//! [`Reconciler`] only carries it out. "Noted" appends the read-back to an unknown record's
+//! evidence; a pending record keeps only the latest poll, in the log.
 //!
 //! A pass looks at a bounded batch per state and the next pass resumes after it
 //! ([`crate::store::IdemStore::list_after`]), so records that stay unknown or pending for

@@ -267,3 +267,602 @@ fn escalate(reason: impl Into<String>, with_read_back: bool) -> Plan {
         with_read_back,
     }
 }
+
+/// One row per row of the decision table in the module docs, plus the edges the table
+/// folds into a phrase (budgets, boundaries, the order rows are tried in). Times are seconds
+/// after the record was created, at the epoch.
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
+    use crate::outcome::OutcomeClass;
+    use crate::store::{AttemptRecord, ClaimToken, Operation};
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp(secs * 1000)
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    /// A record of tool `charge` in `state`, created at 0, with its operation saved.
+    fn record(state: RecordState) -> Record {
+        let args = json!({"cents": 4900});
+        let scope = Scope::run("run-1");
+        Record {
+            key: IdemKey::derive(&scope, "charge", KeyMaterial::Intent("order-1")),
+            fingerprint: Fingerprint::of_canonical(b"{\"cents\":4900}"),
+            tool: "charge".to_owned(),
+            state,
+            token: ClaimToken(7),
+            lease_until: None,
+            created_at: at(0),
+            updated_at: at(0),
+            payload: None,
+            message: None,
+            downstream_ref: None,
+            result_expired: false,
+            attempts: Vec::new(),
+            operation: Some(Operation {
+                scope,
+                intent: Some("order-1".to_owned()),
+                args: args.into(),
+            }),
+            read_backs: Vec::new(),
+        }
+    }
+
+    fn with_attempts(mut r: Record, attempts: Vec<AttemptRecord>) -> Record {
+        r.attempts = attempts;
+        r
+    }
+
+    /// Attempt `n`, sent at `started` and ended at `finished` as `kind`, with an unknown
+    /// outcome.
+    fn attempt(n: u32, started: u64, finished: u64, kind: AttemptKind) -> AttemptRecord {
+        AttemptRecord::new(
+            n,
+            at(started),
+            at(finished),
+            kind,
+            OutcomeClass::Unknown,
+            Some("connection reset".to_owned()),
+        )
+    }
+
+    /// An unkeyed tool: timeout 10 s, in-flight bound 5 s, window 60 s, 3 retries.
+    fn unkeyed() -> Facts {
+        Facts {
+            keyed: false,
+            window: secs(60),
+            timeout: secs(10),
+            in_flight_bound: Some(secs(5)),
+            max_retries: 3,
+            undecodable: None,
+        }
+    }
+
+    fn keyed() -> Facts {
+        Facts {
+            keyed: true,
+            ..unkeyed()
+        }
+    }
+
+    fn unbounded() -> Facts {
+        Facts {
+            in_flight_bound: None,
+            ..unkeyed()
+        }
+    }
+
+    fn wait(why: &str) -> Plan {
+        Plan::Wait { why: why.into() }
+    }
+
+    fn note(why: &str) -> Plan {
+        Plan::NoteAndWait { why: why.into() }
+    }
+
+    fn escalated(reason: &str, with_read_back: bool) -> Plan {
+        Plan::Escalate {
+            reason: reason.into(),
+            with_read_back,
+        }
+    }
+
+    fn settled(settlement: Settlement, summary: &str) -> Plan {
+        Plan::Settle {
+            settlement,
+            summary: summary.into(),
+        }
+    }
+
+    fn completed() -> ReadBack {
+        ReadBack::Completed {
+            downstream_ref: Some("ch_1".into()),
+            output: json!({"id": "ch_1"}),
+        }
+    }
+
+    fn completed_settlement() -> Settlement {
+        Settlement::new(RecordState::Completed)
+            .payload(json!({"id": "ch_1"}))
+            .downstream_ref("ch_1")
+    }
+
+    fn failed() -> ReadBack {
+        ReadBack::Failed {
+            downstream_ref: Some("ch_2".into()),
+            message: "card declined".into(),
+        }
+    }
+
+    fn failed_settlement() -> Settlement {
+        Settlement::new(RecordState::Failed)
+            .message("card declined")
+            .downstream_ref("ch_2")
+    }
+
+    fn pending() -> ReadBack {
+        ReadBack::Pending {
+            downstream_ref: "re_1".into(),
+        }
+    }
+
+    fn ambiguous() -> ReadBack {
+        ReadBack::Ambiguous {
+            downstream_refs: vec!["ch_1".into(), "ch_2".into()],
+        }
+    }
+
+    struct Row {
+        name: &'static str,
+        record: Record,
+        tool: Option<Facts>,
+        now: Timestamp,
+        /// What the read-back answers, when the row gets that far.
+        read_back: Option<Result<ReadBack, ToolError>>,
+        expect: Plan,
+    }
+
+    fn row(
+        name: &'static str,
+        record: Record,
+        tool: Option<Facts>,
+        now: u64,
+        read_back: Option<Result<ReadBack, ToolError>>,
+        expect: Plan,
+    ) -> Row {
+        Row {
+            name,
+            record,
+            tool,
+            now: at(now),
+            read_back,
+            expect,
+        }
+    }
+
+    fn rows() -> Vec<Row> {
+        use RecordState::{Pending, Unknown};
+        let unknown = || record(Unknown);
+        // One send, which answered "unknown" at once: no late result to wait for.
+        let sent_once = || {
+            with_attempts(
+                record(Unknown),
+                vec![attempt(1, 0, 1, AttemptKind::Returned)],
+            )
+        };
+        let pending_ref = || {
+            let mut r = record(Pending);
+            r.downstream_ref = Some("re_1".into());
+            r
+        };
+        let no_operation = || {
+            let mut r = record(Unknown);
+            r.operation = None;
+            r
+        };
+        let undecodable = || Facts {
+            undecodable: Some("Invalid(\"missing field `cents`\")".into()),
+            ..keyed()
+        };
+        let sends = |n: u32| {
+            let attempts = (1..=n)
+                .map(|i| attempt(i, 0, 1, AttemptKind::Returned))
+                .collect();
+            with_attempts(record(Unknown), attempts)
+        };
+        vec![
+            // | any | tool not registered here as a write tool | skip |
+            row(
+                "tool not registered here",
+                unknown(),
+                None,
+                30,
+                None,
+                Plan::Skip {
+                    why: "tool `charge` is not registered with this reconciler".into(),
+                },
+            ),
+            // | any | no operation saved, or arguments no longer decode | escalate |
+            row(
+                "record without operation",
+                no_operation(),
+                Some(keyed()),
+                30,
+                None,
+                escalated(
+                    "the record does not say what was asked for (no operation saved)",
+                    false,
+                ),
+            ),
+            row(
+                "saved arguments no longer decode",
+                sent_once(),
+                Some(undecodable()),
+                30,
+                None,
+                escalated(
+                    "the saved arguments no longer decode: Invalid(\"missing field `cents`\")",
+                    false,
+                ),
+            ),
+            // | unknown | keyed, inside the window, budget spent | escalate |
+            row(
+                "keyed retry budget exhausted",
+                sends(4),
+                Some(keyed()),
+                30,
+                None,
+                escalated(
+                    "keyed downstream still unsettled after 4 attempts with the same key",
+                    false,
+                ),
+            ),
+            // | unknown | keyed, inside the window | retry with the same key |
+            row("keyed inside the window", sent_once(), Some(keyed()), 30, None, Plan::Retry),
+            row("keyed, last retry of the budget", sends(3), Some(keyed()), 30, None, Plan::Retry),
+            row(
+                "keyed retry comes before waiting for a timed-out attempt",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(keyed()),
+                12,
+                None,
+                Plan::Retry,
+            ),
+            row(
+                "keyed, window over at exactly created + window: read back",
+                sent_once(),
+                Some(keyed()),
+                60,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            row(
+                "pending keyed record is polled, not retried",
+                pending_ref(),
+                Some(keyed()),
+                30,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            // | unknown | an attempt timed out less than the grace ago | wait |
+            row(
+                "timed-out attempt still inside its grace",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(unkeyed()),
+                14,
+                None,
+                wait("the last attempt may still report a late result until 1970-01-01T00:00:15.000Z"),
+            ),
+            row(
+                "timed-out attempt, no bound: one more timeout of grace",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(unbounded()),
+                19,
+                None,
+                wait("the last attempt may still report a late result until 1970-01-01T00:00:20.000Z"),
+            ),
+            row(
+                "grace runs from the last timed-out attempt",
+                with_attempts(
+                    unknown(),
+                    vec![
+                        attempt(1, 0, 10, AttemptKind::TimedOut),
+                        attempt(2, 20, 30, AttemptKind::TimedOut),
+                    ],
+                ),
+                Some(unkeyed()),
+                34,
+                None,
+                wait("the last attempt may still report a late result until 1970-01-01T00:00:35.000Z"),
+            ),
+            row(
+                "grace over at exactly its end: read back",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(unkeyed()),
+                15,
+                None,
+                Plan::ReadBack,
+            ),
+            row(
+                "an attempt whose message says it timed out but whose kind does not: no grace",
+                with_attempts(
+                    unknown(),
+                    vec![AttemptRecord::new(
+                        1,
+                        at(0),
+                        at(10),
+                        AttemptKind::Returned,
+                        OutcomeClass::Unknown,
+                        Some("timed out after 10s".into()),
+                    )],
+                ),
+                Some(unkeyed()),
+                12,
+                None,
+                Plan::ReadBack,
+            ),
+            row(
+                "a pending record gets no grace",
+                with_attempts(pending_ref(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(unkeyed()),
+                12,
+                Some(Ok(pending())),
+                note("found pending re_1"),
+            ),
+            // | unknown, pending | no read-back | escalate |
+            row(
+                "unkeyed without read-back",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ReadBack::Unsupported)),
+                escalated("downstream has no key contract and the tool has no read-back", false),
+            ),
+            row(
+                "keyed past its window without read-back",
+                sent_once(),
+                Some(keyed()),
+                61,
+                Some(Ok(ReadBack::Unsupported)),
+                escalated("safe retry window passed and the tool has no read-back", false),
+            ),
+            row(
+                "pending without read-back",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ReadBack::Unsupported)),
+                escalated("pending, and the tool has no read-back to poll it with", false),
+            ),
+            // | any | read-back fails | wait, noted |
+            row(
+                "read-back error",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Err(ToolError::unknown("connection reset"))),
+                note("read-back failed: outcome unknown: connection reset"),
+            ),
+            row(
+                "read-back error on a pending record",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Err(ToolError::unknown("connection reset"))),
+                note("read-back failed: outcome unknown: connection reset"),
+            ),
+            // | unknown | found completed, failed or pending | settle as found |
+            row(
+                "unknown, found completed",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            row(
+                "unknown, found completed without a ref",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ReadBack::Completed {
+                    downstream_ref: None,
+                    output: json!(null),
+                })),
+                settled(
+                    Settlement::new(RecordState::Completed).payload(json!(null)),
+                    "found completed (no ref)",
+                ),
+            ),
+            row(
+                "unknown, found failed",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(failed())),
+                settled(failed_settlement(), "found failed ch_2: card declined"),
+            ),
+            row(
+                "unknown, found pending",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(pending())),
+                settled(
+                    Settlement::new(RecordState::Pending).downstream_ref("re_1"),
+                    "found pending re_1",
+                ),
+            ),
+            // | pending | found completed or failed | settle as found |
+            row(
+                "pending, found completed",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            row(
+                "pending, found failed",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(failed())),
+                settled(failed_settlement(), "found failed ch_2: card declined"),
+            ),
+            // | pending | found pending | wait |
+            row(
+                "pending, read-back still pending",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(pending())),
+                note("found pending re_1"),
+            ),
+            // | any | more than one effect | escalate |
+            row(
+                "unknown, ambiguous",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ambiguous())),
+                escalated("read-back found 2 effects: ch_1, ch_2", true),
+            ),
+            row(
+                "pending, ambiguous",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ambiguous())),
+                escalated("read-back found 2 effects: ch_1, ch_2", true),
+            ),
+            // | pending | not found | escalate |
+            row(
+                "pending, not found",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ReadBack::NotFound)),
+                escalated("pending record's downstream ref re_1 not found downstream", true),
+            ),
+            // | unknown | not found, no in-flight bound | escalate |
+            row(
+                "not found without an in-flight bound",
+                sent_once(),
+                Some(unbounded()),
+                300,
+                Some(Ok(ReadBack::NotFound)),
+                escalated(
+                    "read-back found nothing, but the tool declares no in-flight bound, so the original may still land",
+                    true,
+                ),
+            ),
+            // | unknown | not found before last send + timeout + 2 × bound | wait, noted |
+            row(
+                "not found before settled_by",
+                sent_once(),
+                Some(unkeyed()),
+                19,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; the original may land until 1970-01-01T00:00:20.000Z"),
+            ),
+            row(
+                "settled_by runs from the last send",
+                with_attempts(
+                    unknown(),
+                    vec![
+                        attempt(1, 0, 1, AttemptKind::Returned),
+                        attempt(2, 30, 31, AttemptKind::Returned),
+                    ],
+                ),
+                Some(unkeyed()),
+                49,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; the original may land until 1970-01-01T00:00:50.000Z"),
+            ),
+            row(
+                "settled_by runs from the claim when nothing was sent",
+                unknown(),
+                Some(unkeyed()),
+                19,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; the original may land until 1970-01-01T00:00:20.000Z"),
+            ),
+            // | unknown | not found after that | release |
+            row(
+                "not found at exactly settled_by",
+                sent_once(),
+                Some(unkeyed()),
+                20,
+                Some(Ok(ReadBack::NotFound)),
+                Plan::Release {
+                    why: "read-back found nothing after the in-flight bound (not found); released, the intent may run again".into(),
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_row_of_the_decision_table() {
+        let rows = rows();
+        for r in &rows {
+            let tool = r.tool.as_ref();
+            match &r.read_back {
+                // The row is decided only once the downstream was asked: the first call
+                // must ask for the read-back, the second decide with its answer.
+                Some(found) => {
+                    assert_eq!(
+                        plan(&r.record, tool, r.now, None),
+                        Plan::ReadBack,
+                        "row `{}`: the first call asks for a read-back",
+                        r.name
+                    );
+                    assert_eq!(
+                        plan(&r.record, tool, r.now, Some(found)),
+                        r.expect,
+                        "row `{}`",
+                        r.name
+                    );
+                }
+                None => {
+                    assert_eq!(
+                        plan(&r.record, tool, r.now, None),
+                        r.expect,
+                        "row `{}`",
+                        r.name
+                    )
+                }
+            }
+        }
+        assert_eq!(
+            rows.len(),
+            35,
+            "rows added or lost: update the count and the docs"
+        );
+    }
+
+    #[test]
+    fn names_of_rows_are_unique() {
+        let rows = rows();
+        let mut names: Vec<_> = rows.iter().map(|r| r.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), rows.len());
+    }
+
+    #[test]
+    fn evidence_of_a_read_back_or_its_error() {
+        assert_eq!(evidence_of(&Ok(ReadBack::NotFound)), "not found");
+        assert_eq!(
+            evidence_of(&Err(ToolError::unknown("503"))),
+            "error: outcome unknown: 503"
+        );
+    }
+}
