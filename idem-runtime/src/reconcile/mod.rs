@@ -396,7 +396,7 @@ impl Reconciler {
     }
 
     /// A plan asked for what the reconciler has not got (arguments to send or read back
-    /// with): [`plan`] never does, so this only guards against a future mismatch.
+    /// with): [`plan()`] never does, so this only guards against a future mismatch.
     fn cannot(&self, record: &Record, what: &str) -> Decision {
         Decision::on(
             record,
