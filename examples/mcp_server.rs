@@ -11,7 +11,8 @@
 //!   servers given one file show every charge made);
 //! - `IDEM_STORE_URL`: the idempotency store, `sqlite://PATH` (feature `sqlite`),
 //!   `redis://…` (`redis`) or `postgres://…` (`postgres`); default: in memory. Servers that
-//!   share a store share their claims: behind a load balancer, one call is one charge.
+//!   share a store share their claims: behind a load balancer, one call is one charge;
+//! - `IDEM_STORE_NAMESPACE`: the Redis key prefix or Postgres schema (default: the store's).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -110,14 +111,24 @@ async fn store_from_env() -> Result<Option<Arc<dyn IdemStore>>, Box<dyn std::err
     if let Some(path) = url.strip_prefix("sqlite://") {
         return Ok(Some(Arc::new(idem::SqliteStore::open(path).await?)));
     }
+    let namespace = std::env::var("IDEM_STORE_NAMESPACE").ok();
     #[cfg(feature = "redis")]
     if url.starts_with("redis://") {
-        return Ok(Some(Arc::new(idem::RedisStore::connect(&url).await?)));
+        let mut store = idem::RedisStore::builder(url.as_str());
+        if let Some(prefix) = &namespace {
+            store = store.prefix(prefix.as_str());
+        }
+        return Ok(Some(Arc::new(store.connect().await?)));
     }
     #[cfg(feature = "postgres")]
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(Some(Arc::new(idem::PostgresStore::connect(&url).await?)));
+        let mut store = idem::PostgresStore::builder(url.as_str());
+        if let Some(schema) = &namespace {
+            store = store.schema(schema.as_str());
+        }
+        return Ok(Some(Arc::new(store.connect().await?)));
     }
+    let _ = namespace;
     Err(format!("IDEM_STORE_URL={url}: unsupported (or its store's feature is off)").into())
 }
 
