@@ -125,6 +125,9 @@ pub use idem_macros::args;
 
 pub use idem_runtime::*;
 
+#[cfg(feature = "mcp")]
+pub mod mcp;
+
 /// The serde idem uses (for `#[serde(crate = "idem::serde")]` and friends).
 pub use serde;
 

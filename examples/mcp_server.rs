@@ -1,0 +1,163 @@
+//! An MCP server over an idem registry: a `charge` write against an in-process ledger and a
+//! `ledger` read that reports it. Repeat a `tools/call` as often as you like: one charge.
+//!
+//! ```text
+//! cargo run --example mcp_server --features mcp                             # stdio
+//! cargo run --example mcp_server --features mcp -- --http 127.0.0.1:8000    # http://127.0.0.1:8000/mcp
+//! ```
+//!
+//! Environment:
+//! - `IDEM_MCP_LEDGER=PATH`: also append each charge to this file, one JSON line each (two
+//!   servers given one file show every charge made);
+//! - `IDEM_STORE_URL`: the idempotency store, `sqlite://PATH` (feature `sqlite`),
+//!   `redis://…` (`redis`) or `postgres://…` (`postgres`); default: in memory. Servers that
+//!   share a store share their claims: behind a load balancer, one call is one charge;
+//! - `IDEM_STORE_NAMESPACE`: the Redis key prefix or Postgres schema (default: the store's).
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use idem::mcp::McpServer;
+use idem::{tool, toolbox, IdemStore, ReadCtx, Registry, ToolError, WriteCtx};
+
+/// Arguments of `charge`.
+#[idem::args]
+struct ChargeArgs {
+    /// The customer to charge.
+    customer: String,
+    /// Amount in cents.
+    cents: u64,
+    /// What the charge is for.
+    memo: Option<String>,
+}
+
+/// One charge the billing side made.
+#[idem::args]
+#[derive(Clone)]
+struct Charge {
+    /// The charge's id.
+    id: String,
+    /// Who paid.
+    customer: String,
+    /// How much, in cents.
+    cents: u64,
+    /// The idempotency key it was made under.
+    key: String,
+}
+
+/// What `ledger` reports.
+#[idem::args]
+struct LedgerReport {
+    /// How many charges this server made.
+    count: usize,
+    /// The charges, oldest first.
+    charges: Vec<Charge>,
+}
+
+/// The billing side: an in-process ledger, mirrored to a file when one is given.
+struct Billing {
+    charges: Mutex<Vec<Charge>>,
+    file: Option<PathBuf>,
+}
+
+#[toolbox]
+impl Billing {
+    /// Charge a customer's card. Safe to repeat: the same charge in the same run is made once.
+    #[tool(write, timeout = "10s")]
+    async fn charge(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<Charge, ToolError> {
+        let mut charges = self.charges.lock().unwrap_or_else(|e| e.into_inner());
+        let charge = Charge {
+            id: format!("ch_{:04}", charges.len() + 1),
+            customer: args.customer,
+            cents: args.cents,
+            key: ctx.key().as_str().to_owned(),
+        };
+        if let Some(path) = &self.file {
+            // Rejected, not unknown: a failed append provably charged nothing.
+            let line =
+                serde_json::to_string(&charge).map_err(|e| ToolError::rejected(e.to_string()))?;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| writeln!(f, "{line}"))
+                .map_err(|e| ToolError::rejected(format!("ledger file: {e}")))?;
+        }
+        charges.push(charge.clone());
+        Ok(charge)
+    }
+
+    /// List the charges this server has made.
+    #[tool(read)]
+    async fn ledger(&self, _ctx: ReadCtx) -> Result<LedgerReport, ToolError> {
+        let charges = self
+            .charges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        Ok(LedgerReport {
+            count: charges.len(),
+            charges,
+        })
+    }
+}
+
+async fn store_from_env() -> Result<Option<Arc<dyn IdemStore>>, Box<dyn std::error::Error>> {
+    let Ok(url) = std::env::var("IDEM_STORE_URL") else {
+        return Ok(None);
+    };
+    #[cfg(feature = "sqlite")]
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        return Ok(Some(Arc::new(idem::SqliteStore::open(path).await?)));
+    }
+    let namespace = std::env::var("IDEM_STORE_NAMESPACE").ok();
+    #[cfg(feature = "redis")]
+    if url.starts_with("redis://") {
+        let mut store = idem::RedisStore::builder(url.as_str());
+        if let Some(prefix) = &namespace {
+            store = store.prefix(prefix.as_str());
+        }
+        return Ok(Some(Arc::new(store.connect().await?)));
+    }
+    #[cfg(feature = "postgres")]
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let mut store = idem::PostgresStore::builder(url.as_str());
+        if let Some(schema) = &namespace {
+            store = store.schema(schema.as_str());
+        }
+        return Ok(Some(Arc::new(store.connect().await?)));
+    }
+    let _ = namespace;
+    Err(format!("IDEM_STORE_URL={url}: unsupported (or its store's feature is off)").into())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let http = match (args.next().as_deref(), args.next()) {
+        (None, _) => None,
+        (Some("--http"), Some(addr)) => Some(addr),
+        _ => return Err("usage: mcp_server [--http ADDR]   (e.g. --http 127.0.0.1:8000)".into()),
+    };
+    let billing = Arc::new(Billing {
+        charges: Mutex::new(Vec::new()),
+        file: std::env::var_os("IDEM_MCP_LEDGER").map(PathBuf::from),
+    });
+    let mut builder = Registry::builder().toolbox(billing);
+    if let Some(store) = store_from_env().await? {
+        builder = builder.shared_store(store);
+    }
+    let server =
+        McpServer::new(builder.build()?).named("idem-billing-demo", env!("CARGO_PKG_VERSION"));
+    match http {
+        None => server.serve_stdio().await?,
+        Some(addr) => {
+            let endpoint = server.bind_http(addr).await?;
+            // On stderr, so a supervisor (or a test) can read the port picked for `:0`.
+            eprintln!("listening on http://{}/mcp", endpoint.local_addr()?);
+            endpoint.serve().await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,293 @@
+//! The rmcp [`ServerHandler`] that serves a [`Registry`]: `tools/list` from its MCP
+//! definitions, `tools/call` through [`Registry::call`].
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ServerCapabilities, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::Value;
+
+use super::meta::{self, CallMeta};
+use crate::{CallError, Format, Outcome, OutcomeClass, Registry, ToolCall, ToolKind, ToolResult};
+
+/// Serves a [`Registry`] as an MCP server.
+///
+/// ```no_run
+/// # async fn run(registry: idem::Registry) -> std::io::Result<()> {
+/// use idem::mcp::McpServer;
+///
+/// let server = McpServer::new(registry).named("billing", "1.0.0");
+/// server.serve_stdio().await?;                  // until the client closes stdin
+/// # Ok(()) }
+/// ```
+///
+/// Every tool keeps the registry's guarantees: a client that re-sends a `tools/call` (a new
+/// JSON-RPC id, the same arguments, the same run) gets the saved result, not a second
+/// effect. The run is the MCP session unless the request's `_meta` names one
+/// ([`meta::RUN_KEY`]); see the [module docs](crate::mcp).
+#[derive(Clone, Debug)]
+pub struct McpServer {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    registry: Registry,
+    /// The registry's `Format::Mcp` definitions, converted once (an `Err` names the tool
+    /// whose definition rmcp could not read; `tools/list` reports it).
+    tools: Result<Vec<Tool>, String>,
+    info: Implementation,
+    instructions: Option<String>,
+    sessionless_run: Option<String>,
+}
+
+impl McpServer {
+    /// A server for `registry`, named after this crate until [`McpServer::named`].
+    pub fn new(registry: Registry) -> McpServer {
+        let tools = registry
+            .definitions(Format::Mcp)
+            .into_iter()
+            .map(|def| {
+                let name = def.get("name").cloned().unwrap_or_default();
+                serde_json::from_value::<Tool>(def)
+                    .map_err(|e| format!("tool {name}: its definition is not an MCP Tool: {e}"))
+            })
+            .collect();
+        McpServer {
+            shared: Arc::new(Shared {
+                registry,
+                tools,
+                info: Implementation::new("idem", env!("CARGO_PKG_VERSION")),
+                instructions: None,
+                sessionless_run: None,
+            }),
+        }
+    }
+
+    /// The name and version the server gives in `initialize`.
+    pub fn named(self, name: impl Into<String>, version: impl Into<String>) -> McpServer {
+        self.with(|s| s.info = Implementation::new(name, version))
+    }
+
+    /// Instructions for the client's model, sent in `initialize`.
+    pub fn instructions(self, instructions: impl Into<String>) -> McpServer {
+        let instructions = instructions.into();
+        self.with(|s| s.instructions = Some(instructions))
+    }
+
+    /// The run of write calls that arrive outside any session and name no run in `_meta`:
+    /// streamable HTTP in stateless mode, and clients of the sessionless protocol revision
+    /// (2026-07-28) over HTTP. Without it such calls are refused (nothing runs): a run per
+    /// request would make every retry a new operation. Set it only when one endpoint serves
+    /// one agent run (a sidecar per agent); otherwise have clients send
+    /// [`meta::RUN_KEY`].
+    pub fn sessionless_run(self, run_id: impl Into<String>) -> McpServer {
+        let run_id = run_id.into();
+        self.with(|s| s.sessionless_run = Some(run_id))
+    }
+
+    fn with(self, change: impl FnOnce(&mut Shared)) -> McpServer {
+        let mut shared = Arc::try_unwrap(self.shared).unwrap_or_else(|shared| Shared {
+            registry: shared.registry.clone(),
+            tools: shared.tools.clone(),
+            info: shared.info.clone(),
+            instructions: shared.instructions.clone(),
+            sessionless_run: shared.sessionless_run.clone(),
+        });
+        change(&mut shared);
+        McpServer {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// The registry served.
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    /// A handler for one connection or session, with a run of its own. Give each
+    /// connection a new one (rmcp's `serve` consumes it).
+    pub fn handler(&self) -> McpHandler {
+        McpHandler {
+            shared: self.shared.clone(),
+            connection_run: meta::connection_run(),
+        }
+    }
+}
+
+/// The rmcp [`ServerHandler`] of one connection: made by [`McpServer::handler`], served by
+/// rmcp (`rmcp::ServiceExt::serve` on any transport).
+#[derive(Debug)]
+pub struct McpHandler {
+    shared: Arc<Shared>,
+    /// The run of calls on this connection when neither `_meta` nor an HTTP session names
+    /// one.
+    connection_run: String,
+}
+
+/// Where a call's run comes from.
+enum Run {
+    /// Named by the call, a session, the connection or the server.
+    Known(String),
+    /// A request over HTTP outside any session, with no run named anywhere.
+    Sessionless,
+}
+
+impl McpHandler {
+    /// The run of calls on this connection that name none (stdio and in-memory transports).
+    pub fn connection_run(&self) -> &str {
+        &self.connection_run
+    }
+
+    fn run_of(&self, named: Option<String>, context: &RequestContext<RoleServer>) -> Run {
+        if let Some(run) = named {
+            return Run::Known(run);
+        }
+        // Over streamable HTTP rmcp hands over the request's head. One handler may serve a
+        // session that moved between server instances, so the session id, not the handler,
+        // names the run.
+        match context.extensions.get::<http::request::Parts>() {
+            None => Run::Known(self.connection_run.clone()),
+            Some(parts) => match parts
+                .headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+            {
+                Some(session) => Run::Known(meta::session_run(session)),
+                None => match &self.shared.sessionless_run {
+                    Some(run) => Run::Known(run.clone()),
+                    None => Run::Sessionless,
+                },
+            },
+        }
+    }
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> InitializeResult {
+        let capabilities = ServerCapabilities::builder().enable_tools().build();
+        let mut info =
+            InitializeResult::new(capabilities).with_server_info(self.shared.info.clone());
+        if let Some(instructions) = &self.shared.instructions {
+            info = info.with_instructions(instructions.clone());
+        }
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        match &self.shared.tools {
+            Ok(tools) => Ok(ListToolsResult::with_all_items(tools.clone())),
+            Err(message) => Err(ErrorData::internal_error(message.clone(), None)),
+        }
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // rmcp moves the request's `_meta` into the context; read both in case a caller
+        // builds the params by hand.
+        let mut fields = JsonObject::new();
+        if let Some(m) = &request.meta {
+            fields.extend(m.0 .0.clone());
+        }
+        fields.extend(context.meta.0 .0.clone());
+        let asked = CallMeta::read(&fields).map_err(|m| ErrorData::invalid_params(m, None))?;
+
+        let registry = &self.shared.registry;
+        // An unknown tool is a protocol error (the request names nothing this server has);
+        // everything about the arguments is the model's to correct, so it is a tool result.
+        let Some(tool) = registry.get(&request.name) else {
+            let refused = CallError::UnknownTool {
+                name: request.name.to_string(),
+            };
+            return Err(ErrorData::invalid_params(refused.to_string(), None));
+        };
+        let run = match self.run_of(asked.run, &context) {
+            Run::Known(run) => run,
+            // A read has no key: any run will do.
+            Run::Sessionless if tool.kind() == ToolKind::Read => meta::connection_run(),
+            Run::Sessionless => return Ok(sessionless_refusal().into()),
+        };
+        let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        let mut call = ToolCall::new(run, request.name.to_string(), args)
+            .call_id(format!("jsonrpc:{}", context.id));
+        if let Some(intent) = asked.intent {
+            call = call.intent(intent);
+        }
+        // Run on a task of its own: a client that disconnects or cancels must not abandon a
+        // claimed write half-way. The call settles its record either way, and a retry gets
+        // what it recorded.
+        let registry = registry.clone();
+        let result = tokio::spawn(async move { registry.call(call).await })
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("the call's task failed: {e}"), None))?;
+        Ok(to_call_tool_result(&result).into())
+    }
+}
+
+fn sessionless_refusal() -> CallToolResult {
+    let text = format!(
+        "refused: this request belongs to no MCP session and names no run; nothing was done. \
+         Send the agent run's id in the request's _meta as \"{}\".",
+        meta::RUN_KEY
+    );
+    let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+    let mut m = MetaObject::new();
+    m.0.insert(meta::OUTCOME_KEY.to_owned(), Value::from("refused"));
+    result.meta = Some(m);
+    result
+}
+
+/// True when the model may read the result as success: a completed call, fresh or replayed
+/// (or one whose saved result has expired). Everything else — refused, rejected, failed,
+/// pending, unknown, escalated, and any outcome added later — is an error to MCP clients.
+fn succeeded(result: &ToolResult) -> bool {
+    matches!(
+        result.outcome(),
+        Some(
+            Outcome::Completed { .. }
+                | Outcome::ResultExpired {
+                    was: OutcomeClass::Completed
+                }
+        )
+    )
+}
+
+/// A [`ToolResult`] as MCP's `CallToolResult`: the model-facing text, `isError` unless it
+/// completed, the output as structured content when it is a JSON object, and what idem knows
+/// in `_meta` ([`meta::OUTCOME_KEY`], [`meta::KEY_KEY`], [`meta::REPLAYED_KEY`]).
+pub fn to_call_tool_result(result: &ToolResult) -> CallToolResult {
+    let content = vec![ContentBlock::text(result.text())];
+    let mut out = if succeeded(result) {
+        let mut ok = CallToolResult::success(content);
+        if let Some(output @ Value::Object(_)) = result.output() {
+            ok.structured_content = Some(output.clone());
+        }
+        ok
+    } else {
+        CallToolResult::error(content)
+    };
+    let mut m = MetaObject::new();
+    let outcome = result.class().map_or("refused", OutcomeClass::as_str);
+    m.0.insert(meta::OUTCOME_KEY.to_owned(), Value::from(outcome));
+    if let Some(key) = result.key() {
+        m.0.insert(meta::KEY_KEY.to_owned(), Value::from(key.as_str()));
+    }
+    m.0.insert(
+        meta::REPLAYED_KEY.to_owned(),
+        Value::Bool(result.replayed()),
+    );
+    out.meta = Some(m);
+    out
+}

@@ -1,0 +1,301 @@
+"""Drives the `mcp_server` example with the official MCP Python SDK, over stdio and over
+streamable HTTP, and checks what must hold, on the server's ledger rather than its replies:
+
+- initialize; every listed tool validates against the MCP `Tool` definition of the vendored
+  JSON Schema of the negotiated protocol version;
+- a write called twice (the client lost the first reply) is one charge;
+- bad input gets a protocol answer and changes nothing: an unknown tool, arguments of the
+  wrong type or shape, oversized arguments, malformed JSON-RPC, a call before `initialize`;
+  and the server keeps serving afterwards;
+- over HTTP: two sessions naming one run in `_meta` are one charge; a sessionless client
+  (protocol 2026-07-28) is refused a write that names no run, and charged once when it does.
+
+Usage: python3 check_server.py PATH/TO/mcp_server
+Prints one line per check and a closing "N passed, N failed"; exits non-zero on a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+HERE = Path(__file__).resolve().parent
+SCHEMAS = {
+    "2025-11-25": HERE / "schema" / "schema-2025-11-25.json",
+    "2026-07-28": HERE / "schema" / "schema-2026-07-28.json",
+}
+# Generous bound for one step on a busy CI machine; only a hang runs into it.
+STEP_TIMEOUT = 60.0
+CHARGE = {"customer": "acme", "cents": 4900}
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name: str, ok: bool, detail: Any = "") -> None:
+        if ok:
+            self.passed += 1
+            print(f"ok   {name}")
+        else:
+            self.failed += 1
+            print(f"FAIL {name}: {detail}")
+
+
+def tool_validator(version: str) -> jsonschema.protocols.Validator:
+    schema = json.loads(SCHEMAS[version].read_text())
+    wrapper = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/Tool"}
+    cls = jsonschema.validators.validator_for(wrapper)
+    cls.check_schema(wrapper)
+    return cls(wrapper)
+
+
+def wire(model: Any) -> dict[str, Any]:
+    """A result as it was on the wire (camelCase, absent fields left out)."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def ledger_lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+async def ledger_count(client: Client) -> int:
+    result = await client.call_tool("ledger", {})
+    return int(result.structured_content["count"])
+
+
+def outcome(result: Any) -> str | None:
+    meta = result.meta or {}
+    return meta.get("idem/outcome")
+
+
+async def common_checks(c: Checks, client: Client, ledger: Path, label: str, version: str) -> None:
+    """What every transport must do: list, validate, charge twice, refuse bad input."""
+    validator = tool_validator(version)
+    tools = (await client.list_tools()).tools
+    names = sorted(t.name for t in tools)
+    c.check(f"{label}: tools/list has charge and ledger", names == ["charge", "ledger"], names)
+    for tool in tools:
+        errors = [e.message for e in validator.iter_errors(wire(tool))]
+        c.check(f"{label}: tool {tool.name} is a valid MCP {version} Tool", not errors, errors)
+    hints = {t.name: t.annotations for t in tools}
+    c.check(
+        f"{label}: hints (charge idempotent, ledger read-only)",
+        hints["charge"].idempotent_hint is True
+        and hints["charge"].read_only_hint is False
+        and hints["ledger"].read_only_hint is True,
+        hints,
+    )
+
+    before = ledger_lines(ledger)
+    first = await client.call_tool("charge", CHARGE)
+    again = await client.call_tool("charge", CHARGE)
+    c.check(
+        f"{label}: the same call twice is one charge",
+        ledger_lines(ledger) == before + 1 and await ledger_count(client) == 1,
+        (ledger_lines(ledger) - before, wire(first), wire(again)),
+    )
+    c.check(
+        f"{label}: the repeat gets the saved charge",
+        not again.is_error and again.structured_content == first.structured_content,
+        wire(again),
+    )
+
+    # Bad input: each gets an answer, nothing is charged.
+    try:
+        reply = await client.call_tool("refund_everything", {})
+        c.check(f"{label}: unknown tool is refused", False, wire(reply))
+    except MCPError as e:
+        c.check(f"{label}: unknown tool is a JSON-RPC invalid-params error", e.error.code == -32602, e.error)
+    for bad in ({"customer": 42, "cents": 4900}, {"customer": "acme", "cents": "lots"}, {"customer": "acme"}):
+        reply = await client.call_tool("charge", bad)
+        c.check(
+            f"{label}: wrong arguments {json.dumps(bad)} are a tool error",
+            reply.is_error is True and outcome(reply) == "refused",
+            wire(reply),
+        )
+    huge = {"customer": "x" * (2 * 1024 * 1024), "cents": 4900}
+    reply = await client.call_tool("charge", huge)
+    c.check(f"{label}: 2 MiB of arguments are refused", reply.is_error is True, outcome(reply))
+    c.check(f"{label}: bad input charged nothing", ledger_lines(ledger) == before + 1, ledger_lines(ledger) - before)
+
+    other = await client.call_tool("charge", {"customer": "globex", "cents": 100})
+    c.check(
+        f"{label}: still serving: a new charge runs once",
+        not other.is_error and ledger_lines(ledger) == before + 2,
+        wire(other),
+    )
+
+
+async def raw_stdio_checks(c: Checks, server: str, ledger: Path) -> None:
+    """Bytes no SDK client would send: a call before initialize, broken JSON, no JSON-RPC."""
+    env = dict(os.environ, IDEM_MCP_LEDGER=str(ledger))
+    proc = await asyncio.create_subprocess_exec(
+        server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    assert proc.stdin and proc.stdout
+
+    async def send(line: str) -> None:
+        proc.stdin.write(line.encode() + b"\n")
+        await proc.stdin.drain()
+
+    async def recv() -> dict[str, Any]:
+        line = await asyncio.wait_for(proc.stdout.readline(), STEP_TIMEOUT)
+        return json.loads(line)
+
+    try:
+        before = ledger_lines(ledger)
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "charge", "arguments": CHARGE}}
+        await send(json.dumps(call))
+        reply = await recv()
+        c.check("stdio raw: a call before initialize is a JSON-RPC error", reply.get("id") == 1 and "error" in reply, reply)
+        init = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+        }
+        await send(json.dumps(init))
+        reply = await recv()
+        c.check("stdio raw: initialize still works after it", reply.get("id") == 2 and "result" in reply, reply)
+        await send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        await send('{"jsonrpc": "2.0", "id": 3, "method": ')  # not JSON: no id to answer
+        await send('{"hello": "world"}')  # JSON, not JSON-RPC
+        reply = await recv()
+        c.check("stdio raw: a non-JSON-RPC message gets Invalid Request", reply.get("error", {}).get("code") == -32600, reply)
+        call["id"] = 4
+        await send(json.dumps(call))
+        reply = await recv()
+        c.check(
+            "stdio raw: still serving, and the early call had charged nothing",
+            reply.get("id") == 4 and reply.get("result", {}).get("isError") is False and ledger_lines(ledger) == before + 1,
+            (reply, ledger_lines(ledger) - before),
+        )
+    finally:
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), STEP_TIMEOUT)
+        except asyncio.TimeoutError:
+            proc.kill()
+
+
+def post(url: str, body: bytes, content_type: str = "application/json") -> int:
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={"Content-Type": content_type, "Accept": "application/json, text/event-stream"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=STEP_TIMEOUT) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+async def http_checks(c: Checks, server: str, ledger: Path) -> None:
+    env = dict(os.environ, IDEM_MCP_LEDGER=str(ledger))
+    proc = subprocess.Popen([server, "--http", "127.0.0.1:0"], stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        assert proc.stderr
+        line = proc.stderr.readline().strip()
+        c.check("http: the server says where it listens", line.startswith("listening on http://127.0.0.1:"), line)
+        url = line.removeprefix("listening on ")
+
+        async with Client(url, mode="legacy") as client:
+            await common_checks(c, client, ledger, "http (session)", "2025-11-25")
+
+        # Malformed requests straight to the endpoint: HTTP errors, nothing charged.
+        before = ledger_lines(ledger)
+        status = post(url, b'{"jsonrpc": "2.0", "id": 1, "method": ')
+        c.check("http: malformed JSON is a 4xx", 400 <= status < 500, status)
+        status = post(url, json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "charge", "arguments": CHARGE}}).encode())
+        c.check("http: a call before initialize (no session) is a 4xx", 400 <= status < 500, status)
+        status = post(url, b"customer=acme", "application/x-www-form-urlencoded")
+        c.check("http: a body that is not JSON is a 4xx", 400 <= status < 500, status)
+        c.check("http: none of it charged", ledger_lines(ledger) == before, ledger_lines(ledger) - before)
+
+        # Two sessions (two servers behind a balancer would be the same) naming one run.
+        run = {"idem/run": f"run-{uuid.uuid4()}"}
+        args = {"customer": "initech", "cents": 700}
+        before = ledger_lines(ledger)
+        async with Client(url, mode="legacy") as one, Client(url, mode="legacy") as two:
+            await one.call_tool("charge", args, meta=run)
+            await two.call_tool("charge", args, meta=run)
+        c.check("http: two sessions, one run in _meta: one charge", ledger_lines(ledger) == before + 1, ledger_lines(ledger) - before)
+
+        # The sessionless protocol revision: a write must name its run.
+        async with Client(url, mode="2026-07-28") as modern:
+            tools = (await modern.list_tools()).tools
+            validator = tool_validator("2026-07-28")
+            errors = [e.message for t in tools for e in validator.iter_errors(wire(t))]
+            c.check("http (2026-07-28): tools are valid MCP 2026-07-28 Tools", not errors, errors)
+            before = ledger_lines(ledger)
+            refused = await modern.call_tool("charge", {"customer": "umbrella", "cents": 1})
+            c.check(
+                "http (2026-07-28): a write naming no run is refused, nothing charged",
+                refused.is_error is True and outcome(refused) == "refused" and ledger_lines(ledger) == before,
+                wire(refused),
+            )
+            run = {"idem/run": f"run-{uuid.uuid4()}"}
+            first = await modern.call_tool("charge", {"customer": "umbrella", "cents": 1}, meta=run)
+            again = await modern.call_tool("charge", {"customer": "umbrella", "cents": 1}, meta=run)
+            c.check(
+                "http (2026-07-28): with idem/run, twice is one charge",
+                not first.is_error and not again.is_error and ledger_lines(ledger) == before + 1,
+                (wire(first), wire(again)),
+            )
+        c.check("http: the server is still running", proc.poll() is None, proc.returncode)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STEP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def main(server: str) -> int:
+    c = Checks()
+    with tempfile.TemporaryDirectory(prefix="idem-mcp-py-") as tmp:
+        steps = [
+            ("stdio", lambda: stdio_checks(c, server, Path(tmp) / "stdio.jsonl")),
+            ("stdio raw", lambda: raw_stdio_checks(c, server, Path(tmp) / "raw.jsonl")),
+            ("http", lambda: http_checks(c, server, Path(tmp) / "http.jsonl")),
+        ]
+        for name, step in steps:
+            try:
+                await asyncio.wait_for(step(), 10 * STEP_TIMEOUT)
+            except Exception:  # a crash in one step is a failed check, not the end
+                c.check(f"{name}: ran to the end", False, traceback.format_exc())
+    print(f"{c.passed} passed, {c.failed} failed")
+    return 1 if c.failed or not c.passed else 0
+
+
+async def stdio_checks(c: Checks, server: str, ledger: Path) -> None:
+    params = StdioServerParameters(command=server, env={"IDEM_MCP_LEDGER": str(ledger)})
+    async with Client(params, mode="legacy") as client:
+        info = client.session.server_info if hasattr(client.session, "server_info") else None
+        c.check("stdio: initialized", client.session is not None, info)
+        await common_checks(c, client, ledger, "stdio", "2025-11-25")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(asyncio.run(main(sys.argv[1])))

@@ -1,0 +1,58 @@
+//! The `mcp_server` example driven by a client nobody here wrote: the official MCP Python
+//! SDK, over stdio and streamable HTTP (`tests/mcp_client/check_server.py`; what it checks
+//! is listed at its top).
+//!
+//! Needs a Python with the `mcp` and `jsonschema` packages: `IDEM_MCP_PYTHON` names it
+//! (`.ci/run` installs `tests/mcp_client/requirements.txt` into `target/mcp-venv`), else
+//! `python3`. Without one the test prints why it skipped; under `IDEM_REQUIRE_BACKENDS=1`
+//! it fails instead.
+
+mod support_mcp;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn the_official_python_client_sees_one_charge_per_call() {
+    let python = std::env::var_os("IDEM_MCP_PYTHON").unwrap_or_else(|| "python3".into());
+    let probe = Command::new(&python)
+        .args(["-c", "import mcp, jsonschema"])
+        .output();
+    let missing = match probe {
+        Err(e) => Some(format!(
+            "{} cannot run: {e}",
+            PathBuf::from(&python).display()
+        )),
+        Ok(out) if !out.status.success() => Some(format!(
+            "{} lacks the `mcp` or `jsonschema` package ({})",
+            PathBuf::from(&python).display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Ok(_) => None,
+    };
+    if let Some(why) = missing {
+        let hint = "python3 -m venv target/mcp-venv && target/mcp-venv/bin/pip install -r \
+                    tests/mcp_client/requirements.txt && export IDEM_MCP_PYTHON=target/mcp-venv/bin/python";
+        assert!(
+            std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() != Ok("1"),
+            "IDEM_REQUIRE_BACKENDS=1, but {why}; {hint}"
+        );
+        eprintln!("skipping: {why}; {hint}");
+        return;
+    }
+
+    let server = support_mcp::example_binary();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client/check_server.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(&server)
+        .output()
+        .expect("the check script runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "the Python client's checks failed:\n{stdout}"
+    );
+}

@@ -1,0 +1,528 @@
+//! The MCP server keeps the exactly-once promise whatever the client does: re-sends,
+//! concurrent duplicates, changed parameters, a handler past its timeout, bad input, and two
+//! server processes sharing one store. Every test asserts on the billing ledger (what the
+//! handlers did), not on what the server replied.
+
+mod support_mcp;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem::mcp::McpServer;
+use idem::{tool, toolbox, ReadCtx, Registry, ToolError, WriteCtx};
+use serde_json::{json, Value};
+use support_mcp::{is_error, outcome, result, LineClient};
+use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
+
+#[idem::args]
+struct ChargeArgs {
+    customer: String,
+    cents: u64,
+}
+
+#[idem::args]
+struct Echo {
+    text: String,
+}
+
+/// The downstream: every charge a handler made, and every time the slow handler started.
+#[derive(Default)]
+struct Billing {
+    charges: Mutex<Vec<(String, u64)>>,
+    slow_starts: Mutex<u32>,
+}
+
+impl Billing {
+    fn charges(&self) -> Vec<(String, u64)> {
+        self.charges.lock().unwrap().clone()
+    }
+    fn slow_starts(&self) -> u32 {
+        *self.slow_starts.lock().unwrap()
+    }
+}
+
+#[toolbox]
+impl Billing {
+    /// Charge a customer.
+    #[tool(write)]
+    async fn charge(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<Value, ToolError> {
+        // Long enough that concurrent duplicates overlap the one that holds the claim.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.charges
+            .lock()
+            .unwrap()
+            .push((args.customer, args.cents));
+        Ok(json!({"charged": args.cents}))
+    }
+
+    /// A charge whose bank answers after the tool's timeout: the effect lands, the reply
+    /// does not.
+    #[tool(write, timeout = "200ms")]
+    async fn slow_charge(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<Value, ToolError> {
+        *self.slow_starts.lock().unwrap() += 1;
+        self.charges
+            .lock()
+            .unwrap()
+            .push((args.customer, args.cents));
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        Ok(json!({"charged": args.cents}))
+    }
+
+    /// Say it back.
+    #[tool(read)]
+    async fn echo(&self, _ctx: ReadCtx, args: Echo) -> Result<String, ToolError> {
+        Ok(args.text)
+    }
+}
+
+type Client = LineClient<ReadHalf<DuplexStream>, WriteHalf<DuplexStream>>;
+
+fn registry(billing: &Arc<Billing>, max_args_bytes: Option<usize>) -> Registry {
+    let mut builder = Registry::builder().toolbox(billing.clone());
+    if let Some(limit) = max_args_bytes {
+        builder = builder.max_args_bytes(limit);
+    }
+    builder.build().unwrap()
+}
+
+/// A connection to `server` over an in-memory pipe, served on a task of its own.
+fn connect(server: &McpServer) -> Client {
+    let (client_io, server_io) = tokio::io::duplex(1 << 22);
+    let server = server.clone();
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(tokio::io::split(server_io)).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let (read, write) = tokio::io::split(client_io);
+    LineClient::new(read, write)
+}
+
+async fn initialized(server: &McpServer) -> Client {
+    let mut client = connect(server);
+    client.initialize().await;
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_call_is_one_charge() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let mut client = initialized(&server).await;
+    let args = json!({"customer": "acme", "cents": 4900});
+
+    // The client lost the first response and sends the call again under a new id.
+    let first = client.call_tool("charge", args.clone(), None).await;
+    let again = client.call_tool("charge", args.clone(), None).await;
+    assert_eq!(billing.charges(), vec![("acme".to_owned(), 4900)]);
+    assert!(!is_error(&first) && !is_error(&again));
+    assert_eq!(
+        result(&again)["structuredContent"],
+        json!({"charged": 4900})
+    );
+    assert_eq!(result(&again)["_meta"]["idem/replayed"], json!(true));
+
+    // A new connection is a new run: the same arguments are a new operation...
+    let mut other = initialized(&server).await;
+    other.call_tool("charge", args.clone(), None).await;
+    assert_eq!(billing.charges().len(), 2);
+
+    // ...unless both name the agent run in `_meta`: then a reconnect is a repeat too.
+    let run = json!({"idem/run": "run-7"});
+    client
+        .call_tool("charge", args.clone(), Some(run.clone()))
+        .await;
+    other
+        .call_tool("charge", args.clone(), Some(run.clone()))
+        .await;
+    let mut third = initialized(&server).await;
+    third.call_tool("charge", args, Some(run)).await;
+    assert_eq!(billing.charges().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicates_are_one_charge() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let mut client = initialized(&server).await;
+    let args = json!({"customer": "acme", "cents": 4900});
+
+    // Eight copies in flight at once on one connection (rmcp runs each on its own task)...
+    let ids: Vec<Value> = (0..8).map(|_| client.id()).collect();
+    for id in &ids {
+        let message = support_mcp::call_message(id, "charge", args.clone(), None);
+        client.send(&message).await;
+    }
+    // ...and eight more on eight connections of one run.
+    let mut others = Vec::new();
+    for _ in 0..8 {
+        others.push(initialized(&server).await);
+    }
+    let run = json!({"idem/run": "run-concurrent"});
+    let mut sent = Vec::new();
+    for other in &mut others {
+        let id = other.id();
+        let message = support_mcp::call_message(&id, "charge", args.clone(), Some(run.clone()));
+        other.send(&message).await;
+        sent.push(id);
+    }
+    let mut replies = Vec::new();
+    for id in &ids {
+        replies.push(client.reply_to(id).await);
+    }
+    for (other, id) in others.iter_mut().zip(&sent) {
+        replies.push(other.reply_to(id).await);
+    }
+    // One charge per run: the connection's and run-concurrent.
+    assert_eq!(billing.charges().len(), 2, "{:?}", billing.charges());
+    // No duplicate was told it completed unless it was given the one charge's result.
+    for reply in &replies {
+        if !is_error(reply) {
+            assert_eq!(result(reply)["structuredContent"], json!({"charged": 4900}));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_parameters_under_one_intent_are_refused() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let mut client = initialized(&server).await;
+    let intent = json!({"idem/intent": "order-1234-charge"});
+
+    let first = client
+        .call_tool(
+            "charge",
+            json!({"customer": "acme", "cents": 4900}),
+            Some(intent.clone()),
+        )
+        .await;
+    let changed = client
+        .call_tool(
+            "charge",
+            json!({"customer": "acme", "cents": 9900}),
+            Some(intent.clone()),
+        )
+        .await;
+    assert_eq!(billing.charges(), vec![("acme".to_owned(), 4900)]);
+    assert!(!is_error(&first));
+    assert!(is_error(&changed));
+    assert_eq!(outcome(&changed), "refused");
+    let text = result(&changed)["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("different parameters"), "{text}");
+
+    // Two intents with equal arguments are two charges.
+    client
+        .call_tool(
+            "charge",
+            json!({"customer": "acme", "cents": 4900}),
+            Some(json!({"idem/intent": "order-1235-charge"})),
+        )
+        .await;
+    assert_eq!(billing.charges().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_past_its_timeout_is_unknown_and_not_run_again() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let mut client = initialized(&server).await;
+    let args = json!({"customer": "acme", "cents": 4900});
+
+    let first = client.call_tool("slow_charge", args.clone(), None).await;
+    assert!(
+        is_error(&first),
+        "an unknown outcome must not read as success: {first}"
+    );
+    assert_eq!(outcome(&first), "unknown");
+    let text = result(&first)["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("outcome unknown"), "{text}");
+
+    // The client retries, at once and after the late reply has landed.
+    let retry = client.call_tool("slow_charge", args.clone(), None).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let later = client.call_tool("slow_charge", args, None).await;
+    assert_eq!(billing.slow_starts(), 1);
+    assert_eq!(billing.charges().len(), 1);
+    // Until something settles it, the record stays what it was, or the late reply settled it;
+    // either way nothing reads as a fresh success.
+    assert!(is_error(&retry));
+    assert_eq!(result(&later)["_meta"]["idem/replayed"], json!(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_protocol_answer_and_the_server_keeps_serving() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, Some(64 * 1024)));
+    let mut client = connect(&server);
+    let args = json!({"customer": "acme", "cents": 4900});
+
+    // A call before `initialize`: a JSON-RPC error for its id, and the server waits on.
+    let early = client.call_tool("charge", args.clone(), None).await;
+    assert!(early.get("error").is_some(), "{early}");
+    client.initialize().await;
+
+    // An unknown tool: invalid params.
+    let unknown = client.call_tool("refund_everything", json!({}), None).await;
+    assert_eq!(unknown["error"]["code"], json!(-32602), "{unknown}");
+
+    // Arguments of the wrong type, of the wrong shape, missing: tool errors the model reads.
+    for bad in [
+        json!({"customer": 42, "cents": 4900}),
+        json!({"customer": "acme", "cents": "lots"}),
+        json!({"customer": "acme"}),
+        json!({"customer": "acme", "cents": -1}),
+    ] {
+        let reply = client.call_tool("charge", bad.clone(), None).await;
+        assert!(is_error(&reply), "{bad} → {reply}");
+        assert_eq!(outcome(&reply), "refused");
+    }
+    // Arguments that are not an object, and no arguments at all: protocol or tool errors.
+    let id = client.id();
+    client
+        .send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                      "params": {"name": "charge", "arguments": [1, 2]}}))
+        .await;
+    let array = client.reply_to(&id).await;
+    assert!(array.get("error").is_some() || is_error(&array), "{array}");
+    let id = client.id();
+    client
+        .send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "charge"}}))
+        .await;
+    let none = client.reply_to(&id).await;
+    assert!(is_error(&none), "{none}");
+
+    // Oversized arguments: refused before anything runs.
+    let huge = json!({"customer": "x".repeat(100 * 1024), "cents": 4900});
+    let reply = client.call_tool("charge", huge, None).await;
+    assert!(is_error(&reply));
+    let text = result(&reply)["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("exceed the limit"), "{text}");
+
+    // A malformed `_meta` field of ours: invalid params.
+    let reply = client
+        .call_tool("charge", args.clone(), Some(json!({"idem/run": 7})))
+        .await;
+    assert_eq!(reply["error"]["code"], json!(-32602), "{reply}");
+
+    // Not JSON at all (no id to answer: ignored), then JSON that is no JSON-RPC message.
+    client
+        .send_raw("{\"jsonrpc\": \"2.0\", \"id\": 99, \"method\": ")
+        .await;
+    client.send_raw("{\"hello\": \"world\"}").await;
+    let invalid = client.recv().await;
+    assert_eq!(invalid["error"]["code"], json!(-32600), "{invalid}");
+    // An unknown method.
+    let reply = client.request("tools/explode", json!({})).await;
+    assert_eq!(reply["error"]["code"], json!(-32601), "{reply}");
+
+    assert!(billing.charges().is_empty(), "{:?}", billing.charges());
+
+    // Still serving: a good call now runs once.
+    let ok = client.call_tool("charge", args.clone(), None).await;
+    assert!(!is_error(&ok), "{ok}");
+    let echo = client
+        .call_tool("echo", json!({"text": "still here"}), None)
+        .await;
+    assert_eq!(result(&echo)["content"][0]["text"], json!("\"still here\""));
+    assert_eq!(billing.charges().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_has_the_registrys_definitions_and_hints() {
+    let billing = Arc::new(Billing::default());
+    let registry = registry(&billing, None);
+    let server = McpServer::new(registry.clone());
+    let mut client = initialized(&server).await;
+    let reply = client.request("tools/list", json!({})).await;
+    let tools = result(&reply)["tools"].as_array().unwrap().clone();
+    assert_eq!(tools, registry.definitions(idem::Format::Mcp));
+    let charge = tools.iter().find(|t| t["name"] == "charge").unwrap();
+    assert_eq!(charge["annotations"]["idempotentHint"], json!(true));
+    assert_eq!(charge["annotations"]["readOnlyHint"], json!(false));
+    let echo = tools.iter().find(|t| t["name"] == "echo").unwrap();
+    assert_eq!(echo["annotations"]["readOnlyHint"], json!(true));
+}
+
+/// Two `mcp_server` example processes behind an imaginary load balancer, sharing one store:
+/// the same call sent to each (at once, then again) is one charge in their shared ledger
+/// file.
+mod two_servers {
+    use std::path::Path;
+    use std::process::Stdio;
+
+    use serde_json::json;
+    use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+    use super::support_mcp::{self, is_error, result, unique, LineClient};
+
+    type ChildClient = LineClient<ChildStdout, ChildStdin>;
+
+    fn require_backends() -> bool {
+        std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() == Ok("1")
+    }
+
+    fn skip(why: &str) {
+        assert!(!require_backends(), "IDEM_REQUIRE_BACKENDS=1, but {why}");
+        eprintln!("skipping: {why}");
+    }
+
+    fn spawn(bin: &Path, store_url: &str, namespace: &str, ledger: &Path) -> (Child, ChildClient) {
+        let mut child = Command::new(bin)
+            .env("IDEM_STORE_URL", store_url)
+            .env("IDEM_STORE_NAMESPACE", namespace)
+            .env("IDEM_MCP_LEDGER", ledger)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the example starts");
+        let client = LineClient::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
+        (child, client)
+    }
+
+    /// Runs the scenario and returns the number of charges in the shared ledger.
+    async fn charges_made(store_url: &str, namespace: &str) -> usize {
+        let bin = support_mcp::example_binary();
+        let dir = std::env::temp_dir().join(unique("idem-mcp-two"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ledger = dir.join("ledger.jsonl");
+        let (_a, mut a) = spawn(&bin, store_url, namespace, &ledger);
+        let (_b, mut b) = spawn(&bin, store_url, namespace, &ledger);
+        a.initialize().await;
+        b.initialize().await;
+
+        // The agent run's id travels with the call: each server has its own sessions.
+        let meta = json!({"idem/run": unique("run")});
+        let args = json!({"customer": "acme", "cents": 4900});
+        let (ia, ib) = (a.id(), b.id());
+        a.send(&support_mcp::call_message(
+            &ia,
+            "charge",
+            args.clone(),
+            Some(meta.clone()),
+        ))
+        .await;
+        b.send(&support_mcp::call_message(
+            &ib,
+            "charge",
+            args.clone(),
+            Some(meta.clone()),
+        ))
+        .await;
+        let (ra, rb) = (a.reply_to(&ia).await, b.reply_to(&ib).await);
+        let again_a = a
+            .call_tool("charge", args.clone(), Some(meta.clone()))
+            .await;
+        let again_b = b.call_tool("charge", args, Some(meta)).await;
+        for reply in [&ra, &rb, &again_a, &again_b] {
+            if !is_error(reply) {
+                assert_eq!(result(reply)["structuredContent"]["id"], json!("ch_0001"));
+            }
+        }
+        let lines = std::fs::read_to_string(&ledger).map_or(0, |s| s.lines().count());
+        let _ = std::fs::remove_dir_all(&dir);
+        lines
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sharing_a_sqlite_file() {
+        if !cfg!(feature = "sqlite") {
+            return skip("the sqlite feature is off (cargo test --features mcp,sqlite)");
+        }
+        let dir = std::env::temp_dir().join(unique("idem-mcp-sqlite"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("idem.db").display());
+        let charges = charges_made(&url, "").await;
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(charges, 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sharing_a_redis() {
+        let Some(url) = std::env::var("IDEM_REDIS_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            return skip("IDEM_REDIS_URL not set; export IDEM_REDIS_URL=redis://127.0.0.1:6379/ (.ci/run does)");
+        };
+        if !cfg!(feature = "redis") {
+            return skip("the redis feature is off (cargo test --features mcp,redis)");
+        }
+        let prefix = format!("{}:", unique("idem-mcp"));
+        let charges = charges_made(&url, &prefix).await;
+        redis_delete_prefix(&url, &prefix);
+        assert_eq!(charges, 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sharing_a_postgres() {
+        let Some(url) = std::env::var("IDEM_POSTGRES_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            return skip("IDEM_POSTGRES_URL not set; export IDEM_POSTGRES_URL=postgres://user@127.0.0.1:5432/db (.ci/run does)");
+        };
+        #[cfg(feature = "postgres")]
+        {
+            let schema = unique("idem_mcp").replace('-', "_");
+            let charges = charges_made(&url, &schema).await;
+            if let Ok(store) = idem::PostgresStore::builder(url.as_str())
+                .schema(schema.as_str())
+                .connect()
+                .await
+            {
+                if let Ok(client) = store.pool().get().await {
+                    let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+                    let _ = client.batch_execute(&drop).await;
+                }
+            }
+            assert_eq!(charges, 1);
+        }
+        #[cfg(not(feature = "postgres"))]
+        {
+            let _ = url;
+            skip("the postgres feature is off (cargo test --features mcp,postgres)");
+        }
+    }
+
+    /// Deletes the keys under `prefix` with plain RESP over a socket (no Redis client among
+    /// the test's dependencies).
+    fn redis_delete_prefix(url: &str, prefix: &str) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        fn command(addr: &str, args: &[&str]) -> std::io::Result<Vec<String>> {
+            let mut stream = std::net::TcpStream::connect(addr)?;
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+            let mut request = format!("*{}\r\n", args.len());
+            for a in args {
+                request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+            }
+            stream.write_all(request.as_bytes())?;
+            let mut reader = BufReader::new(stream);
+            let mut header = String::new();
+            reader.read_line(&mut header)?;
+            let mut items = Vec::new();
+            if let Some(n) = header.trim_end().strip_prefix('*') {
+                for _ in 0..n.parse::<usize>().unwrap_or(0) {
+                    let mut len = String::new();
+                    reader.read_line(&mut len)?;
+                    let n: usize = len.trim_end().trim_start_matches('$').parse().unwrap_or(0);
+                    let mut buf = vec![0; n + 2];
+                    reader.read_exact(&mut buf)?;
+                    buf.truncate(n);
+                    items.push(String::from_utf8_lossy(&buf).into_owned());
+                }
+            }
+            Ok(items)
+        }
+        let rest = url.split("://").nth(1).unwrap_or(url);
+        let rest = rest.rsplit('@').next().unwrap_or(rest);
+        let addr = rest.split('/').next().unwrap_or(rest);
+        if let Ok(keys) = command(addr, &["KEYS", &format!("{prefix}*")]) {
+            for key in keys {
+                let _ = command(addr, &["DEL", &key]);
+            }
+        }
+    }
+}
