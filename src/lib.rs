@@ -124,6 +124,9 @@ pub use idem_macros::args;
 
 pub use idem_runtime::*;
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod providers;
+
 /// The serde idem uses (for `#[serde(crate = "idem::serde")]` and friends).
 pub use serde;
 
