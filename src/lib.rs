@@ -127,6 +127,9 @@ pub use idem_runtime::*;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 pub mod providers;
 
+#[cfg(feature = "rig")]
+pub mod rig;
+
 /// The serde idem uses (for `#[serde(crate = "idem::serde")]` and friends).
 pub use serde;
 
