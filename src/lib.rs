@@ -128,6 +128,12 @@ pub use idem_runtime::*;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod providers;
+
+#[cfg(feature = "rig")]
+pub mod rig;
+
 /// The serde idem uses (for `#[serde(crate = "idem::serde")]` and friends).
 pub use serde;
 
