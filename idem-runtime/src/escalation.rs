@@ -1,8 +1,10 @@
 //! Escalations: what a person needs to decide an operation nobody else could settle.
 
 use std::io::Write;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::identity::IdemKey;
 use crate::store::{AttemptRecord, Operation, ReadBackRecord, Record, RecordState, Timestamp};
@@ -165,5 +167,54 @@ where
     async fn deliver(&self, e: &Escalation) -> Result<(), String> {
         (self.0)(e);
         Ok(())
+    }
+}
+
+/// Lets through one notice per key per window and counts the rest, so a model stuck in a
+/// loop of refused repeats (same key, changed parameters) pages a person once, not once per
+/// turn. Per process: several workers each let one through.
+#[derive(Debug)]
+pub(crate) struct NoticeGate {
+    window: Duration,
+    /// Per key: when a notice last went out, and how many were held back since.
+    seen: Mutex<HashMap<IdemKey, (Timestamp, u32)>>,
+}
+
+/// Keys the gate remembers before it forgets the ones whose window has passed.
+const GATE_CAPACITY: usize = 10_000;
+
+impl NoticeGate {
+    /// A gate letting one notice per key through every `window`.
+    pub(crate) fn new(window: Duration) -> Self {
+        NoticeGate {
+            window,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `Some(held back since the last one)` when a notice for `key` should go out now.
+    pub(crate) fn admit(&self, key: &IdemKey, now: Timestamp) -> Option<u32> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((last, held)) = seen.get_mut(key) {
+            if now < last.plus(self.window) {
+                *held = held.saturating_add(1);
+                return None;
+            }
+            let since = *held;
+            *last = now;
+            *held = 0;
+            return Some(since);
+        }
+        if seen.len() >= GATE_CAPACITY {
+            let window = self.window;
+            seen.retain(|_, (last, _)| now < last.plus(window));
+            if seen.len() >= GATE_CAPACITY {
+                // Every remembered key is in its window: forgetting them costs at most one
+                // extra notice each, never a lost one.
+                seen.clear();
+            }
+        }
+        seen.insert(key.clone(), (now, 0));
+        Some(0)
     }
 }

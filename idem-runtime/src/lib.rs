@@ -39,7 +39,9 @@ pub use executor::RetryPolicy;
 pub use identity::{Fingerprint, IdemKey, Scope};
 pub use outcome::{Outcome, OutcomeClass};
 pub use reconcile::{Action, Decision, Reconciler, Resolution};
-pub use registry::{BuildError, Registry, RegistryBuilder, MAX_ARGS_DEPTH};
+pub use registry::{
+    BuildError, Registry, RegistryBuilder, CHANGED_PARAMS_NOTICE_WINDOW, MAX_ARGS_DEPTH,
+};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "redis")]

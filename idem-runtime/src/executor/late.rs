@@ -10,7 +10,10 @@ use super::{evidence, Executor};
 use crate::escalation::Escalation;
 use crate::identity::IdemKey;
 use crate::outcome::OutcomeClass;
-use crate::store::{AttemptKind, AttemptRecord, ClaimToken, RecordState, Timestamp};
+use crate::store::{
+    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, Record,
+    RecordState, Settlement, StoreError, Timestamp,
+};
 
 /// A timed-out attempt whose handler keeps running in the background.
 pub(super) struct LateAttempt {
@@ -31,7 +34,11 @@ impl Executor {
     /// is told through the sink. A tool that declares an in-flight bound has its handler
     /// dropped once that bound has passed after the timeout, so the bound the reconciler
     /// relies on holds in this process too.
-    pub(super) fn watch_late_result(&self, fut: CaughtFuture, late: LateAttempt) {
+    pub(super) async fn watch_late_result(&self, fut: CaughtFuture, late: LateAttempt) {
+        // What was claimed, read now, while the record is still this attempt's: if a person
+        // releases the key before the late result arrives, the result needs it to stand in
+        // the store again. (Rare path: only a timed-out attempt pays this read.)
+        let claimed = self.store().get(&late.key).await.ok().flatten();
         let store = self.store.clone();
         let clock = self.clock.clone();
         let sink = self.sink.clone();
@@ -94,7 +101,7 @@ impl Executor {
                     &*store,
                     &key,
                     token,
-                    settlement,
+                    settlement.clone(),
                     vec![evidence.clone()],
                     lease,
                 )
@@ -114,10 +121,40 @@ impl Executor {
                             }
                         }
                     }
-                    Ok(None) => {
-                        tracing::info!(key = %key, late = ?outcome, evidence = ?evidence,
-                            "late result of a timed-out attempt; the record has moved on")
-                    }
+                    Ok(None) => match (settlement, claimed, store.get(&key).await) {
+                        // The effect happened, and the record that said "unknown" is gone
+                        // (a person or a read-back released the key). Put it back as what
+                        // happened, so a repeat replays instead of running again, and tell
+                        // the person who released it.
+                        (Some(settlement), Some(claimed), Ok(None)) => {
+                            let restored = restore(&*store, &claimed, settlement, evidence.clone(), lease).await;
+                            let reason = match &restored {
+                                Ok(Restored::Recorded(_)) => format!(
+                                    "a timed-out attempt reported {class} after its key was released; recorded again, repeats now replay it"
+                                ),
+                                Ok(Restored::ClaimedAgain(_)) => format!(
+                                    "a timed-out attempt reported {class} after its key was released and claimed again: the effect may have happened twice"
+                                ),
+                                Err(e) => format!(
+                                    "a timed-out attempt reported {class} after its key was released, and could not be recorded ({e})"
+                                ),
+                            };
+                            tracing::warn!(key = %key, class = %class, "{reason}");
+                            let shown = match &restored {
+                                Ok(Restored::Recorded(r) | Restored::ClaimedAgain(r)) => r,
+                                Err(_) => &claimed,
+                            };
+                            let mut notice = Escalation::from_record(shown, reason, clock.now());
+                            if !notice.attempts.contains(&evidence) {
+                                notice.attempts.push(evidence.clone());
+                            }
+                            if let Err(e) = sink.deliver(&notice).await {
+                                tracing::error!(key = %key, error = %e, "escalation sink failed");
+                            }
+                        }
+                        _ => tracing::info!(key = %key, class = %class,
+                            "late result of a timed-out attempt; the record has moved on"),
+                    },
                     Err(e) => {
                         tracing::warn!(key = %key, error = %e, late = ?outcome, evidence = ?evidence,
                         "late result of a timed-out attempt could not be recorded")
@@ -126,5 +163,45 @@ impl Executor {
             }
             .in_current_span(),
         );
+    }
+}
+
+/// Where a late result that settles went, once its key had been released.
+enum Restored {
+    /// The key was free: claimed again and settled as the late result said.
+    Recorded(Record),
+    /// Someone had claimed the key since: their record, untouched.
+    ClaimedAgain(Record),
+}
+
+/// Claims a released key again for the operation `claimed` describes and settles it with
+/// the late result, its evidence attached.
+async fn restore(
+    store: &dyn IdemStore,
+    claimed: &Record,
+    settlement: Settlement,
+    evidence: AttemptRecord,
+    lease: Duration,
+) -> Result<Restored, StoreError> {
+    let req = ClaimRequest {
+        key: claimed.key.clone(),
+        fingerprint: claimed.fingerprint,
+        tool: claimed.tool.clone(),
+        lease,
+        operation: claimed.operation.clone(),
+    };
+    match store.claim(&req).await? {
+        ClaimOutcome::Claimed(token) => {
+            let mut attempts = claimed.attempts.clone();
+            attempts.push(evidence);
+            store
+                .settle(&req.key, token, settlement.attempts(attempts))
+                .await?;
+            let record = store.get(&req.key).await?;
+            Ok(Restored::Recorded(record.unwrap_or_else(|| claimed.clone())))
+        }
+        ClaimOutcome::Existing(record) | ClaimOutcome::Mismatch(record) => {
+            Ok(Restored::ClaimedAgain(record))
+        }
     }
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::call::CallError;
-use crate::escalation::EscalationSink;
+use crate::escalation::{EscalationSink, NoticeGate};
 use crate::identity::IdemKey;
 use crate::outcome::Outcome;
 use crate::store::{Clock, IdemStore};
@@ -36,6 +36,8 @@ pub(crate) struct Executor {
     pub(crate) retry: RetryPolicy,
     pub(crate) in_flight_wait: Duration,
     pub(crate) sink: Arc<dyn EscalationSink>,
+    /// Coalesces "same key, changed parameters" notices per key.
+    pub(crate) notices: Arc<NoticeGate>,
 }
 
 /// The executor's account of a call, before it becomes a `ToolResult`.

@@ -87,14 +87,22 @@ impl Executor {
                         "same key, changed parameters: refused");
                     // A person should know: either the caller reuses an intent id for another
                     // action, or the model changed its mind about an action already sent.
-                    let mut notice = Escalation::from_record(
-                        &record,
-                        "same key, changed parameters: a repeat with other arguments was refused",
-                        self.clock.now(),
-                    );
-                    notice.refused_args = req.operation.as_ref().map(|op| op.args.value().clone());
-                    if let Err(e) = self.sink.deliver(&notice).await {
-                        tracing::error!(key = %key, error = %e, "escalation sink failed");
+                    // Once per key per window: a model looping on the refusal must not flood
+                    // the sink.
+                    let now = self.clock.now();
+                    if let Some(held_back) = self.notices.admit(&key, now) {
+                        let mut reason = "same key, changed parameters: a repeat with other arguments was refused".to_owned();
+                        if held_back > 0 {
+                            reason.push_str(&format!(
+                                " ({held_back} more refused since the last notice)"
+                            ));
+                        }
+                        let mut notice = Escalation::from_record(&record, reason, now);
+                        notice.refused_args =
+                            req.operation.as_ref().map(|op| op.args.value().clone());
+                        if let Err(e) = self.sink.deliver(&notice).await {
+                            tracing::error!(key = %key, error = %e, "escalation sink failed");
+                        }
                     }
                     return Executed::refused(
                         Some(key),
@@ -226,7 +234,7 @@ impl Executor {
                         abandon_after: spec.in_flight_bound_duration(),
                         lease: spec.lease_duration(),
                     };
-                    self.watch_late_result(fut, late);
+                    self.watch_late_result(fut, late).await;
                     (
                         None,
                         AttemptKind::TimedOut,

@@ -16,7 +16,7 @@ pub use size::MAX_ARGS_DEPTH;
 
 use crate::call::{CallArgs, CallError};
 use crate::definitions::{definition, DefinitionOptions, Format};
-use crate::escalation::{EscalationSink, LogSink};
+use crate::escalation::{EscalationSink, LogSink, NoticeGate};
 use crate::executor::{Executed, Executor, RetryPolicy};
 use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
@@ -29,6 +29,10 @@ pub const DEFAULT_MAX_ARGS_BYTES: usize = 1 << 20;
 /// one clock, or of two system clocks, are milliseconds apart; a test clock left at another
 /// time is not.
 const CLOCK_TOLERANCE_MS: u64 = 1000;
+
+/// How often the escalation sink hears of refused "same key, changed parameters" repeats of
+/// one key: once per hour, the next notice saying how many were held back.
+pub const CHANGED_PARAMS_NOTICE_WINDOW: Duration = Duration::from_secs(3600);
 
 /// Default time a duplicate waits for the call that holds its key to finish.
 pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(10);
@@ -199,6 +203,7 @@ impl RegistryBuilder {
                     retry: self.retry.unwrap_or_default(),
                     in_flight_wait: self.in_flight_wait.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
                     sink: self.sink.unwrap_or_else(|| Arc::new(LogSink)),
+                    notices: Arc::new(NoticeGate::new(CHANGED_PARAMS_NOTICE_WINDOW)),
                 },
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
             }),
