@@ -1,7 +1,7 @@
 //! Escalations: what a person needs to decide an operation nobody else could settle.
 
-use std::io::Write;
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -65,17 +65,49 @@ pub trait EscalationSink: Send + Sync + std::fmt::Debug + 'static {
     async fn deliver(&self, escalation: &Escalation) -> Result<(), String>;
 }
 
-/// Logs escalations at `error` level through `tracing` (the default sink).
+/// Logs escalations at `error` level through `tracing` (the default sink): the key, tool,
+/// state, reason, downstream ref and how much evidence there is — never the arguments,
+/// which may hold what a log must not (card numbers, addresses, a tenant's names). A person
+/// finds them in the store (`idem show KEY`); a sink that should carry them is a choice to
+/// make ([`JsonLinesSink`], [`CallbackSink`]), with [`crate::RegistryBuilder::redact`] to
+/// mask what they must not.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LogSink;
 
 #[async_trait::async_trait]
 impl EscalationSink for LogSink {
     async fn deliver(&self, e: &Escalation) -> Result<(), String> {
-        let json = serde_json::to_string(e).map_err(|err| err.to_string())?;
-        tracing::error!(key = %e.key, tool = %e.tool, reason = %e.reason, escalation = %json,
+        tracing::error!(key = %e.key, tool = %e.tool, state = %e.state, reason = %e.reason,
+            downstream_ref = e.downstream_ref.as_deref().unwrap_or(""),
+            attempts = e.attempts.len(), read_backs = e.read_backs.len(),
             "escalated to a person");
         Ok(())
+    }
+}
+
+/// A hook that masks what escalations must not carry before any sink sees them.
+pub type Redactor = dyn Fn(&mut Escalation) + Send + Sync;
+
+/// Applies a [`Redactor`] to every escalation, then hands it to the inner sink.
+pub(crate) struct RedactingSink {
+    pub(crate) inner: Arc<dyn EscalationSink>,
+    pub(crate) redact: Arc<Redactor>,
+}
+
+impl std::fmt::Debug for RedactingSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedactingSink")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl EscalationSink for RedactingSink {
+    async fn deliver(&self, e: &Escalation) -> Result<(), String> {
+        let mut e = e.clone();
+        (self.redact)(&mut e);
+        self.inner.deliver(&e).await
     }
 }
 

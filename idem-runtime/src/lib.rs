@@ -34,7 +34,7 @@ pub mod tool;
 
 pub use call::{CallError, ToolCall, ToolResult};
 pub use definitions::{DefinitionOptions, Format};
-pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
+pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink, Redactor};
 pub use executor::RetryPolicy;
 pub use identity::{Fingerprint, IdemKey, Scope};
 pub use outcome::{Outcome, OutcomeClass};

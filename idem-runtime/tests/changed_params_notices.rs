@@ -39,19 +39,30 @@ async fn refused_repeats_of_one_key_are_coalesced_per_window() {
         .tool(Charge(runs.clone()))
         .build()
         .unwrap();
-    let call = |cents: u64| ToolCall::new("run", "charge", json!({ "cents": cents })).intent("order-1");
+    let call =
+        |cents: u64| ToolCall::new("run", "charge", json!({ "cents": cents })).intent("order-1");
     assert!(registry.call(call(4900)).await.is_completed());
 
     for _ in 0..50 {
         let refused = registry.call(call(9900)).await;
-        assert!(matches!(refused.error(), Some(CallError::ChangedParams { .. })));
+        assert!(matches!(
+            refused.error(),
+            Some(CallError::ChangedParams { .. })
+        ));
     }
     assert_eq!(*runs.lock().unwrap(), 1, "a refused repeat runs nothing");
-    assert_eq!(notices.lock().unwrap().len(), 1, "one notice for the first refusal");
+    assert_eq!(
+        notices.lock().unwrap().len(),
+        1,
+        "one notice for the first refusal"
+    );
 
     clock.advance(CHANGED_PARAMS_NOTICE_WINDOW + Duration::from_secs(1));
     let refused = registry.call(call(9900)).await;
-    assert!(matches!(refused.error(), Some(CallError::ChangedParams { .. })));
+    assert!(matches!(
+        refused.error(),
+        Some(CallError::ChangedParams { .. })
+    ));
     {
         let notices = notices.lock().unwrap();
         assert_eq!(notices.len(), 2);

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use idem_runtime::reconcile::resolve;
 use idem_runtime::{
-    CallbackSink, Escalation, IdemStore, MemoryStore, RecordState, Registry, Resolution,
-    ToolCall, ToolError, ToolSpec, WriteCtx,
+    CallbackSink, Escalation, IdemStore, MemoryStore, RecordState, Registry, Resolution, ToolCall,
+    ToolError, ToolSpec, WriteCtx,
 };
 use serde_json::json;
 
@@ -49,7 +49,9 @@ async fn a_late_result_after_a_release_is_recorded_again_and_reported() {
         .build()
         .unwrap();
 
-    let first = registry.call(ToolCall::new("run", "charge", json!({}))).await;
+    let first = registry
+        .call(ToolCall::new("run", "charge", json!({})))
+        .await;
     assert_eq!(first.class(), Some(idem_runtime::OutcomeClass::Unknown));
     let key = first.key().unwrap().clone();
 
@@ -70,18 +72,25 @@ async fn a_late_result_after_a_release_is_recorded_again_and_reported() {
         .expect("the late result is recorded again");
     assert_eq!(record.state, RecordState::Completed);
     assert!(
-        record.attempts.iter().any(|a| a.kind == idem_runtime::store::AttemptKind::Late),
+        record
+            .attempts
+            .iter()
+            .any(|a| a.kind == idem_runtime::store::AttemptKind::Late),
         "{:?}",
         record.attempts
     );
     let notices = notices.lock().unwrap().clone();
     assert!(
-        notices.iter().any(|n| n.reason.contains("after its key was released")),
+        notices
+            .iter()
+            .any(|n| n.reason.contains("after its key was released")),
         "{notices:?}"
     );
 
     // The model asks again: replayed, not charged twice.
-    let again = registry.call(ToolCall::new("run", "charge", json!({}))).await;
+    let again = registry
+        .call(ToolCall::new("run", "charge", json!({})))
+        .await;
     assert!(again.replayed() && again.is_completed(), "{}", again.text());
     assert_eq!(*billing.requests.lock().unwrap(), 1);
     assert_eq!(billing.ledger.lock().unwrap().len(), 1);

@@ -156,7 +156,7 @@ impl Executor {
                             "late result of a timed-out attempt; the record has moved on"),
                     },
                     Err(e) => {
-                        tracing::warn!(key = %key, error = %e, late = ?outcome, evidence = ?evidence,
+                        tracing::warn!(key = %key, error = %e, class = %class, attempt = evidence.attempt,
                         "late result of a timed-out attempt could not be recorded")
                     }
                 }
@@ -198,7 +198,9 @@ async fn restore(
                 .settle(&req.key, token, settlement.attempts(attempts))
                 .await?;
             let record = store.get(&req.key).await?;
-            Ok(Restored::Recorded(record.unwrap_or_else(|| claimed.clone())))
+            Ok(Restored::Recorded(
+                record.unwrap_or_else(|| claimed.clone()),
+            ))
         }
         ClaimOutcome::Existing(record) | ClaimOutcome::Mismatch(record) => {
             Ok(Restored::ClaimedAgain(record))

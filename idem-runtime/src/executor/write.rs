@@ -401,10 +401,14 @@ impl Executor {
                 // The handler ran; its result could not be recorded. The record will read as
                 // unknown (lease expiry), so that is what the caller is told. Keep the
                 // evidence where a person will find it.
-                tracing::error!(key = %key, error = %e, result = ?result, attempts = ?evidence,
-                    "handler finished but its result could not be saved");
+                // The output is not logged (it may hold what the user asked to keep out of
+                // logs), and the store's own words (a raw reply, a host name) stay out of
+                // what the model reads.
+                tracing::error!(key = %key, error = %e, class = %class_of_result(&result),
+                    attempts = ?evidence, "handler finished but its result could not be saved");
                 done(Outcome::Unknown {
-                    reason: format!("the result could not be saved ({e})"),
+                    reason: "the result could not be saved: the idempotency store failed"
+                        .to_owned(),
                 })
             }
         }

@@ -16,7 +16,7 @@ pub use size::MAX_ARGS_DEPTH;
 
 use crate::call::{CallArgs, CallError};
 use crate::definitions::{definition, DefinitionOptions, Format};
-use crate::escalation::{EscalationSink, LogSink, NoticeGate};
+use crate::escalation::{Escalation, EscalationSink, LogSink, NoticeGate, RedactingSink, Redactor};
 use crate::executor::{Executed, Executor, RetryPolicy};
 use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
@@ -64,6 +64,17 @@ pub struct RegistryBuilder {
     in_flight_wait: Option<Duration>,
     max_args_bytes: Option<usize>,
     sink: Option<Arc<dyn EscalationSink>>,
+    redact: Option<RedactHook>,
+}
+
+/// The builder's redaction hook, with a `Debug` that does not try to print a closure.
+#[derive(Clone)]
+struct RedactHook(Arc<Redactor>);
+
+impl std::fmt::Debug for RedactHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedactHook")
+    }
 }
 
 impl RegistryBuilder {
@@ -122,6 +133,28 @@ impl RegistryBuilder {
         self
     }
 
+    /// Masks what escalations must not carry (arguments, refused arguments, reasons quoting
+    /// them) before any sink sees them — the default log, a JSON-lines file, a pager — and
+    /// before the [`crate::Reconciler`] built from this registry sends its own.
+    ///
+    /// ```
+    /// # use idem_runtime::{identity::CanonicalJson, Registry};
+    /// # use serde_json::json;
+    /// let registry = Registry::builder()
+    ///     .redact(|e| {
+    ///         if let Some(op) = e.operation.as_mut() {
+    ///             op.args = CanonicalJson::from_value(&json!("[redacted]"));
+    ///         }
+    ///         e.refused_args = None;
+    ///     })
+    ///     .build()?;
+    /// # Ok::<(), idem_runtime::BuildError>(())
+    /// ```
+    pub fn redact(mut self, redact: impl Fn(&mut Escalation) + Send + Sync + 'static) -> Self {
+        self.redact = Some(RedactHook(Arc::new(redact)));
+        self
+    }
+
     /// Limit on a call's arguments as JSON text (default: 1 MiB).
     pub fn max_args_bytes(mut self, limit: usize) -> Self {
         self.max_args_bytes = Some(limit);
@@ -171,6 +204,14 @@ impl RegistryBuilder {
             order.push(name.clone());
             tools.insert(name, tool);
         }
+        let sink: Arc<dyn EscalationSink> = self.sink.unwrap_or_else(|| Arc::new(LogSink));
+        let sink = match self.redact {
+            Some(RedactHook(redact)) => Arc::new(RedactingSink {
+                inner: sink,
+                redact,
+            }),
+            None => sink,
+        };
         let (store, clock) = match (self.store, self.clock) {
             (Some(store), None) => {
                 let clock = store.clock();
@@ -202,7 +243,7 @@ impl RegistryBuilder {
                     clock,
                     retry: self.retry.unwrap_or_default(),
                     in_flight_wait: self.in_flight_wait.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
-                    sink: self.sink.unwrap_or_else(|| Arc::new(LogSink)),
+                    sink,
                     notices: Arc::new(NoticeGate::new(CHANGED_PARAMS_NOTICE_WINDOW)),
                 },
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),

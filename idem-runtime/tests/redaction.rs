@@ -1,0 +1,118 @@
+//! What leaves the process about a call: escalations pass the registry's redaction hook, and
+//! the model never reads the store's own error text.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use idem_runtime::identity::CanonicalJson;
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, ClaimToken, Settlement};
+use idem_runtime::{
+    CallbackSink, Escalation, IdemKey, IdemStore, MemoryStore, Record, RecordState, Registry,
+    StoreError, ToolCall, ToolError, ToolSpec, WriteCtx,
+};
+use serde_json::json;
+
+struct Charge;
+
+impl idem_runtime::WriteTool for Charge {
+    type Args = serde_json::Map<String, serde_json::Value>;
+    type Output = &'static str;
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("charge")
+    }
+    async fn call(&self, _ctx: WriteCtx, _args: Self::Args) -> Result<&'static str, ToolError> {
+        Ok("ch_1")
+    }
+}
+
+#[tokio::test]
+async fn escalations_reach_the_sink_redacted() {
+    let seen: Arc<Mutex<Vec<Escalation>>> = Arc::default();
+    let sink_seen = seen.clone();
+    let registry = Registry::builder()
+        .escalation_sink(Arc::new(CallbackSink(move |e: &Escalation| {
+            sink_seen.lock().unwrap().push(e.clone())
+        })))
+        .redact(|e| {
+            if let Some(op) = e.operation.as_mut() {
+                op.args = CanonicalJson::from_value(&json!("[redacted]"));
+            }
+            e.refused_args = None;
+        })
+        .tool(Charge)
+        .build()
+        .unwrap();
+    let card = json!({"card": "4242424242424242"});
+    let first = ToolCall::new("run", "charge", card).intent("order-1");
+    assert!(registry.call(first).await.is_completed());
+    let changed =
+        ToolCall::new("run", "charge", json!({"card": "5555555555554444"})).intent("order-1");
+    assert!(registry.call(changed).await.error().is_some());
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "the changed-params notice");
+    let text = serde_json::to_string(&seen[0]).unwrap();
+    assert!(!text.contains("4242") && !text.contains("5555"), "{text}");
+    assert!(text.contains("[redacted]"), "{text}");
+}
+
+/// A store whose settle fails with a raw backend reply, after the handler ran.
+#[derive(Debug)]
+struct SettleFails(MemoryStore);
+
+#[async_trait]
+impl IdemStore for SettleFails {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.0.claim(req).await
+    }
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.renew(key, token, lease).await
+    }
+    async fn settle(&self, _: &IdemKey, _: ClaimToken, _: Settlement) -> Result<(), StoreError> {
+        Err(StoreError::Backend(
+            "ERR redis 10.0.0.7:6379 replied: -MOVED 3999 secret-host".into(),
+        ))
+    }
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        self.0.release(key, token).await
+    }
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError> {
+        self.0.reclaim(key, expected, lease).await
+    }
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+        self.0.get(key).await
+    }
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.0.list(state, limit).await
+    }
+}
+
+#[tokio::test]
+async fn the_model_never_reads_the_stores_error_text() {
+    let registry = Registry::builder()
+        .store(SettleFails(MemoryStore::new()))
+        .tool(Charge)
+        .build()
+        .unwrap();
+    let result = registry
+        .call(ToolCall::new("run", "charge", json!({})))
+        .await;
+    assert_eq!(result.class(), Some(idem_runtime::OutcomeClass::Unknown));
+    let text = result.text();
+    assert!(
+        !text.contains("secret-host") && !text.contains("10.0.0.7"),
+        "{text}"
+    );
+    assert!(text.contains("store"), "{text}");
+}
