@@ -1,5 +1,6 @@
 //! idem: exactly-once tool calls for Rust AI agents.
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 /// Turns an `async fn` into a tool the [`Registry`] can dispatch to.
 ///
@@ -126,6 +127,12 @@ pub use idem_runtime::*;
 
 #[cfg(feature = "mcp")]
 pub mod mcp;
+
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+pub mod providers;
+
+#[cfg(feature = "rig")]
+pub mod rig;
 
 /// The serde idem uses (for `#[serde(crate = "idem::serde")]` and friends).
 pub use serde;

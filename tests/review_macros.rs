@@ -377,7 +377,7 @@ async fn a_unit_struct_args_type_takes_an_empty_object() {
 // OpenAI strict mode
 
 fn strict(registry: &Registry) -> Vec<Value> {
-    registry.definitions_with(Format::OpenAi, &DefinitionOptions { strict: true })
+    registry.definitions_with(Format::OpenAi, &DefinitionOptions::default().strict(true))
 }
 
 /// Every object in a schema (outside `$defs`, which strict mode also closes) is closed and

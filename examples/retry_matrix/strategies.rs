@@ -187,11 +187,13 @@ impl World {
         let builder = Registry::builder()
             .store(MemoryStore::with_clock(clock.clone()))
             .clock(clock)
-            .retry_policy(RetryPolicy {
-                max_attempts: ATTEMPTS,
-                initial_backoff: PAUSE,
-                max_backoff: PAUSE,
-            });
+            .retry_policy(
+                RetryPolicy::default()
+                    .max_attempts(ATTEMPTS)
+                    .initial_backoff(PAUSE)
+                    .max_backoff(PAUSE)
+                    .jitter(0.0),
+            );
         // The tool declares the service's key contract truthfully.
         let builder = match contract {
             KeyContract::Honoured => builder.toolbox(Arc::new(KeyedBilling {

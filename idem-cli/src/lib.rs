@@ -16,6 +16,7 @@
 //! }
 //! ```
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod output;
 mod store_url;

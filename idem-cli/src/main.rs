@@ -1,4 +1,5 @@
 //! The stock `idem` binary (no tools registered; see the `idem_cli` docs to embed your own).
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -16,6 +16,7 @@
 //! The macros recognise the context parameter by position and shape, and the generated code
 //! passes it through a hidden trait spanned on the user's type, so the type checker has the
 //! last word (see `idem_runtime::macro_support`).
+#![forbid(unsafe_code)]
 
 mod args;
 mod ast;

@@ -5,9 +5,16 @@ use proc_macro2::{Ident, Span, TokenStream};
 use proc_macro_crate::{crate_name, FoundCrate};
 use quote::quote;
 
-/// The name the user's manifest gives the `idem` package.
+/// The facade's package name on crates.io (`idem` was taken); its library is named `idem`.
+const FACADE_PACKAGE: &str = "idem-rs";
+
+/// The name the facade's library has in the user's crate.
 fn facade_name() -> String {
-    match crate_name("idem") {
+    match crate_name(FACADE_PACKAGE) {
+        // `idem-rs = "…"`: not renamed, so the extern crate has the library's own name.
+        // (proc-macro-crate spells an unrenamed dependency after its package.)
+        Ok(FoundCrate::Name(name)) if name == FACADE_PACKAGE.replace('-', "_") => "idem".to_owned(),
+        // `idem2 = { package = "idem-rs" }`: the extern crate is the key.
         Ok(FoundCrate::Name(name)) => name,
         // `Itself`: an example or a doc test of the facade (the library itself never uses its
         // own macro), where the facade is the extern crate `idem`. An unreadable manifest

@@ -1,20 +1,27 @@
-//! Runtime of [idem](https://docs.rs/idem): exactly-once tool calls for Rust agents.
+//! Runtime of idem: exactly-once tool calls for Rust agents.
 //!
-//! Users depend on the `idem` facade crate; this crate holds the machinery, arranged in the
-//! order a call flows through it:
+//! Users depend on the `idem` facade crate; this crate holds the machinery. Its top-level
+//! modules are layers, listed here bottom-up in the order a call travels through them; each
+//! uses only the ones above it in this list (`.ci/check-layers` enforces it):
 //!
-//! - [`identity`]: canonical JSON, the idempotency key ([`IdemKey`]) and the
-//!   [`Fingerprint`] of the arguments;
-//! - [`store`]: the claim — the [`IdemStore`] contract and its backends ([`MemoryStore`]);
-//! - [`tool`] and the executor: the handler runs with a [`WriteCtx`] carrying its key, under
-//!   a timeout, with panics caught;
-//! - [`outcome`]: every write settles in exactly one [`OutcomeClass`];
-//! - [`registry`] and [`definitions`]: dispatch by name; tool definitions for OpenAI,
-//!   Anthropic and MCP.
+//! 1. [`identity`]: canonical JSON, the idempotency key ([`IdemKey`]) and the
+//!    [`Fingerprint`] of the arguments;
+//! 2. [`outcome`]: the classes every write ends in, and what the model is told of each;
+//! 3. [`store`]: the claim — the [`IdemStore`] contract, its records and backends, clocks;
+//! 4. [`escalation`]: what a person gets when nobody else can settle an operation;
+//! 5. [`tool`]: what a tool declares and its handler receives ([`WriteCtx`] carries the
+//!    key), its input schema and read-back;
+//! 6. [`definitions`]: tool definitions for OpenAI, Anthropic and MCP;
+//! 7. [`call`]: a [`ToolCall`] as the agent loop makes it and the [`ToolResult`] it gets;
+//! 8. the executor (private): claim → run under timeout and lease → classify → settle;
+//! 9. [`registry`]: tools by name, dispatch, definitions for a whole registry;
+//! 10. [`reconcile`]: the [`Reconciler`] and a person's [`resolve`](reconcile::resolve).
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
+pub mod call;
 pub mod definitions;
-mod error;
+pub mod escalation;
 mod executor;
 pub mod identity;
 #[doc(hidden)]
@@ -25,21 +32,25 @@ pub mod registry;
 pub mod store;
 pub mod tool;
 
+pub use call::{CallError, ToolCall, ToolResult};
 pub use definitions::{DefinitionOptions, Format};
-pub use error::{BuildError, CallError};
+pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
 pub use executor::RetryPolicy;
 pub use identity::{Fingerprint, IdemKey, Scope};
 pub use outcome::{Outcome, OutcomeClass};
-pub use reconcile::{Escalation, EscalationSink, ReadBack, ReadBackCtx, Reconciler, Resolution};
-pub use registry::{Registry, RegistryBuilder, ToolCall, ToolResult};
+pub use reconcile::{Action, Decision, Reconciler, Resolution};
+pub use registry::{BuildError, Registry, RegistryBuilder};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "redis")]
 pub use store::RedisStore;
-pub use store::{IdemStore, MemoryStore, Record, RecordState, StoreError};
+pub use store::{
+    Clock, IdemStore, ManualClock, MemoryStore, Record, RecordState, StoreError, SystemClock,
+    Timestamp, TokioClock,
+};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, SqliteSync};
 pub use tool::{
-    Downstream, DynTool, ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, Toolbox, WriteCtx,
-    WriteTool,
+    Downstream, DynTool, ReadBack, ReadBackCtx, ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec,
+    Toolbox, WriteCtx, WriteTool,
 };

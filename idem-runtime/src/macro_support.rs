@@ -188,7 +188,7 @@ impl JsonSchema for NoArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::definitions::input_schema_for;
+    use crate::tool::input_schema_for;
     use serde_json::json;
 
     #[test]

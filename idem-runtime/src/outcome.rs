@@ -4,9 +4,11 @@ use std::fmt;
 
 use serde_json::Value;
 
-/// DESIGN's outcome classes.
+/// The outcome classes: every write ends in exactly one (see the outcome table in
+/// docs/ARCHITECTURE.md). New classes may be added.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OutcomeClass {
     /// The downstream provably did not start; the claim was released.
     Rejected,

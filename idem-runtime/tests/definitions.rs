@@ -85,7 +85,8 @@ fn openai_shape() {
 
 #[test]
 fn openai_strict_closes_objects_and_requires_everything() {
-    let defs = registry().definitions_with(Format::OpenAi, &DefinitionOptions { strict: true });
+    let defs =
+        registry().definitions_with(Format::OpenAi, &DefinitionOptions::default().strict(true));
     let f = &defs[0]["function"];
     assert_eq!(f["strict"], true);
     let p = &f["parameters"];

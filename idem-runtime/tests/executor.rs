@@ -1,4 +1,4 @@
-//! The write executor against a counting fake downstream: each row of DESIGN's outcome table,
+//! The write executor against a counting fake downstream: each row of the outcome table,
 //! lease expiry, concurrency, and bad input. Every test asserts on the downstream's ledger
 //! and the store's record, not only on what the call returned.
 
@@ -152,11 +152,13 @@ fn setup_with(
     let builder = Registry::builder()
         .shared_store(store.clone())
         .clock(Arc::new(clock.clone()))
-        .retry_policy(RetryPolicy {
-            max_attempts: 3,
-            initial_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(50),
-        })
+        .retry_policy(
+            RetryPolicy::default()
+                .max_attempts(3)
+                .initial_backoff(Duration::from_millis(10))
+                .max_backoff(Duration::from_millis(50))
+                .jitter(0.0),
+        )
         .tool(tool);
     Setup {
         registry: configure(builder).build().unwrap(),
@@ -762,10 +764,7 @@ async fn reads_run_without_a_claim_and_are_retried() {
     let store = Arc::new(MemoryStore::new());
     let registry = Registry::builder()
         .shared_store(store.clone())
-        .retry_policy(RetryPolicy {
-            initial_backoff: Duration::from_millis(1),
-            ..RetryPolicy::default()
-        })
+        .retry_policy(RetryPolicy::default().initial_backoff(Duration::from_millis(1)))
         .tool(Lookup(count.clone()))
         .build()
         .unwrap();

@@ -188,11 +188,11 @@ async fn not_found_is_not_trusted_while_the_timed_out_handler_may_still_send() {
 #[tokio::test(start_paused = true)]
 async fn a_rejection_after_an_unknown_attempt_does_not_free_the_key() {
     let spec = ToolSpec::new("charge").timeout(Duration::from_secs(1));
-    let retry = RetryPolicy {
-        max_attempts: 2,
-        initial_backoff: Duration::from_millis(100),
-        max_backoff: Duration::from_millis(100),
-    };
+    let retry = RetryPolicy::default()
+        .max_attempts(2)
+        .initial_backoff(Duration::from_millis(100))
+        .max_backoff(Duration::from_millis(100))
+        .jitter(0.0);
     // Attempt 1 times out and commits later; attempt 2 is refused (429).
     let script = vec![Send::CommitAfter(Duration::from_secs(2)), Send::Reject];
     let (registry, down, store) = world(true, script, spec, false, retry);
@@ -255,11 +255,11 @@ async fn a_late_result_waits_for_a_long_retry_loop() {
     // Attempt 1 commits 1 s after its 30 s timeout; attempts 2–4 hang: the loop settles
     // unknown after ~2 minutes, and only then may the late result settle the record.
     let spec = ToolSpec::new("charge").timeout(Duration::from_secs(30));
-    let retry = RetryPolicy {
-        max_attempts: 4,
-        initial_backoff: Duration::from_secs(1),
-        max_backoff: Duration::from_secs(1),
-    };
+    let retry = RetryPolicy::default()
+        .max_attempts(4)
+        .initial_backoff(Duration::from_secs(1))
+        .max_backoff(Duration::from_secs(1))
+        .jitter(0.0);
     let script = vec![
         Send::CommitAfter(Duration::from_secs(31)),
         Send::Hang,
@@ -326,11 +326,11 @@ impl IdemStore for RenewalOutage {
 }
 
 fn backoff_3s() -> RetryPolicy {
-    RetryPolicy {
-        max_attempts: 3,
-        initial_backoff: Duration::from_secs(3),
-        max_backoff: Duration::from_secs(3),
-    }
+    RetryPolicy::default()
+        .max_attempts(3)
+        .initial_backoff(Duration::from_secs(3))
+        .max_backoff(Duration::from_secs(3))
+        .jitter(0.0)
 }
 
 #[tokio::test(start_paused = true)]

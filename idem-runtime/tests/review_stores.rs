@@ -20,9 +20,9 @@ use std::time::Duration;
 use idem_runtime::identity::Scope;
 use idem_runtime::store::conformance;
 use idem_runtime::store::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor,
-    ManualClock, Operation, PostgresStore, ReadBackRecord, Record, RecordState, RedisStore,
-    Retention, Settlement, SqliteStore, StoreError, Timestamp,
+    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
+    ListCursor, ManualClock, Operation, PostgresStore, ReadBackRecord, Record, RecordState,
+    RedisStore, Retention, Settlement, SqliteStore, StoreError, Timestamp,
 };
 use idem_runtime::{IdemKey, OutcomeClass};
 use serde_json::{json, Value};
@@ -221,13 +221,14 @@ fn stale<T: std::fmt::Debug>(what: &str, r: Result<T, StoreError>) {
 }
 
 fn attempt(n: u32, class: OutcomeClass, at: Timestamp, message: &str) -> AttemptRecord {
-    AttemptRecord {
-        attempt: n,
-        started_at: at,
-        finished_at: at.plus(Duration::from_millis(250)),
+    AttemptRecord::new(
+        n,
+        at,
+        at.plus(Duration::from_millis(250)),
+        AttemptKind::Returned,
         class,
-        message: Some(message.to_owned()),
-    }
+        Some(message.to_owned()),
+    )
 }
 
 // ---------------------------------------------------------------------------------------

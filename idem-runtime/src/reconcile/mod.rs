@@ -3,28 +3,45 @@
 //! The model never reconciles: it is told "unknown, not sent again" and moves on. The
 //! [`Reconciler`] (a background task, or [`Reconciler::run_once`] from a cron or the CLI)
 //! takes each *unknown* and *pending* record and decides, recording every decision with its
-//! evidence:
+//! evidence. The first row that matches decides; the rows after *read back* need the tool's
+//! read-back, run once per record per pass (a tool without one answers "unsupported"):
 //!
-//! | record | tool declares | decision |
+//! | record | tool declares / read-back finds | decision |
 //! |---|---|---|
-//! | unknown | keyed downstream, inside the safe window | retry with the **same** key (bounded) |
-//! | unknown | a read-back: found | settle as found (completed / pending / failed) |
-//! | unknown | a read-back: not found, in-flight bound passed | release: the intent may run again |
-//! | unknown | a read-back: not found, bound not passed (or none declared) | wait (escalate once the bound is absent) |
-//! | unknown | neither | escalate: no key contract and no read-back |
-//! | pending | a read-back | poll until terminal |
-//! | any | read-back finds more than one effect | escalate |
+//! | any | tool not registered here as a write tool | skip: another reconciler's to decide |
+//! | any | no operation saved, or the saved arguments no longer decode | escalate |
+//! | unknown | keyed downstream, inside the safe window, [`Reconciler::max_retries`] + 1 sends made | escalate: the downstream keeps answering unknown |
+//! | unknown | keyed downstream, inside the safe window | retry with the **same** key |
+//! | unknown | the last timed-out attempt ended less than the in-flight bound ago (one timeout, if none declared) | wait: it may still report its late result |
+//! | | *read back* | |
+//! | unknown, pending | no read-back | escalate: no key contract (or window passed) and no read-back |
+//! | any | the read-back fails | wait, the error noted |
+//! | unknown | found completed, failed or pending | settle as found |
+//! | pending | found completed or failed | settle as found |
+//! | pending | found pending | wait: polled again next pass |
+//! | any | found more than one effect | escalate |
+//! | pending | not found | escalate: its downstream ref is gone |
+//! | unknown | not found, no in-flight bound declared | escalate: the original may still land |
+//! | unknown | not found, before last send + timeout + 2 × in-flight bound | wait, the read-back noted |
+//! | unknown | not found, after that | release: the intent may run again |
+//!
+//! The decision itself is a pure function of the record, what the tool declares, the time
+//! and the read-back's answer (`plan.rs`, where a unit test walks every row of this table);
+//! [`Reconciler`] only carries it out. "Noted" appends the read-back to an unknown record's
+//! evidence; a pending record keeps only the latest poll, in the log.
 //!
 //! A pass looks at a bounded batch per state and the next pass resumes after it
 //! ([`crate::store::IdemStore::list_after`]), so records that stay unknown or pending for
 //! long cannot keep newer ones from ever being looked at.
 
-mod escalation;
-mod read_back;
+mod plan;
 mod resolve;
 
-pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
-pub use read_back::{ReadBack, ReadBackCtx};
+// Escalations and read-backs are what the reconciler produces and consumes; they live in
+// lower layers (the executor escalates too, tools declare read-backs) and are re-exported
+// here where a reader of this module looks for them.
+pub use crate::escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
+pub use crate::tool::{ReadBack, ReadBackCtx};
 pub use resolve::{resolve, Resolution, ResolveError};
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -37,10 +54,12 @@ use crate::store::{
     ClaimToken, IdemStore, ListCursor, ReadBackRecord, Record, RecordState, Settlement, StoreError,
     Timestamp,
 };
-use crate::tool::{Downstream, DynTool, ToolKind};
+use crate::tool::{DynTool, ToolKind};
+use plan::{evidence_of, plan, Facts, Plan};
 
 /// What one reconciliation pass decided, per record.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Decision {
     /// The record's key.
     pub key: crate::IdemKey,
@@ -67,8 +86,20 @@ impl Decision {
 }
 
 /// What the reconciler did with one record.
+///
+/// ```
+/// use idem_runtime::{Action, Reconciler, Registry};
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let registry = Registry::builder().build()?;
+/// let decisions = Reconciler::new(&registry).run_all().await?;
+/// let escalated = decisions.iter().filter(|d| d.action == Action::Escalated).count();
+/// assert_eq!(escalated, 0); // nothing unsettled in an empty store
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Action {
     /// Retried with the same key; the record now holds the retry's outcome.
     Retried,
@@ -284,188 +315,107 @@ impl Reconciler {
         })
     }
 
+    /// Plans what to do with `record` (reading back first when the plan asks for it) and
+    /// does it.
     async fn decide(&self, record: Record) -> Decision {
-        let decision = |action, detail: String| Decision::on(&record, action, detail);
-        let tool = match self.registry.get(&record.tool) {
-            Some(t) if t.kind() == ToolKind::Write => t.clone(),
-            _ => {
-                return decision(
-                    Action::Skipped,
-                    format!(
-                        "tool `{}` is not registered with this reconciler",
-                        record.tool
-                    ),
-                )
-            }
+        let tool = self
+            .registry
+            .get(&record.tool)
+            .filter(|t| t.kind() == ToolKind::Write)
+            .cloned();
+        let decoded = match (&tool, &record.operation) {
+            (Some(tool), Some(operation)) => Some(tool.decode(&operation.args)),
+            _ => None,
         };
-        let Some(operation) = record.operation.clone() else {
-            let reason = "the record does not say what was asked for (no operation saved)";
-            return self.escalate(&record, reason).await.unwrap_or_else(|d| d);
+        let undecodable = match &decoded {
+            Some(Err(e)) => Some(format!("{e:?}")),
+            _ => None,
         };
-        let typed = match tool.decode(&operation.args) {
-            Ok(d) => d.typed,
-            Err(e) => {
-                let reason = format!("the saved arguments no longer decode: {e:?}");
-                return self.escalate(&record, &reason).await.unwrap_or_else(|d| d);
-            }
-        };
-        let spec = tool.spec();
+        let mut typed = decoded.and_then(|d| d.ok()).map(|d| d.typed);
+        let facts = tool
+            .as_ref()
+            .map(|t| Facts::of(t.spec(), self.max_retries, undecodable));
         let now = self.now();
-        let in_window = record.created_at.plus(spec.window_duration()) > now;
-        let keyed = spec.downstream_kind() == Downstream::Keyed;
 
-        if record.state == RecordState::Unknown && keyed && in_window {
-            let sent = record.attempts.iter().filter(|a| a.attempt > 0).count() as u32;
-            if sent >= self.max_retries.saturating_add(1) {
-                let reason = format!(
-                    "keyed downstream still unsettled after {sent} attempts with the same key"
-                );
-                return self.escalate(&record, &reason).await.unwrap_or_else(|d| d);
-            }
-            return self.retry(&tool, &record, &operation, typed).await;
+        let mut evidence = None;
+        let mut next = plan(&record, facts.as_ref(), now, None);
+        if next == Plan::ReadBack {
+            let (Some(tool), Some(operation), Some(typed)) =
+                (&tool, &record.operation, typed.take())
+            else {
+                return self.cannot(&record, "read back");
+            };
+            let ctx = ReadBackCtx {
+                key: record.key.clone(),
+                scope: operation.scope.clone(),
+                downstream_ref: record.downstream_ref.clone(),
+            };
+            let found = tool.read_back(ctx, typed).await;
+            evidence = Some(ReadBackRecord {
+                at: self.now(),
+                result: evidence_of(&found),
+            });
+            next = plan(&record, facts.as_ref(), now, Some(&found));
         }
 
-        // An attempt that timed out may still be running (in this process or another) and
-        // report its late result; give it that chance before reading back or escalating.
-        // Its handler is dropped `in_flight` after the timeout (without a bound, allow it one
-        // more timeout). A handler that itself returned "unknown" has nothing more to say.
-        if record.state == RecordState::Unknown {
-            let grace = spec
-                .in_flight_bound_duration()
-                .unwrap_or_else(|| spec.timeout_duration());
-            let last_timeout = record
-                .attempts
-                .iter()
-                .filter(|a| crate::executor::timed_out(a))
-                .map(|a| a.finished_at)
-                .max();
-            if let Some(end) = last_timeout.filter(|end| now < end.plus(grace)) {
-                return decision(
-                    Action::Waiting,
-                    format!(
-                        "the last attempt may still report a late result until {}",
-                        end.plus(grace)
-                    ),
-                );
+        let decision = |action, detail: String| Decision::on(&record, action, detail);
+        match next {
+            Plan::Skip { why } => decision(Action::Skipped, why),
+            Plan::Retry => {
+                let (Some(tool), Some(operation), Some(typed)) =
+                    (&tool, &record.operation, typed.take())
+                else {
+                    return self.cannot(&record, "retry");
+                };
+                self.retry(tool, &record, operation, typed).await
             }
-        }
-
-        // Read-back: the only way to settle without sending again.
-        let ctx = ReadBackCtx {
-            key: record.key.clone(),
-            scope: operation.scope.clone(),
-            downstream_ref: record.downstream_ref.clone(),
-        };
-        let found = tool.read_back(ctx, typed).await;
-        let evidence = ReadBackRecord {
-            at: self.now(),
-            result: match &found {
-                Ok(rb) => rb.summary(),
-                Err(e) => format!("error: {e}"),
+            Plan::Wait { why } => decision(Action::Waiting, why),
+            Plan::NoteAndWait { why } => {
+                if let Some(evidence) = evidence {
+                    self.note(&record, evidence).await;
+                }
+                decision(Action::Waiting, why)
+            }
+            // Given a read-back, a plan never asks for another.
+            Plan::ReadBack => self.cannot(&record, "read back twice"),
+            Plan::Settle {
+                settlement,
+                summary,
+            } => match self.takeover(&record).await {
+                Ok(token) => {
+                    let s = settlement.read_backs(evidence.into_iter().collect());
+                    match self.store().settle(&record.key, token, s).await {
+                        Ok(()) => decision(Action::Settled, summary),
+                        Err(e) => decision(Action::Waiting, format!("could not settle: {e}")),
+                    }
+                }
+                Err(d) => d,
             },
-        };
-        let found = match found {
-            Ok(ReadBack::Unsupported) => {
-                let reason = match (record.state, keyed) {
-                    (RecordState::Pending, _) => {
-                        "pending, and the tool has no read-back to poll it with".to_owned()
-                    }
-                    (_, true) => {
-                        "safe retry window passed and the tool has no read-back".to_owned()
-                    }
-                    _ => "downstream has no key contract and the tool has no read-back".to_owned(),
+            Plan::Release { why } => self.release(&record, why).await,
+            Plan::Escalate {
+                reason,
+                with_read_back,
+            } => {
+                let read_backs = if with_read_back {
+                    evidence.into_iter().collect()
+                } else {
+                    Vec::new()
                 };
-                return self.escalate(&record, &reason).await.unwrap_or_else(|d| d);
-            }
-            Ok(rb) => rb,
-            Err(e) => {
-                self.note(&record, evidence).await;
-                return decision(Action::Waiting, format!("read-back failed: {e}"));
-            }
-        };
-        let summary = evidence.result.clone();
-        let settlement = match found {
-            ReadBack::Unsupported => unreachable_unsupported(),
-            ReadBack::Completed {
-                downstream_ref,
-                output,
-            } => {
-                let s = Settlement::new(RecordState::Completed).payload(output);
-                downstream_ref.map_or(s.clone(), |r| s.downstream_ref(r))
-            }
-            ReadBack::Failed {
-                downstream_ref,
-                message,
-            } => {
-                let s = Settlement::new(RecordState::Failed).message(message);
-                downstream_ref.map_or(s.clone(), |r| s.downstream_ref(r))
-            }
-            ReadBack::Pending { downstream_ref } => {
-                if record.state == RecordState::Pending {
-                    self.note(&record, evidence).await;
-                    return decision(Action::Waiting, summary);
-                }
-                Settlement::new(RecordState::Pending).downstream_ref(downstream_ref)
-            }
-            ReadBack::Ambiguous { .. } => {
-                let reason = format!("read-back {summary}");
-                return self
-                    .escalate_with(&record, &reason, vec![evidence])
+                self.escalate(&record, &reason, read_backs)
                     .await
-                    .unwrap_or_else(|d| d);
+                    .unwrap_or_else(|d| d)
             }
-            ReadBack::NotFound => {
-                if record.state == RecordState::Pending {
-                    let reason = format!(
-                        "pending record's downstream ref {} not found downstream",
-                        record.downstream_ref.as_deref().unwrap_or("(none)")
-                    );
-                    return self
-                        .escalate_with(&record, &reason, vec![evidence])
-                        .await
-                        .unwrap_or_else(|d| d);
-                }
-                let Some(bound) = spec.in_flight_bound_duration() else {
-                    let reason = "read-back found nothing, but the tool declares no in-flight bound, so the original may still land";
-                    return self
-                        .escalate_with(&record, reason, vec![evidence])
-                        .await
-                        .unwrap_or_else(|d| d);
-                };
-                // The last send may have left its handler as late as its timeout plus the
-                // bound (the executor drops it then), and the downstream may commit up to the
-                // bound after that.
-                let last_send = record
-                    .attempts
-                    .iter()
-                    .filter(|a| a.attempt > 0)
-                    .map(|a| a.started_at)
-                    .max()
-                    .unwrap_or(record.created_at);
-                let settled_by = last_send
-                    .plus(spec.timeout_duration())
-                    .plus(bound)
-                    .plus(bound);
-                if now < settled_by {
-                    self.note(&record, evidence).await;
-                    return decision(
-                        Action::Waiting,
-                        format!("not found yet; the original may land until {settled_by}"),
-                    );
-                }
-                return self.release(&record, evidence).await;
-            }
-        };
-        match self.takeover(&record).await {
-            Ok(token) => {
-                let s = settlement.read_backs(vec![evidence]);
-                match self.store().settle(&record.key, token, s).await {
-                    Ok(()) => decision(Action::Settled, summary),
-                    Err(e) => decision(Action::Waiting, format!("could not settle: {e}")),
-                }
-            }
-            Err(d) => d,
         }
+    }
+
+    /// A plan asked for what the reconciler has not got (arguments to send or read back
+    /// with): [`plan()`] never does, so this only guards against a future mismatch.
+    fn cannot(&self, record: &Record, what: &str) -> Decision {
+        Decision::on(
+            record,
+            Action::Waiting,
+            format!("planned to {what}, but nothing to do it with"),
+        )
     }
 
     /// Re-sends with the same key: the keyed downstream replays if the first send landed.
@@ -498,11 +448,7 @@ impl Reconciler {
     }
 
     /// Frees a key whose effect provably never happened.
-    async fn release(&self, record: &Record, evidence: ReadBackRecord) -> Decision {
-        let detail = format!(
-            "read-back found nothing after the in-flight bound ({}); released, the intent may run again",
-            evidence.result
-        );
+    async fn release(&self, record: &Record, detail: String) -> Decision {
         let result = async {
             let token = self
                 .store()
@@ -551,11 +497,7 @@ impl Reconciler {
             })
     }
 
-    async fn escalate(&self, record: &Record, reason: &str) -> Result<Decision, Decision> {
-        self.escalate_with(record, reason, Vec::new()).await
-    }
-
-    async fn escalate_with(
+    async fn escalate(
         &self,
         record: &Record,
         reason: &str,
@@ -579,11 +521,6 @@ impl Reconciler {
         }
         Ok(Decision::on(record, Action::Escalated, reason.to_owned()))
     }
-}
-
-fn unreachable_unsupported() -> Settlement {
-    // `Unsupported` returned early above; kept total so a future variant cannot panic here.
-    Settlement::new(RecordState::Escalated).message("read-back unsupported")
 }
 
 /// The class a read-back settles a record as, for reports.

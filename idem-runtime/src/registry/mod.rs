@@ -1,6 +1,6 @@
 //! Expose: the [`Registry`] that dispatches calls by name and exports tool definitions.
 
-pub(crate) mod call;
+mod error;
 mod size;
 
 use std::collections::HashMap;
@@ -10,19 +10,24 @@ use std::time::Duration;
 use serde_json::Value;
 use tracing::Instrument;
 
-pub use call::{ToolCall, ToolResult};
+pub use crate::call::{ToolCall, ToolResult};
+pub use error::BuildError;
 
+use crate::call::{CallArgs, CallError};
 use crate::definitions::{definition, DefinitionOptions, Format};
-use crate::error::{BuildError, CallError};
+use crate::escalation::{EscalationSink, LogSink};
 use crate::executor::{Executed, Executor, RetryPolicy};
-use crate::reconcile::{EscalationSink, LogSink};
 use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
-use call::CallArgs;
 
 /// Default limit on the size of a call's arguments (JSON text): 1 MiB.
 pub const DEFAULT_MAX_ARGS_BYTES: usize = 1 << 20;
+
+/// How far apart a registry's clock and its store's may read at `build()`: two readings of
+/// one clock, or of two system clocks, are milliseconds apart; a test clock left at another
+/// time is not.
+const CLOCK_TOLERANCE_MS: u64 = 1000;
 
 /// Default time a duplicate waits for the call that holds its key to finish.
 pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(10);
@@ -82,8 +87,11 @@ impl RegistryBuilder {
         self
     }
 
-    /// The clock attempt evidence is stamped with (default: the system clock). Give the
-    /// store the same clock.
+    /// The clock attempts are stamped and windows measured with. Without it the registry
+    /// uses its store's clock ([`IdemStore::clock`]); with it and no store, the default
+    /// in-memory store ages by it too. Given both a store and a clock that read different
+    /// times (more than a second apart), `build()` refuses them: one clock must reach
+    /// everything.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
         self
@@ -158,10 +166,28 @@ impl RegistryBuilder {
             order.push(name.clone());
             tools.insert(name, tool);
         }
-        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        let store = self
-            .store
-            .unwrap_or_else(|| Arc::new(MemoryStore::with_clock(clock.clone())));
+        let (store, clock) = match (self.store, self.clock) {
+            (Some(store), None) => {
+                let clock = store.clock();
+                (store, clock)
+            }
+            (Some(store), Some(clock)) => {
+                let (ours, theirs) = (clock.now(), store.clock().now());
+                if ours.0.abs_diff(theirs.0) > CLOCK_TOLERANCE_MS {
+                    return Err(BuildError::ClockMismatch(format!(
+                        "the registry's clock reads {ours} and its store's {theirs}; give the \
+                         store the clock (the registry then uses the store's) or the same one \
+                         to both"
+                    )));
+                }
+                (store, clock)
+            }
+            (None, clock) => {
+                let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
+                let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::with_clock(clock.clone()));
+                (store, clock)
+            }
+        };
         Ok(Registry {
             inner: Arc::new(Inner {
                 tools,

@@ -81,13 +81,35 @@ pub(crate) fn deadline_after(d: Duration) -> tokio::time::Instant {
         .unwrap_or(now)
 }
 
-/// A source of wall-clock time.
+/// A source of wall-clock time: what leases, retention and retry windows are measured by.
+///
+/// Give one clock to the store; a registry built over the store uses the store's
+/// ([`crate::IdemStore::clock`]).
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use idem_runtime::{Clock, ManualClock, MemoryStore, Registry, Timestamp};
+///
+/// let clock = ManualClock::new(Timestamp(1_700_000_000_000));
+/// let registry = Registry::builder()
+///     .store(MemoryStore::with_clock(Arc::new(clock.clone())))
+///     .build()?;
+/// clock.advance(Duration::from_secs(3600)); // leases and retention see the hour pass
+/// assert_eq!(clock.now(), Timestamp(1_700_003_600_000));
+/// # Ok::<(), idem_runtime::BuildError>(())
+/// ```
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Now.
     fn now(&self) -> Timestamp;
 }
 
-/// The system clock.
+/// The system clock (the default everywhere).
+///
+/// ```
+/// use idem_runtime::{Clock, SystemClock};
+/// assert!(SystemClock.now().0 > 1_600_000_000_000); // milliseconds since the epoch
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
@@ -103,6 +125,15 @@ impl Clock for SystemClock {
 /// A clock that only moves when told to; for tests of leases and retention.
 ///
 /// Clones share one time.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_runtime::{Clock, ManualClock, Timestamp};
+/// let clock = ManualClock::new(Timestamp(0));
+/// let same = clock.clone();
+/// same.advance(Duration::from_millis(250));
+/// assert_eq!(clock.now(), Timestamp(250));
+/// ```
 #[derive(Clone, Debug)]
 pub struct ManualClock(Arc<AtomicU64>);
 
@@ -140,6 +171,16 @@ impl Clock for ManualClock {
 /// With tokio's paused time (`#[tokio::test(start_paused = true)]`,
 /// `tokio::time::advance`), leases and retention then move together with timeouts and
 /// sleeps, so a simulation needs one clock instead of two kept in step by hand.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_runtime::{Clock, Timestamp, TokioClock};
+/// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+/// let clock = TokioClock::starting_at(Timestamp(1_000));
+/// tokio::time::sleep(Duration::from_secs(2)).await; // paused time: returns at once
+/// assert_eq!(clock.now(), Timestamp(3_000));
+/// # });
+/// ```
 #[derive(Clone, Debug)]
 pub struct TokioClock {
     start: Timestamp,

@@ -59,8 +59,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor,
-    ManualClock, ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError,
+    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
+    ListCursor, ManualClock, ReadBackRecord, Record, RecordState, Retention, Settlement,
+    StoreError,
 };
 use crate::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
 use crate::outcome::OutcomeClass;
@@ -332,13 +333,14 @@ fn assert_stale<T: std::fmt::Debug>(what: &str, r: Result<T, StoreError>) {
 
 fn attempt(n: u32, class: OutcomeClass, at: &ManualClock) -> AttemptRecord {
     let now = at.now();
-    AttemptRecord {
-        attempt: n,
-        started_at: now,
-        finished_at: now.plus(Duration::from_millis(250)),
+    AttemptRecord::new(
+        n,
+        now,
+        now.plus(Duration::from_millis(250)),
+        AttemptKind::Returned,
         class,
-        message: Some(format!("attempt {n}")),
-    }
+        Some(format!("attempt {n}")),
+    )
 }
 
 fn completed(output: Value) -> Settlement {

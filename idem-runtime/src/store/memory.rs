@@ -205,6 +205,10 @@ fn wake(slot: &mut Slot) {
 
 #[async_trait::async_trait]
 impl IdemStore for MemoryStore {
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock.clone()
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let mut map = self.shard(&req.key);
         if let Some(outcome) =

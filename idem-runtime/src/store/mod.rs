@@ -27,6 +27,7 @@ mod redis;
 pub mod rules;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod transaction;
 
 use std::fmt;
 use std::sync::Arc;
@@ -42,8 +43,10 @@ pub(crate) use clock::deadline_after;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use memory::MemoryStore;
 pub use record::{
-    AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState, Settlement,
+    AttemptKind, AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState,
+    Settlement,
 };
+pub use transaction::{HeldClaim, TxError};
 
 use crate::identity::{Fingerprint, IdemKey};
 
@@ -260,6 +263,14 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
         Ok(records)
     }
 
+    /// The clock this store ages records by (leases, retention). A registry built over the
+    /// store stamps attempts and measures retry windows by the same clock, so a store given
+    /// a test clock needs no second one. The default is the system clock; a store that
+    /// takes a clock must return it.
+    fn clock(&self) -> Arc<dyn Clock> {
+        Arc::new(SystemClock)
+    }
+
     /// Waits up to `timeout` for `key`'s record to leave `Running`; returns it as last seen.
     ///
     /// The default polls [`IdemStore::get`] with backoff; backends that can push a
@@ -289,6 +300,9 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
 
 #[async_trait::async_trait]
 impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
+    fn clock(&self) -> Arc<dyn Clock> {
+        (**self).clock()
+    }
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         (**self).claim(req).await
     }

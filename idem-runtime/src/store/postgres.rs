@@ -1,6 +1,6 @@
 //! [`PostgresStore`]: many workers sharing one PostgreSQL database, and the one thing only a
 //! database you own can do — commit a handler's effect and its record in one transaction
-//! ([`PostgresStore::run_in_transaction`]).
+//! (`PostgresStore::run_in_transaction`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +15,8 @@ use super::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
     ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
 };
+use super::{HeldClaim, TxError};
 use crate::identity::{Fingerprint, IdemKey};
-use crate::tool::{ToolError, WriteCtx};
 
 /// The schema used when none is configured.
 pub const DEFAULT_SCHEMA: &str = "idem";
@@ -63,7 +63,7 @@ const EXPIRED_PAGE: usize = 1000;
 /// # Transactional handlers
 ///
 /// When the effect of a tool is a write to this same database, use
-/// [`PostgresStore::run_in_transaction`]: the effect and the *completed* record commit
+/// `PostgresStore::run_in_transaction`: the effect and the *completed* record commit
 /// together, so no crash can separate them.
 ///
 /// # Faults
@@ -584,7 +584,7 @@ impl PostgresStore {
         &self.inner.schema
     }
 
-    /// The connection pool (the same one [`PostgresStore::run_in_transaction`] uses).
+    /// The connection pool (the same one `PostgresStore::run_in_transaction` uses).
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
     }
@@ -760,74 +760,26 @@ impl PostgresStore {
         Ok((results, tombstones))
     }
 
-    /// Runs a write handler's effect and settles its record as *completed* in **one**
-    /// PostgreSQL transaction.
-    ///
-    /// Use it when the tool's effect is a write to this same database (a ledger entry, an
-    /// order row, an outbox message). `f` gets the open transaction; do the whole effect
-    /// through it and return the output. Then, inside the same transaction, the record
-    /// held by `ctx`'s claim is settled as completed with that output (fenced by the claim
-    /// token), and the transaction commits. So:
-    ///
-    /// - commit → the effect **and** the completed record exist; a repeat replays the
-    ///   output;
-    /// - a crash, a dropped connection, an error returned by `f` → the transaction rolls
-    ///   back: **no** effect and the record is not completed. Because the claim was marked
-    ///   transactional before the effect started, the store knows nothing can have happened
-    ///   and frees the key as soon as the transaction is gone (a repeat runs it again)
-    ///   instead of blocking it as *unknown*.
-    ///
-    /// Never half. The executor's own settle afterwards finds the record already completed
-    /// by the same token and only adds its attempt evidence.
-    ///
-    /// Everything `f` does outside the transaction (an HTTP call, another database) is not
-    /// covered: such effects belong in an ordinary handler.
+    /// Runs an effect and settles the claim's record as *completed* in **one** PostgreSQL
+    /// transaction: the store-level form of `PostgresStore::run_in_transaction` (defined
+    /// with the tools, for a `WriteCtx` and `ToolError`), for any claim holder and any error
+    /// type that a [`TxError`] converts into. See that method for what it guarantees.
     ///
     /// # Errors
     ///
-    /// - `f`'s error, after rolling back (nothing it wrote is kept). Return
-    ///   [`ToolError::rejected`] to free the key for another try;
-    /// - [`ToolError::Rejected`] when the claim is no longer held (its lease passed or it
-    ///   was taken over) or the store is unreachable — nothing was executed;
-    /// - [`ToolError::Unknown`] when the commit's outcome could not be determined (the
-    ///   connection broke during `COMMIT` and the record could not be read back).
-    ///
-    /// # Example
-    ///
-    /// ```no_run
-    /// use idem_runtime::store::PostgresStore;
-    /// use idem_runtime::{ToolError, WriteCtx};
-    ///
-    /// async fn credit(store: &PostgresStore, ctx: WriteCtx, account: i64, cents: i64)
-    ///     -> Result<serde_json::Value, ToolError>
-    /// {
-    ///     store
-    ///         .run_in_transaction(&ctx, |tx| {
-    ///             Box::pin(async move {
-    ///                 let row = tx
-    ///                     .query_one(
-    ///                         "UPDATE accounts SET balance = balance + $2 WHERE id = $1 \
-    ///                          RETURNING balance",
-    ///                         &[&account, &cents],
-    ///                     )
-    ///                     .await
-    ///                     .map_err(|e| ToolError::rejected(format!("not credited: {e}")))?;
-    ///                 let balance: i64 = row.get(0);
-    ///                 Ok(serde_json::json!({ "balance": balance }))
-    ///             })
-    ///         })
-    ///         .await
-    /// }
-    /// ```
-    pub async fn run_in_transaction<T, F>(&self, ctx: &WriteCtx, f: F) -> Result<T, ToolError>
+    /// `f`'s error after rolling back; [`TxError::NotExecuted`] when the claim is no longer
+    /// held or the store is unreachable (nothing was executed); [`TxError::Unknown`] when
+    /// the commit's outcome could not be determined.
+    pub async fn transact<T, E, F>(&self, ctx: &impl HeldClaim, f: F) -> Result<T, E>
     where
         T: serde::Serialize + Send,
-        F: for<'c> FnOnce(&'c mut Transaction<'_>) -> BoxFuture<'c, Result<T, ToolError>> + Send,
+        E: From<TxError>,
+        F: for<'c> FnOnce(&'c mut Transaction<'_>) -> BoxFuture<'c, Result<T, E>> + Send,
     {
         let sql = &self.inner.sql;
         let key = ctx.key().as_str();
         let token = ctx.claim_token().to_hex();
-        let not_run = |why: String| ToolError::rejected(format!("{why}; nothing was executed"));
+        let not_run = |why: String| E::from(TxError::NotExecuted(why));
         let mut client = self
             .client()
             .await
@@ -905,7 +857,7 @@ impl PostgresStore {
             }
             Err(e) => {
                 drop(client);
-                self.resolve_commit(ctx, output, e).await
+                self.resolve_commit(ctx, output, e).await.map_err(E::from)
             }
         }
     }
@@ -914,10 +866,10 @@ impl PostgresStore {
     /// finish if the server is still at it) to learn which way it went.
     async fn resolve_commit<T>(
         &self,
-        ctx: &WriteCtx,
+        ctx: &impl HeldClaim,
         output: T,
         e: tokio_postgres::Error,
-    ) -> Result<T, ToolError> {
+    ) -> Result<T, TxError> {
         let outcome = self
             .locked(ctx.key(), Busy::Wait, |current| {
                 let state = current.map(|(r, _)| (r.state, r.token));
@@ -929,15 +881,15 @@ impl PostgresStore {
                 Ok(output)
             }
             Ok(Locked::Done(Some((RecordState::Running, t)))) if t == ctx.claim_token() => Err(
-                ToolError::rejected(format!("the transaction did not commit ({e})")),
+                TxError::NotExecuted(format!("the transaction did not commit ({e})")),
             ),
-            Ok(Locked::Done(Some((state, _)))) => Err(ToolError::rejected(format!(
+            Ok(Locked::Done(Some((state, _)))) => Err(TxError::NotExecuted(format!(
                 "the transaction did not commit ({e}); the record has moved on (now {state})"
             ))),
-            Ok(Locked::Done(None)) => Err(ToolError::rejected(format!(
+            Ok(Locked::Done(None)) => Err(TxError::NotExecuted(format!(
                 "the transaction did not commit ({e}); the claim was freed"
             ))),
-            Ok(Locked::Busy(_)) | Err(_) => Err(ToolError::unknown(format!(
+            Ok(Locked::Busy(_)) | Err(_) => Err(TxError::Unknown(format!(
                 "the connection broke during COMMIT ({e}) and the record could not be read \
                  back: the effect may or may not have committed"
             ))),
@@ -991,6 +943,10 @@ async fn put(
 
 #[async_trait::async_trait]
 impl IdemStore for PostgresStore {
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock.clone()
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let sql = &self.inner.sql;
         let k = req.key.as_str();

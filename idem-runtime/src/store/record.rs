@@ -1,8 +1,7 @@
 //! What a store keeps per key.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use serde_json::Value;
 
@@ -10,7 +9,11 @@ use super::Timestamp;
 use crate::identity::{CanonicalJson, Fingerprint, IdemKey, Scope};
 use crate::outcome::OutcomeClass;
 
-/// The state of a record. Exactly DESIGN's classes, plus `Running` for a live claim.
+/// The state of a record: the outcome classes that leave a record (every one but
+/// *rejected*, which frees the key), plus `Running` for a live claim.
+///
+/// Deliberately not `#[non_exhaustive]`: every store matches on it, and a new state is a
+/// store-format change that each backend must handle, not something to wildcard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordState {
@@ -78,24 +81,25 @@ impl fmt::Display for RecordState {
 pub struct ClaimToken(pub u128);
 
 impl ClaimToken {
-    /// A token unique with overwhelming probability across processes and machines: a random
-    /// per-process prefix (from the OS-seeded hasher keys) and a per-process counter (never
-    /// repeated; not in claim order across threads).
+    /// A token unique with overwhelming probability across processes and machines: a
+    /// 64-bit prefix drawn from the operating system's random source for each process, and
+    /// a per-process counter (never repeated; not in claim order across threads).
+    ///
+    /// The prefix is drawn again whenever the process id changes: a forked child starts
+    /// with a copy of its parent's memory, prefix and counter included, and would otherwise
+    /// mint the very tokens its parent mints next.
     pub fn fresh() -> ClaimToken {
-        static SEED: OnceLock<u64> = OnceLock::new();
+        static SEED: AtomicU64 = AtomicU64::new(0);
+        static SEEDED_PID: AtomicU32 = AtomicU32::new(0);
         static COUNTER: AtomicU64 = AtomicU64::new(1);
-        let seed = *SEED.get_or_init(|| {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0),
-            );
-            h.write_u32(std::process::id());
-            h.finish()
-        });
+        let pid = std::process::id();
+        if SEEDED_PID.load(Ordering::Acquire) != pid {
+            // Threads racing here each draw a random prefix; whichever is stored last wins,
+            // and tokens minted under the others are just as unique.
+            SEED.store(os_random_u64(), Ordering::Release);
+            SEEDED_PID.store(pid, Ordering::Release);
+        }
+        let seed = SEED.load(Ordering::Acquire);
         // Each thread takes counter values in blocks, so concurrent claims on different
         // threads do not bounce one cache line between cores on every claim.
         const BLOCK: u64 = 1024;
@@ -134,8 +138,68 @@ impl fmt::Debug for ClaimToken {
     }
 }
 
-/// Evidence of one attempt: when it ran and what was observed.
+/// 64 bits from the operating system's random source. Should the OS refuse (it does not on
+/// any supported platform once booted), falls back to the standard library's randomly keyed
+/// hasher over the time and process id: weaker, but still distinct between processes.
+fn os_random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    match getrandom::fill(&mut buf) {
+        Ok(()) => u64::from_le_bytes(buf),
+        Err(e) => {
+            tracing::warn!(error = %e, "no OS randomness for claim tokens; using a weaker seed");
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0),
+            );
+            h.write_u32(std::process::id());
+            h.finish()
+        }
+    }
+}
+
+/// How an attempt ended, as the executor saw it. Decisions are taken on this, never on the
+/// wording of [`AttemptRecord::message`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AttemptKind {
+    /// The handler returned; the attempt's class is its result's.
+    Returned,
+    /// The handler hit its timeout. It may still be running, and report a late result.
+    TimedOut,
+    /// The handler panicked: it may have done anything before that.
+    Panicked,
+    /// The late result (or late panic) of an attempt that had timed out.
+    Late,
+    /// A timed-out handler still running when its in-flight bound passed, dropped.
+    Abandoned,
+}
+
+impl AttemptKind {
+    /// The kind of an attempt recorded before kinds were kept (record format 1), read off
+    /// the executor's wording of that version.
+    fn of_legacy(message: Option<&str>) -> AttemptKind {
+        let m = message.unwrap_or_default();
+        if m.starts_with("timed out after") {
+            AttemptKind::TimedOut
+        } else if m.starts_with("handler panicked") {
+            AttemptKind::Panicked
+        } else if m.starts_with("late result after timeout") {
+            AttemptKind::Late
+        } else {
+            AttemptKind::Returned
+        }
+    }
+}
+
+/// Evidence of one attempt: when it ran, how it ended and what was observed.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "AttemptRecordRepr")]
+#[non_exhaustive]
 pub struct AttemptRecord {
     /// Attempt number, from 1.
     pub attempt: u32,
@@ -143,10 +207,63 @@ pub struct AttemptRecord {
     pub started_at: Timestamp,
     /// When the attempt ended (or was given up on).
     pub finished_at: Timestamp,
+    /// How it ended.
+    pub kind: AttemptKind,
     /// What the attempt ended as.
     pub class: OutcomeClass,
-    /// What was observed (error text, "timed out after 30s", "handler panicked: …").
+    /// What was observed (error text, "timed out after 30s", "handler panicked: …"), for a
+    /// person to read.
     pub message: Option<String>,
+}
+
+impl AttemptRecord {
+    /// Evidence of attempt number `attempt`, run from `started_at` to `finished_at`.
+    pub fn new(
+        attempt: u32,
+        started_at: Timestamp,
+        finished_at: Timestamp,
+        kind: AttemptKind,
+        class: OutcomeClass,
+        message: Option<String>,
+    ) -> Self {
+        AttemptRecord {
+            attempt,
+            started_at,
+            finished_at,
+            kind,
+            class,
+            message,
+        }
+    }
+}
+
+/// An attempt as stored: records written before `kind` existed lack it, and get it from
+/// their message (see [`AttemptKind::of_legacy`]), so old records read the same as new.
+#[derive(serde::Deserialize)]
+struct AttemptRecordRepr {
+    attempt: u32,
+    started_at: Timestamp,
+    finished_at: Timestamp,
+    #[serde(default)]
+    kind: Option<AttemptKind>,
+    class: OutcomeClass,
+    message: Option<String>,
+}
+
+impl From<AttemptRecordRepr> for AttemptRecord {
+    fn from(r: AttemptRecordRepr) -> Self {
+        let kind = r
+            .kind
+            .unwrap_or_else(|| AttemptKind::of_legacy(r.message.as_deref()));
+        AttemptRecord::new(
+            r.attempt,
+            r.started_at,
+            r.finished_at,
+            kind,
+            r.class,
+            r.message,
+        )
+    }
 }
 
 /// What was asked for: enough to retry the operation with the same key, to look it up
@@ -173,6 +290,10 @@ pub struct ReadBackRecord {
 }
 
 /// One key's record.
+///
+/// Deliberately not `#[non_exhaustive]`: a store outside this crate builds records from its
+/// own rows, so it needs every field. A new field is a record-format change, made
+/// deliberately (with `#[serde(default)]` so records written before it still read).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
     /// The operation's key.
@@ -210,8 +331,10 @@ pub struct Record {
     pub read_backs: Vec<ReadBackRecord>,
 }
 
-/// What the holder of a claim reports when it settles.
+/// What the holder of a claim reports when it settles. Built with [`Settlement::new`] and
+/// the setters; stores read its fields.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Settlement {
     /// The new state (anything but `Running`).
     pub state: RecordState,

@@ -842,6 +842,10 @@ fn list_rows(
 
 #[async_trait::async_trait]
 impl IdemStore for SqliteStore {
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock.clone()
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         // A repeat of a settled or running key is answered from a read connection, without
         // queueing for the write lock; only a free (or time-changed) key needs it.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::identity::{IdemKey, Scope};
-use crate::store::ClaimToken;
+use crate::store::{ClaimToken, HeldClaim};
 
 #[derive(Debug)]
 struct CallInfo {
@@ -161,5 +161,16 @@ impl WriteCtx {
     #[cfg(feature = "testing")]
     pub fn for_test(key: IdemKey) -> Self {
         WriteCtx::new(ReadCtx::for_test("test"), key, ClaimToken::fresh())
+    }
+}
+
+/// Lets a store settle this attempt's record inside the transaction of its effect.
+impl HeldClaim for WriteCtx {
+    fn key(&self) -> &IdemKey {
+        &self.key
+    }
+
+    fn claim_token(&self) -> ClaimToken {
+        self.token
     }
 }

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+use super::{input_schema_for, ReadBack, ReadBackCtx};
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
-use crate::definitions::schema::input_schema_for;
 use crate::identity::{identify, ArgsIdentity, CanonicalJson};
-use crate::reconcile::{ReadBack, ReadBackCtx};
 
 /// A registered tool with its types erased: what [`crate::Registry`] stores and dispatches to.
 ///

@@ -2,11 +2,14 @@
 
 use serde_json::Value;
 
+use crate::store::TxError;
+
 /// A handler's account of an attempt that did not simply succeed.
 ///
-/// Each variant is one class of DESIGN's outcome table; pick the one that is *provably*
-/// true. When in doubt, [`ToolError::Unknown`]: it blocks further sends until someone
-/// settles the record, which costs a delay, while a wrong "rejected" costs a duplicate effect.
+/// Each variant is one class of the outcome table (docs/ARCHITECTURE.md); pick the one that
+/// is *provably* true. When in doubt, [`ToolError::Unknown`]: it blocks further sends until
+/// someone settles the record, which costs a delay, while a wrong "rejected" costs a
+/// duplicate effect.
 #[derive(Clone, Debug, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "class", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -91,6 +94,17 @@ impl ToolError {
     pub fn unknown(message: impl std::fmt::Display) -> Self {
         ToolError::Unknown {
             message: message.to_string(),
+        }
+    }
+}
+
+/// A transactional effect's store-side failure: nothing executed is a rejection (the key is
+/// freed for another try), an undetermined commit is unknown (the key stays blocked).
+impl From<TxError> for ToolError {
+    fn from(e: TxError) -> Self {
+        match e {
+            TxError::NotExecuted(_) => ToolError::rejected(e),
+            TxError::Unknown(message) => ToolError::Unknown { message },
         }
     }
 }

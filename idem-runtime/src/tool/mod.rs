@@ -4,11 +4,17 @@
 mod context;
 pub(crate) mod erased;
 mod error;
+mod read_back;
+mod schema;
 mod spec;
 mod traits;
+#[cfg(feature = "postgres")]
+mod transaction;
 
 pub use context::{ReadCtx, WriteCtx};
 pub use erased::DynTool;
 pub use error::ToolError;
+pub use read_back::{ReadBack, ReadBackCtx};
+pub use schema::input_schema_for;
 pub use spec::{Downstream, ToolKind, ToolSpec, DEFAULT_TIMEOUT, DEFAULT_WINDOW};
 pub use traits::{DynMarker, IntoDynTool, ReadMarker, ReadTool, Toolbox, WriteMarker, WriteTool};

@@ -7,9 +7,9 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::erased::DynTool;
+use super::{ReadBack, ReadBackCtx};
 use super::{ReadCtx, ToolError, ToolSpec, WriteCtx};
-use crate::reconcile::{ReadBack, ReadBackCtx};
-use crate::tool::erased::DynTool;
 
 /// A tool without effects: runs without a claim and may be retried freely.
 ///

@@ -454,6 +454,10 @@ fn decode_record(fields: &Value, record_prefix: &str) -> Result<Record, StoreErr
 
 #[async_trait::async_trait]
 impl IdemStore for RedisStore {
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock.clone()
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let token = ClaimToken::fresh();
         let rk = self.record_key(&req.key);

@@ -1,8 +1,11 @@
 //! A call as the agent loop makes it, and what it gets back.
 
+mod error;
+
+pub use error::CallError;
+
 use serde_json::Value;
 
-use crate::error::CallError;
 use crate::identity::{IdemKey, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
 

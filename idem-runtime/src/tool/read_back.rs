@@ -1,4 +1,4 @@
-//! Read-backs: how a write tool looks its own effect up downstream.
+//! Read-backs: how a write tool looks its own effect up downstream, for the reconciler.
 
 use serde_json::Value;
 

@@ -1,8 +1,8 @@
 //! Escalations: what a person needs to decide an operation nobody else could settle.
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use crate::identity::IdemKey;
 use crate::store::{AttemptRecord, Operation, ReadBackRecord, Record, RecordState, Timestamp};
@@ -10,6 +10,7 @@ use crate::store::{AttemptRecord, Operation, ReadBackRecord, Record, RecordState
 /// Everything known about an operation a person must decide: the intent, key, tool and
 /// arguments, every attempt with its times and errors, every read-back, downstream refs.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct Escalation {
     /// The operation's key.
     pub key: IdemKey,
@@ -77,19 +78,50 @@ impl EscalationSink for LogSink {
 }
 
 /// Appends each escalation as one JSON line to a file (flushed and synced per line).
+///
+/// The file is written on tokio's blocking pool, never on a runtime worker: a slow disk
+/// (or a fsync that takes a second) must not stall the calls sharing that worker. It is
+/// created readable by its owner only (mode 0600 on Unix), since escalations hold the
+/// operation's arguments, and a path that is a symbolic link is refused rather than
+/// followed, so nobody can point the sink at a file they want overwritten.
 #[derive(Debug)]
 pub struct JsonLinesSink {
-    path: PathBuf,
-    lock: Mutex<()>,
+    path: Arc<PathBuf>,
+    lock: Arc<Mutex<()>>,
 }
 
 impl JsonLinesSink {
     /// A sink appending to `path` (created if absent).
     pub fn new(path: impl Into<PathBuf>) -> Self {
         JsonLinesSink {
-            path: path.into(),
-            lock: Mutex::new(()),
+            path: Arc::new(path.into()),
+            lock: Arc::new(Mutex::new(())),
         }
+    }
+
+    /// Appends `line` under the lock (so lines from concurrent deliveries never interleave)
+    /// and syncs it to disk. Blocking: runs on the blocking pool.
+    fn append(path: &Path, lock: &Mutex<()>, line: &[u8]) -> Result<(), String> {
+        let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).append(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+        }
+        #[cfg(not(unix))]
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(format!(
+                "{}: is a symbolic link; not followed",
+                path.display()
+            ));
+        }
+        let mut f = options
+            .open(path)
+            .map_err(|err| format!("{}: {err}", path.display()))?;
+        f.write_all(line).map_err(|err| err.to_string())?;
+        f.sync_data().map_err(|err| err.to_string())
     }
 }
 
@@ -98,18 +130,25 @@ impl EscalationSink for JsonLinesSink {
     async fn deliver(&self, e: &Escalation) -> Result<(), String> {
         let mut line = serde_json::to_vec(e).map_err(|err| err.to_string())?;
         line.push(b'\n');
-        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(|err| format!("{}: {err}", self.path.display()))?;
-        f.write_all(&line).map_err(|err| err.to_string())?;
-        f.sync_data().map_err(|err| err.to_string())
+        let (path, lock) = (self.path.clone(), self.lock.clone());
+        tokio::task::spawn_blocking(move || JsonLinesSink::append(&path, &lock, &line))
+            .await
+            .map_err(|err| format!("{}: the write did not finish: {err}", self.path.display()))?
     }
 }
 
-/// Calls a function with each escalation.
+/// Calls a function with each escalation: a pager, a ticket queue, a channel to a task.
+///
+/// ```
+/// use std::sync::Arc;
+/// use idem_runtime::{CallbackSink, Registry};
+///
+/// let sink = CallbackSink(|e: &idem_runtime::Escalation| {
+///     eprintln!("page the on-call: {} ({}): {}", e.tool, e.key, e.reason);
+/// });
+/// let registry = Registry::builder().escalation_sink(Arc::new(sink)).build()?;
+/// # Ok::<(), idem_runtime::BuildError>(())
+/// ```
 pub struct CallbackSink<F>(pub F);
 
 impl<F> std::fmt::Debug for CallbackSink<F> {

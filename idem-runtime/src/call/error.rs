@@ -1,10 +1,12 @@
-//! Errors a caller gets when a call could not be carried out at all, and registry build errors.
+//! Why a call could not be carried out at all.
 
 use crate::identity::IdemKey;
 use crate::store::StoreError;
 
-/// Why a call was refused or could not be carried out. In every case but
-/// [`CallError::Store`] nothing ran and no claim is left behind.
+/// Why a call was refused or could not be carried out. In every case the handler did not
+/// run. Every variant but [`CallError::Store`] also leaves nothing behind in the store; after
+/// a store error the claim may have been applied with its reply lost, and such a record turns
+/// *unknown* when its lease passes, for the reconciler to settle (nothing was sent).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
@@ -55,7 +57,8 @@ pub enum CallError {
         /// The key.
         key: IdemKey,
     },
-    /// The store failed before the handler ran (nothing ran).
+    /// The store failed before the handler ran: nothing ran, but a claim whose reply was lost
+    /// may be left running until its lease passes (see the type's docs).
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -70,24 +73,4 @@ impl CallError {
             other => format!("error: {other}; nothing was done"),
         }
     }
-}
-
-/// Why a registry could not be built.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// Two tools share one name.
-    #[error("two tools are named `{0}`; tool names must be unique in a registry")]
-    DuplicateName(String),
-    /// A tool name is not 1–64 characters of `[A-Za-z0-9_-]`.
-    #[error("{0}")]
-    InvalidName(String),
-    /// A tool's options contradict each other.
-    #[error("tool `{tool}`: {message}")]
-    InvalidSpec {
-        /// The tool.
-        tool: String,
-        /// What is wrong.
-        message: String,
-    },
 }

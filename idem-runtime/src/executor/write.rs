@@ -1,0 +1,382 @@
+//! The write path: claim → run under the claim → settle (or release).
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::attempt::{self, AttemptEnd, Lease};
+use super::classify::{class_of_result, outcome_of, replay, settlement_of};
+use super::late::LateAttempt;
+use super::{evidence, Executed, Executor};
+use crate::call::{CallError, ToolCall};
+use crate::escalation::Escalation;
+use crate::identity::{CanonicalJson, IdemKey, KeyMaterial, Scope};
+use crate::outcome::{Outcome, OutcomeClass};
+use crate::store::{
+    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Operation, RecordState,
+    StoreError, Timestamp,
+};
+use crate::tool::erased::{Ctx, Decoded, RawArgs};
+use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
+
+/// A claim the caller holds, and what to run under it.
+pub(crate) struct ClaimedRun<'a> {
+    pub(crate) scope: &'a Scope,
+    pub(crate) call_id: Option<&'a str>,
+    pub(crate) args: RawArgs<'a>,
+    pub(crate) key: IdemKey,
+    pub(crate) token: ClaimToken,
+    /// When the operation was first claimed: the safe retry window counts from here.
+    pub(crate) first_claimed_at: Timestamp,
+    /// An earlier attempt of this operation ended *unknown* (a reconciler's retry): a
+    /// "rejected" now cannot prove that nothing happened.
+    pub(crate) prior_unknown: bool,
+}
+
+impl Executor {
+    /// Runs a write: derive key → claim → run under timeout → classify → settle.
+    pub(crate) async fn write(
+        &self,
+        tool: &DynTool,
+        call: &ToolCall,
+        args: RawArgs<'_>,
+        decoded: Decoded,
+    ) -> Executed {
+        let spec = tool.spec();
+        let Decoded { identity, typed } = decoded;
+        let Some(identity) = identity else {
+            return Executed::refused(
+                None,
+                CallError::InvalidArgs {
+                    tool: spec.name().to_owned(),
+                    message: "arguments have no identity".to_owned(),
+                },
+            );
+        };
+        let material = match (&call.intent, &identity.key_fields) {
+            (Some(intent), _) => KeyMaterial::Intent(intent),
+            (None, Some(fields)) => KeyMaterial::Fields(fields),
+            (None, None) => KeyMaterial::ArgsFingerprint(&identity.fingerprint),
+        };
+        let key = IdemKey::derive(&call.scope, spec.name(), material);
+        tracing::Span::current().record("key", key.as_str());
+        let req = ClaimRequest {
+            key: key.clone(),
+            fingerprint: identity.fingerprint,
+            tool: spec.name().to_owned(),
+            lease: spec.lease_duration(),
+            operation: Some(Operation {
+                scope: call.scope.clone(),
+                intent: call.intent.clone(),
+                // The bytes the fingerprint was taken of, moved: no second serialization.
+                args: CanonicalJson::from_canonical_bytes(identity.canonical),
+            }),
+        };
+
+        let mut waited = false;
+        let token = loop {
+            let claimed = match self.store().claim(&req).await {
+                Ok(c) => c,
+                Err(e) => return Executed::refused(Some(key), CallError::Store(e)),
+            };
+            match claimed {
+                ClaimOutcome::Claimed(token) => break token,
+                ClaimOutcome::Mismatch(record) => {
+                    tracing::warn!(key = %key, tool = spec.name(), state = %record.state,
+                        "same key, changed parameters: refused");
+                    // A person should know: either the caller reuses an intent id for another
+                    // action, or the model changed its mind about an action already sent.
+                    let mut notice = Escalation::from_record(
+                        &record,
+                        "same key, changed parameters: a repeat with other arguments was refused",
+                        self.clock.now(),
+                    );
+                    notice.refused_args = req.operation.as_ref().map(|op| op.args.value().clone());
+                    if let Err(e) = self.sink.deliver(&notice).await {
+                        tracing::error!(key = %key, error = %e, "escalation sink failed");
+                    }
+                    return Executed::refused(
+                        Some(key),
+                        CallError::ChangedParams { key: record.key },
+                    );
+                }
+                ClaimOutcome::Existing(record) if record.state == RecordState::Running => {
+                    if waited {
+                        return Executed::refused(Some(key.clone()), CallError::InFlight { key });
+                    }
+                    waited = true;
+                    if let Err(e) = self.store().wait_settled(&key, self.in_flight_wait).await {
+                        return Executed::refused(Some(key), CallError::Store(e));
+                    }
+                    // Claim again: the record may now be settled (replay), released (ours to
+                    // run), or still running (in flight).
+                }
+                ClaimOutcome::Existing(record) => {
+                    return Executed {
+                        key: Some(key),
+                        result: Ok(replay(record)),
+                        replayed: true,
+                        attempts: 0,
+                    };
+                }
+            }
+        };
+        let run = ClaimedRun {
+            scope: &call.scope,
+            call_id: call.call_id.as_deref(),
+            args,
+            key,
+            token,
+            first_claimed_at: self.clock.now(),
+            prior_unknown: false,
+        };
+        // Boxed: the running path's state (attempt, timers, lease renewal) is large, and
+        // keeping it out of the call future keeps replays, the common repeat, from moving it.
+        Box::pin(self.run_claimed(tool, run, typed)).await
+    }
+
+    /// Runs the handler under a claim the caller holds, retrying keyed downstreams inside the
+    /// safe window, and settles (or releases) the claim.
+    pub(crate) async fn run_claimed(
+        &self,
+        tool: &DynTool,
+        run: ClaimedRun<'_>,
+        typed: Box<dyn std::any::Any + Send>,
+    ) -> Executed {
+        let ClaimedRun {
+            scope,
+            call_id,
+            args,
+            key,
+            token,
+            first_claimed_at: claimed_at,
+            prior_unknown,
+        } = run;
+        let spec = tool.spec();
+        let keyed = spec.downstream_kind() == Downstream::Keyed;
+        let max_attempts = if keyed {
+            self.retry.max_attempts.max(1)
+        } else {
+            1
+        };
+        let mut typed = Some(typed);
+        let mut evidence = Vec::new();
+        let mut attempt = 1;
+        loop {
+            let args_for_attempt = match typed.take() {
+                Some(t) => t,
+                // Attempts after the first decode again: deserialization is deterministic,
+                // and `Args` need not be `Clone`.
+                None => match tool.decode(args) {
+                    Ok(d) => d.typed,
+                    Err(e) => {
+                        // Decoded a moment ago; a custom `Deserialize` disagrees with itself.
+                        // The earlier attempt stays unknown: that must not become "rejected".
+                        let result = Err(ToolError::unknown(format!(
+                            "arguments no longer decode for a retry: {e:?}"
+                        )));
+                        return self.settle(key, token, result, evidence, attempt - 1).await;
+                    }
+                },
+            };
+            let started_at = self.clock.now();
+            let deadline = attempt::deadline_after(spec.timeout_duration());
+            let ctx = WriteCtx::new(
+                ReadCtx::new(
+                    scope.clone(),
+                    call_id.map(str::to_owned),
+                    spec.name().to_owned(),
+                    deadline,
+                    attempt,
+                ),
+                key.clone(),
+                token,
+            );
+            let fut = attempt::catch(tool.invoke(Ctx::Write(ctx), args_for_attempt));
+            let lease = Lease {
+                store: &self.store,
+                key: &key,
+                token,
+                lease: spec.lease_duration(),
+            };
+            let span = tracing::info_span!("idem.attempt", attempt, class = tracing::field::Empty);
+            let end = attempt::run(fut, spec.timeout_duration(), Some(lease))
+                .instrument(span.clone())
+                .await;
+            let finished_at = self.clock.now();
+            let (result, kind, message) = match end {
+                AttemptEnd::Returned(r) => {
+                    let msg = r.as_ref().err().map(ToString::to_string);
+                    (Some(r), AttemptKind::Returned, msg)
+                }
+                AttemptEnd::Panicked(p) => (
+                    None,
+                    AttemptKind::Panicked,
+                    Some(format!("handler panicked: {p}")),
+                ),
+                AttemptEnd::TimedOut(fut) => {
+                    let late = LateAttempt {
+                        key: key.clone(),
+                        token,
+                        attempt,
+                        started_at,
+                        abandon_after: spec.in_flight_bound_duration(),
+                        lease: spec.lease_duration(),
+                    };
+                    self.watch_late_result(fut, late);
+                    (
+                        None,
+                        AttemptKind::TimedOut,
+                        Some(format!("timed out after {:?}", spec.timeout_duration())),
+                    )
+                }
+            };
+            let class = result
+                .as_ref()
+                .map_or(OutcomeClass::Unknown, class_of_result);
+            span.record("class", class.as_str());
+            evidence.push(AttemptRecord::new(
+                attempt,
+                started_at,
+                finished_at,
+                kind,
+                class,
+                message.clone(),
+            ));
+
+            // A panic is a defect in the handler, not a transient fault: sending again would
+            // most likely panic again. It stays unknown for the reconciler (see RetryPolicy).
+            let retryable = class == OutcomeClass::Unknown && kind != AttemptKind::Panicked;
+            let in_window = claimed_at.plus(spec.window_duration()) > self.clock.now();
+            if retryable && keyed && attempt < max_attempts && in_window {
+                let backoff = self.retry.backoff(attempt);
+                match self
+                    .hold_claim(&key, token, spec.lease_duration(), backoff)
+                    .await
+                {
+                    Ok(()) => {}
+                    // Someone took the record over (its lease passed while the store was out
+                    // of reach and a reconciler or a person acted): sending again would race
+                    // them. What was sent so far still belongs in the record.
+                    Err(e @ StoreError::StaleToken { .. }) => {
+                        tracing::warn!(key = %key, error = %e, attempts = ?evidence,
+                            "claim lost before a retry; not sending again");
+                        let kept = evidence::keep(
+                            self.store(),
+                            &key,
+                            token,
+                            None,
+                            evidence.clone(),
+                            spec.lease_duration(),
+                        )
+                        .await;
+                        if !matches!(kept, Ok(Some(_))) {
+                            tracing::error!(key = %key, result = ?kept, attempts = ?evidence,
+                                "the attempts could not be added to the record");
+                        }
+                        return Executed {
+                            key: Some(key),
+                            result: Ok(Outcome::Unknown {
+                                reason: "the claim was taken over while waiting to retry"
+                                    .to_owned(),
+                            }),
+                            replayed: false,
+                            attempts: attempt,
+                        };
+                    }
+                    Err(e) => {
+                        tracing::warn!(key = %key, error = %e, "lease renewal before retry failed")
+                    }
+                }
+                attempt += 1;
+                continue;
+            }
+
+            let mut result =
+                result.unwrap_or_else(|| Err(ToolError::unknown(message.unwrap_or_default())));
+            // A rejection proves nothing happened only for this attempt. If an earlier one
+            // ended unknown, its effect may have landed: keep the record, say unknown.
+            let earlier_unknown = prior_unknown
+                || evidence[..evidence.len() - 1]
+                    .iter()
+                    .any(|a| a.class == OutcomeClass::Unknown);
+            if let (true, Err(ToolError::Rejected { message })) = (earlier_unknown, &result) {
+                result = Err(ToolError::unknown(format!(
+                    "rejected now ({message}), but an earlier attempt's outcome is unknown"
+                )));
+            }
+            return self.settle(key, token, result, evidence, attempt).await;
+        }
+    }
+
+    /// Sleeps out a retry's backoff while keeping the claim: its lease is renewed as often as
+    /// during an attempt, so a backoff longer than the lease never lets it lapse under a
+    /// live worker. Fails only when the claim is no longer ours (`StaleToken`); other store
+    /// errors are logged and the claim is renewed again at the next turn.
+    async fn hold_claim(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+        pause: Duration,
+    ) -> Result<(), StoreError> {
+        let end = attempt::deadline_after(pause);
+        let every = attempt::renewal_interval(lease);
+        loop {
+            let next = attempt::deadline_after(every).min(end);
+            tokio::time::sleep_until(next).await;
+            match self.store().renew(key, token, lease).await {
+                Ok(()) => {}
+                Err(e @ StoreError::StaleToken { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(key = %key, error = %e, "lease renewal during a retry backoff failed")
+                }
+            }
+            if next >= end {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn settle(
+        &self,
+        key: IdemKey,
+        token: ClaimToken,
+        result: Result<Value, ToolError>,
+        evidence: Vec<AttemptRecord>,
+        attempts: u32,
+    ) -> Executed {
+        let done = |result| Executed {
+            key: Some(key.clone()),
+            result: Ok(result),
+            replayed: false,
+            attempts,
+        };
+        let Some(settlement) = settlement_of(&result) else {
+            // Rejected before execution: free the key so the same intent may run again.
+            if let Err(e) = self.store().release(&key, token).await {
+                tracing::error!(key = %key, error = %e,
+                    "could not release a rejected claim; it will turn unknown when its lease passes");
+            }
+            return done(outcome_of(result));
+        };
+        match self
+            .store()
+            .settle(&key, token, settlement.attempts(evidence.clone()))
+            .await
+        {
+            Ok(()) => done(outcome_of(result)),
+            Err(e) => {
+                // The handler ran; its result could not be recorded. The record will read as
+                // unknown (lease expiry), so that is what the caller is told. Keep the
+                // evidence where a person will find it.
+                tracing::error!(key = %key, error = %e, result = ?result, attempts = ?evidence,
+                    "handler finished but its result could not be saved");
+                done(Outcome::Unknown {
+                    reason: format!("the result could not be saved ({e})"),
+                })
+            }
+        }
+    }
+}

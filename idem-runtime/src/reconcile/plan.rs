@@ -1,0 +1,868 @@
+//! What the reconciler decides for one record, as data: [`plan`] reads the record, what its
+//! tool declares, the time and (once asked for) a read-back's answer, and says what to do.
+//! It does no I/O, so every row of the decision table in the module docs is a plain unit
+//! test; [`super::Reconciler`] carries the plan out (takeover, settle, release, escalate).
+
+use std::time::Duration;
+
+use crate::store::{AttemptKind, Record, RecordState, Settlement, Timestamp};
+use crate::tool::{Downstream, ReadBack, ToolError, ToolSpec};
+
+/// What the reconciler knows besides the record: what the record's tool declares, whether
+/// the record's saved arguments still decode into the tool's arguments, and how many sends
+/// the reconciler allows a keyed operation.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Facts {
+    /// The downstream deduplicates on the key ([`Downstream::Keyed`]): re-sending is safe
+    /// inside the window.
+    pub(crate) keyed: bool,
+    /// How long after the first claim the downstream keeps deduplicating on the key.
+    pub(crate) window: Duration,
+    /// How long one attempt may run.
+    pub(crate) timeout: Duration,
+    /// How long after its timeout an attempt may still commit downstream, when declared.
+    pub(crate) in_flight_bound: Option<Duration>,
+    /// Sends (the executor's included) after which a keyed operation still unsettled is
+    /// escalated, minus one: [`super::Reconciler::max_retries`].
+    pub(crate) max_retries: u32,
+    /// Why the saved arguments no longer decode, when they do not.
+    pub(crate) undecodable: Option<String>,
+}
+
+impl Facts {
+    /// The facts of a tool declared by `spec`, for a reconciler allowing `max_retries`.
+    pub(crate) fn of(spec: &ToolSpec, max_retries: u32, undecodable: Option<String>) -> Facts {
+        Facts {
+            keyed: spec.downstream_kind() == Downstream::Keyed,
+            window: spec.window_duration(),
+            timeout: spec.timeout_duration(),
+            in_flight_bound: spec.in_flight_bound_duration(),
+            max_retries,
+            undecodable,
+        }
+    }
+}
+
+/// What to do with one record.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Plan {
+    /// Not this reconciler's record: its tool is not registered here as a write tool.
+    Skip {
+        /// Why, for the decision.
+        why: String,
+    },
+    /// Send again with the same key, through the executor.
+    Retry,
+    /// Leave the record as it is; a later pass looks again.
+    Wait {
+        /// Why, for the decision.
+        why: String,
+    },
+    /// Leave the record as it is, but first append the read-back to its evidence (an
+    /// unknown record; a pending one keeps only its latest poll, in the log).
+    NoteAndWait {
+        /// Why, for the decision.
+        why: String,
+    },
+    /// Run the tool's read-back, then plan again with its answer.
+    ReadBack,
+    /// Take the record over and settle it as the read-back found it, with the read-back as
+    /// evidence.
+    Settle {
+        /// The settlement, without the read-back's evidence (the executor adds it, timed).
+        settlement: Settlement,
+        /// What the read-back found, for the decision.
+        summary: String,
+    },
+    /// Free the key: the effect provably never happened.
+    Release {
+        /// Why, for the decision.
+        why: String,
+    },
+    /// Take the record over, settle it as escalated and hand it to a person.
+    Escalate {
+        /// Why, for the record, the person and the decision.
+        reason: String,
+        /// Whether the read-back's evidence goes on the record with it.
+        with_read_back: bool,
+    },
+}
+
+/// The one-line evidence a read-back leaves on the record (`found completed ch_1`,
+/// `not found`, `error: …`).
+pub(crate) fn evidence_of(read_back: &Result<ReadBack, ToolError>) -> String {
+    match read_back {
+        Ok(rb) => rb.summary(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// Decides what to do with `record` at `now`; `tool` is `None` when the record's tool is not
+/// registered with this reconciler as a write tool.
+///
+/// `read_back` is `None` on the first call; when the plan is [`Plan::ReadBack`], the caller
+/// runs the tool's read-back and calls again, with the same `now`, with its answer (a tool
+/// without a read-back answers [`ReadBack::Unsupported`]). Given a read-back, the plan is
+/// never [`Plan::ReadBack`].
+pub(crate) fn plan(
+    record: &Record,
+    tool: Option<&Facts>,
+    now: Timestamp,
+    read_back: Option<&Result<ReadBack, ToolError>>,
+) -> Plan {
+    let Some(tool) = tool else {
+        return Plan::Skip {
+            why: format!(
+                "tool `{}` is not registered with this reconciler",
+                record.tool
+            ),
+        };
+    };
+    if record.operation.is_none() {
+        return escalate(
+            "the record does not say what was asked for (no operation saved)",
+            false,
+        );
+    }
+    if let Some(e) = &tool.undecodable {
+        return escalate(format!("the saved arguments no longer decode: {e}"), false);
+    }
+    let unknown = record.state == RecordState::Unknown;
+    let in_window = record.created_at.plus(tool.window) > now;
+
+    if unknown && tool.keyed && in_window {
+        let sent = sends(record).count() as u32;
+        if sent >= tool.max_retries.saturating_add(1) {
+            return escalate(
+                format!("keyed downstream still unsettled after {sent} attempts with the same key"),
+                false,
+            );
+        }
+        return Plan::Retry;
+    }
+
+    // An attempt that timed out may still be running (in this process or another) and
+    // report its late result; give it that chance before reading back or escalating. Its
+    // handler is dropped `in_flight` after the timeout (without a bound, allow it one more
+    // timeout). A handler that itself returned "unknown" has nothing more to say.
+    if unknown {
+        let grace = tool.in_flight_bound.unwrap_or(tool.timeout);
+        let last_timeout = record
+            .attempts
+            .iter()
+            .filter(|a| a.kind == AttemptKind::TimedOut)
+            .map(|a| a.finished_at)
+            .max();
+        if let Some(end) = last_timeout.filter(|end| now < end.plus(grace)) {
+            return Plan::Wait {
+                why: format!(
+                    "the last attempt may still report a late result until {}",
+                    end.plus(grace)
+                ),
+            };
+        }
+    }
+
+    // Read-back: the only way to settle without sending again.
+    let Some(read_back) = read_back else {
+        return Plan::ReadBack;
+    };
+    let found = match read_back {
+        Ok(found) => found,
+        Err(e) => {
+            return Plan::NoteAndWait {
+                why: format!("read-back failed: {e}"),
+            }
+        }
+    };
+    let summary = found.summary();
+    let settlement = match found {
+        ReadBack::Unsupported => {
+            let reason = match (record.state, tool.keyed) {
+                (RecordState::Pending, _) => {
+                    "pending, and the tool has no read-back to poll it with"
+                }
+                (_, true) => "safe retry window passed and the tool has no read-back",
+                _ => "downstream has no key contract and the tool has no read-back",
+            };
+            return escalate(reason, false);
+        }
+        ReadBack::Completed {
+            downstream_ref,
+            output,
+        } => {
+            let s = Settlement::new(RecordState::Completed).payload(output.clone());
+            match downstream_ref {
+                Some(r) => s.downstream_ref(r.clone()),
+                None => s,
+            }
+        }
+        ReadBack::Failed {
+            downstream_ref,
+            message,
+        } => {
+            let s = Settlement::new(RecordState::Failed).message(message.clone());
+            match downstream_ref {
+                Some(r) => s.downstream_ref(r.clone()),
+                None => s,
+            }
+        }
+        ReadBack::Pending { downstream_ref } => {
+            if record.state == RecordState::Pending {
+                return Plan::NoteAndWait { why: summary };
+            }
+            Settlement::new(RecordState::Pending).downstream_ref(downstream_ref.clone())
+        }
+        ReadBack::Ambiguous { .. } => return escalate(format!("read-back {summary}"), true),
+        ReadBack::NotFound => return not_found(record, tool, now, &summary),
+    };
+    Plan::Settle {
+        settlement,
+        summary,
+    }
+}
+
+/// A read-back found nothing: release only once the original can no longer land.
+fn not_found(record: &Record, tool: &Facts, now: Timestamp, summary: &str) -> Plan {
+    if record.state == RecordState::Pending {
+        let reason = format!(
+            "pending record's downstream ref {} not found downstream",
+            record.downstream_ref.as_deref().unwrap_or("(none)")
+        );
+        return escalate(reason, true);
+    }
+    let Some(bound) = tool.in_flight_bound else {
+        return escalate(
+            "read-back found nothing, but the tool declares no in-flight bound, so the original may still land",
+            true,
+        );
+    };
+    // The last send may have left its handler as late as its timeout plus the bound (the
+    // executor drops it then), and the downstream may commit up to the bound after that.
+    let last_send = sends(record)
+        .map(|a| a.started_at)
+        .max()
+        .unwrap_or(record.created_at);
+    let settled_by = last_send.plus(tool.timeout).plus(bound).plus(bound);
+    if now < settled_by {
+        return Plan::NoteAndWait {
+            why: format!("not found yet; the original may land until {settled_by}"),
+        };
+    }
+    Plan::Release {
+        why: format!(
+            "read-back found nothing after the in-flight bound ({summary}); released, the intent may run again"
+        ),
+    }
+}
+
+/// The attempts that sent the operation downstream.
+fn sends(record: &Record) -> impl Iterator<Item = &crate::store::AttemptRecord> {
+    record.attempts.iter().filter(|a| a.attempt > 0)
+}
+
+fn escalate(reason: impl Into<String>, with_read_back: bool) -> Plan {
+    Plan::Escalate {
+        reason: reason.into(),
+        with_read_back,
+    }
+}
+
+/// One row per row of the decision table in the module docs, plus the edges the table
+/// folds into a phrase (budgets, boundaries, the order rows are tried in). Times are seconds
+/// after the record was created, at the epoch.
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
+    use crate::outcome::OutcomeClass;
+    use crate::store::{AttemptRecord, ClaimToken, Operation};
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp(secs * 1000)
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    /// A record of tool `charge` in `state`, created at 0, with its operation saved.
+    fn record(state: RecordState) -> Record {
+        let args = json!({"cents": 4900});
+        let scope = Scope::run("run-1");
+        Record {
+            key: IdemKey::derive(&scope, "charge", KeyMaterial::Intent("order-1")),
+            fingerprint: Fingerprint::of_canonical(b"{\"cents\":4900}"),
+            tool: "charge".to_owned(),
+            state,
+            token: ClaimToken(7),
+            lease_until: None,
+            created_at: at(0),
+            updated_at: at(0),
+            payload: None,
+            message: None,
+            downstream_ref: None,
+            result_expired: false,
+            attempts: Vec::new(),
+            operation: Some(Operation {
+                scope,
+                intent: Some("order-1".to_owned()),
+                args: args.into(),
+            }),
+            read_backs: Vec::new(),
+        }
+    }
+
+    fn with_attempts(mut r: Record, attempts: Vec<AttemptRecord>) -> Record {
+        r.attempts = attempts;
+        r
+    }
+
+    /// Attempt `n`, sent at `started` and ended at `finished` as `kind`, with an unknown
+    /// outcome.
+    fn attempt(n: u32, started: u64, finished: u64, kind: AttemptKind) -> AttemptRecord {
+        AttemptRecord::new(
+            n,
+            at(started),
+            at(finished),
+            kind,
+            OutcomeClass::Unknown,
+            Some("connection reset".to_owned()),
+        )
+    }
+
+    /// An unkeyed tool: timeout 10 s, in-flight bound 5 s, window 60 s, 3 retries.
+    fn unkeyed() -> Facts {
+        Facts {
+            keyed: false,
+            window: secs(60),
+            timeout: secs(10),
+            in_flight_bound: Some(secs(5)),
+            max_retries: 3,
+            undecodable: None,
+        }
+    }
+
+    fn keyed() -> Facts {
+        Facts {
+            keyed: true,
+            ..unkeyed()
+        }
+    }
+
+    fn unbounded() -> Facts {
+        Facts {
+            in_flight_bound: None,
+            ..unkeyed()
+        }
+    }
+
+    fn wait(why: &str) -> Plan {
+        Plan::Wait { why: why.into() }
+    }
+
+    fn note(why: &str) -> Plan {
+        Plan::NoteAndWait { why: why.into() }
+    }
+
+    fn escalated(reason: &str, with_read_back: bool) -> Plan {
+        Plan::Escalate {
+            reason: reason.into(),
+            with_read_back,
+        }
+    }
+
+    fn settled(settlement: Settlement, summary: &str) -> Plan {
+        Plan::Settle {
+            settlement,
+            summary: summary.into(),
+        }
+    }
+
+    fn completed() -> ReadBack {
+        ReadBack::Completed {
+            downstream_ref: Some("ch_1".into()),
+            output: json!({"id": "ch_1"}),
+        }
+    }
+
+    fn completed_settlement() -> Settlement {
+        Settlement::new(RecordState::Completed)
+            .payload(json!({"id": "ch_1"}))
+            .downstream_ref("ch_1")
+    }
+
+    fn failed() -> ReadBack {
+        ReadBack::Failed {
+            downstream_ref: Some("ch_2".into()),
+            message: "card declined".into(),
+        }
+    }
+
+    fn failed_settlement() -> Settlement {
+        Settlement::new(RecordState::Failed)
+            .message("card declined")
+            .downstream_ref("ch_2")
+    }
+
+    fn pending() -> ReadBack {
+        ReadBack::Pending {
+            downstream_ref: "re_1".into(),
+        }
+    }
+
+    fn ambiguous() -> ReadBack {
+        ReadBack::Ambiguous {
+            downstream_refs: vec!["ch_1".into(), "ch_2".into()],
+        }
+    }
+
+    struct Row {
+        name: &'static str,
+        record: Record,
+        tool: Option<Facts>,
+        now: Timestamp,
+        /// What the read-back answers, when the row gets that far.
+        read_back: Option<Result<ReadBack, ToolError>>,
+        expect: Plan,
+    }
+
+    fn row(
+        name: &'static str,
+        record: Record,
+        tool: Option<Facts>,
+        now: u64,
+        read_back: Option<Result<ReadBack, ToolError>>,
+        expect: Plan,
+    ) -> Row {
+        Row {
+            name,
+            record,
+            tool,
+            now: at(now),
+            read_back,
+            expect,
+        }
+    }
+
+    fn rows() -> Vec<Row> {
+        use RecordState::{Pending, Unknown};
+        let unknown = || record(Unknown);
+        // One send, which answered "unknown" at once: no late result to wait for.
+        let sent_once = || {
+            with_attempts(
+                record(Unknown),
+                vec![attempt(1, 0, 1, AttemptKind::Returned)],
+            )
+        };
+        let pending_ref = || {
+            let mut r = record(Pending);
+            r.downstream_ref = Some("re_1".into());
+            r
+        };
+        let no_operation = || {
+            let mut r = record(Unknown);
+            r.operation = None;
+            r
+        };
+        let undecodable = || Facts {
+            undecodable: Some("Invalid(\"missing field `cents`\")".into()),
+            ..keyed()
+        };
+        let sends = |n: u32| {
+            let attempts = (1..=n)
+                .map(|i| attempt(i, 0, 1, AttemptKind::Returned))
+                .collect();
+            with_attempts(record(Unknown), attempts)
+        };
+        vec![
+            // | any | tool not registered here as a write tool | skip |
+            row(
+                "tool not registered here",
+                unknown(),
+                None,
+                30,
+                None,
+                Plan::Skip {
+                    why: "tool `charge` is not registered with this reconciler".into(),
+                },
+            ),
+            // | any | no operation saved, or arguments no longer decode | escalate |
+            row(
+                "record without operation",
+                no_operation(),
+                Some(keyed()),
+                30,
+                None,
+                escalated(
+                    "the record does not say what was asked for (no operation saved)",
+                    false,
+                ),
+            ),
+            row(
+                "saved arguments no longer decode",
+                sent_once(),
+                Some(undecodable()),
+                30,
+                None,
+                escalated(
+                    "the saved arguments no longer decode: Invalid(\"missing field `cents`\")",
+                    false,
+                ),
+            ),
+            // | unknown | keyed, inside the window, budget spent | escalate |
+            row(
+                "keyed retry budget exhausted",
+                sends(4),
+                Some(keyed()),
+                30,
+                None,
+                escalated(
+                    "keyed downstream still unsettled after 4 attempts with the same key",
+                    false,
+                ),
+            ),
+            // | unknown | keyed, inside the window | retry with the same key |
+            row("keyed inside the window", sent_once(), Some(keyed()), 30, None, Plan::Retry),
+            row("keyed, last retry of the budget", sends(3), Some(keyed()), 30, None, Plan::Retry),
+            row(
+                "keyed retry comes before waiting for a timed-out attempt",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(keyed()),
+                12,
+                None,
+                Plan::Retry,
+            ),
+            row(
+                "keyed, window over at exactly created + window: read back",
+                sent_once(),
+                Some(keyed()),
+                60,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            row(
+                "pending keyed record is polled, not retried",
+                pending_ref(),
+                Some(keyed()),
+                30,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            // | unknown | an attempt timed out less than the grace ago | wait |
+            row(
+                "timed-out attempt still inside its grace",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(unkeyed()),
+                14,
+                None,
+                wait("the last attempt may still report a late result until 1970-01-01T00:00:15.000Z"),
+            ),
+            row(
+                "timed-out attempt, no bound: one more timeout of grace",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(unbounded()),
+                19,
+                None,
+                wait("the last attempt may still report a late result until 1970-01-01T00:00:20.000Z"),
+            ),
+            row(
+                "grace runs from the last timed-out attempt",
+                with_attempts(
+                    unknown(),
+                    vec![
+                        attempt(1, 0, 10, AttemptKind::TimedOut),
+                        attempt(2, 20, 30, AttemptKind::TimedOut),
+                    ],
+                ),
+                Some(unkeyed()),
+                34,
+                None,
+                wait("the last attempt may still report a late result until 1970-01-01T00:00:35.000Z"),
+            ),
+            row(
+                "grace over at exactly its end: read back",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(unkeyed()),
+                15,
+                None,
+                Plan::ReadBack,
+            ),
+            row(
+                "an attempt whose message says it timed out but whose kind does not: no grace",
+                with_attempts(
+                    unknown(),
+                    vec![AttemptRecord::new(
+                        1,
+                        at(0),
+                        at(10),
+                        AttemptKind::Returned,
+                        OutcomeClass::Unknown,
+                        Some("timed out after 10s".into()),
+                    )],
+                ),
+                Some(unkeyed()),
+                12,
+                None,
+                Plan::ReadBack,
+            ),
+            row(
+                "a pending record gets no grace",
+                with_attempts(pending_ref(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(unkeyed()),
+                12,
+                Some(Ok(pending())),
+                note("found pending re_1"),
+            ),
+            // | unknown, pending | no read-back | escalate |
+            row(
+                "unkeyed without read-back",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ReadBack::Unsupported)),
+                escalated("downstream has no key contract and the tool has no read-back", false),
+            ),
+            row(
+                "keyed past its window without read-back",
+                sent_once(),
+                Some(keyed()),
+                61,
+                Some(Ok(ReadBack::Unsupported)),
+                escalated("safe retry window passed and the tool has no read-back", false),
+            ),
+            row(
+                "pending without read-back",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ReadBack::Unsupported)),
+                escalated("pending, and the tool has no read-back to poll it with", false),
+            ),
+            // | any | read-back fails | wait, noted |
+            row(
+                "read-back error",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Err(ToolError::unknown("connection reset"))),
+                note("read-back failed: outcome unknown: connection reset"),
+            ),
+            row(
+                "read-back error on a pending record",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Err(ToolError::unknown("connection reset"))),
+                note("read-back failed: outcome unknown: connection reset"),
+            ),
+            // | unknown | found completed, failed or pending | settle as found |
+            row(
+                "unknown, found completed",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            row(
+                "unknown, found completed without a ref",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ReadBack::Completed {
+                    downstream_ref: None,
+                    output: json!(null),
+                })),
+                settled(
+                    Settlement::new(RecordState::Completed).payload(json!(null)),
+                    "found completed (no ref)",
+                ),
+            ),
+            row(
+                "unknown, found failed",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(failed())),
+                settled(failed_settlement(), "found failed ch_2: card declined"),
+            ),
+            row(
+                "unknown, found pending",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(pending())),
+                settled(
+                    Settlement::new(RecordState::Pending).downstream_ref("re_1"),
+                    "found pending re_1",
+                ),
+            ),
+            // | pending | found completed or failed | settle as found |
+            row(
+                "pending, found completed",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            row(
+                "pending, found failed",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(failed())),
+                settled(failed_settlement(), "found failed ch_2: card declined"),
+            ),
+            // | pending | found pending | wait |
+            row(
+                "pending, read-back still pending",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(pending())),
+                note("found pending re_1"),
+            ),
+            // | any | more than one effect | escalate |
+            row(
+                "unknown, ambiguous",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ambiguous())),
+                escalated("read-back found 2 effects: ch_1, ch_2", true),
+            ),
+            row(
+                "pending, ambiguous",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ambiguous())),
+                escalated("read-back found 2 effects: ch_1, ch_2", true),
+            ),
+            // | pending | not found | escalate |
+            row(
+                "pending, not found",
+                pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(ReadBack::NotFound)),
+                escalated("pending record's downstream ref re_1 not found downstream", true),
+            ),
+            // | unknown | not found, no in-flight bound | escalate |
+            row(
+                "not found without an in-flight bound",
+                sent_once(),
+                Some(unbounded()),
+                300,
+                Some(Ok(ReadBack::NotFound)),
+                escalated(
+                    "read-back found nothing, but the tool declares no in-flight bound, so the original may still land",
+                    true,
+                ),
+            ),
+            // | unknown | not found before last send + timeout + 2 × bound | wait, noted |
+            row(
+                "not found before settled_by",
+                sent_once(),
+                Some(unkeyed()),
+                19,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; the original may land until 1970-01-01T00:00:20.000Z"),
+            ),
+            row(
+                "settled_by runs from the last send",
+                with_attempts(
+                    unknown(),
+                    vec![
+                        attempt(1, 0, 1, AttemptKind::Returned),
+                        attempt(2, 30, 31, AttemptKind::Returned),
+                    ],
+                ),
+                Some(unkeyed()),
+                49,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; the original may land until 1970-01-01T00:00:50.000Z"),
+            ),
+            row(
+                "settled_by runs from the claim when nothing was sent",
+                unknown(),
+                Some(unkeyed()),
+                19,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; the original may land until 1970-01-01T00:00:20.000Z"),
+            ),
+            // | unknown | not found after that | release |
+            row(
+                "not found at exactly settled_by",
+                sent_once(),
+                Some(unkeyed()),
+                20,
+                Some(Ok(ReadBack::NotFound)),
+                Plan::Release {
+                    why: "read-back found nothing after the in-flight bound (not found); released, the intent may run again".into(),
+                },
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_row_of_the_decision_table() {
+        let rows = rows();
+        for r in &rows {
+            let tool = r.tool.as_ref();
+            match &r.read_back {
+                // The row is decided only once the downstream was asked: the first call
+                // must ask for the read-back, the second decide with its answer.
+                Some(found) => {
+                    assert_eq!(
+                        plan(&r.record, tool, r.now, None),
+                        Plan::ReadBack,
+                        "row `{}`: the first call asks for a read-back",
+                        r.name
+                    );
+                    assert_eq!(
+                        plan(&r.record, tool, r.now, Some(found)),
+                        r.expect,
+                        "row `{}`",
+                        r.name
+                    );
+                }
+                None => {
+                    assert_eq!(
+                        plan(&r.record, tool, r.now, None),
+                        r.expect,
+                        "row `{}`",
+                        r.name
+                    )
+                }
+            }
+        }
+        assert_eq!(
+            rows.len(),
+            35,
+            "rows added or lost: update the count and the docs"
+        );
+    }
+
+    #[test]
+    fn names_of_rows_are_unique() {
+        let rows = rows();
+        let mut names: Vec<_> = rows.iter().map(|r| r.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), rows.len());
+    }
+
+    #[test]
+    fn evidence_of_a_read_back_or_its_error() {
+        assert_eq!(evidence_of(&Ok(ReadBack::NotFound)), "not found");
+        assert_eq!(
+            evidence_of(&Err(ToolError::unknown("503"))),
+            "error: outcome unknown: 503"
+        );
+    }
+}

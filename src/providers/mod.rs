@@ -1,0 +1,114 @@
+//! The providers' message formats: tool calls in, results out.
+//!
+//! An agent loop that talks to a model API directly reads the tool calls out of the model's
+//! reply, runs them, and sends the results back in the shape that API expects. These modules
+//! convert at that edge, and nothing more: every call goes through [`Registry::call`], so the
+//! exactly-once promise holds unchanged.
+//!
+//! | API | in | out |
+//! |---|---|---|
+//! | OpenAI Chat Completions ([`openai`]) | `message.tool_calls[]` (arguments as JSON text) | `{"role": "tool", "tool_call_id", "content"}` |
+//! | OpenAI Responses ([`openai`]) | `output[]` items of type `function_call` | `{"type": "function_call_output", "call_id", "output"}` |
+//! | Anthropic Messages ([`anthropic`]) | `content[]` blocks of type `tool_use` | `{"type": "tool_result", "tool_use_id", "content", "is_error"}` |
+//!
+//! Each call carries the provider's call id (`.call_id(..)`): logged, and echoed in the
+//! result, but never part of the key — a model that re-issues a call mints a new one. The
+//! run id (and tenant, principal) come from the caller as a [`Scope`].
+//!
+//! A model's mistakes never end the loop: malformed arguments text, an unknown tool or
+//! arguments of the wrong shape each come back as a result that tells the model what was
+//! wrong (and `is_error`), with nothing executed.
+
+#[cfg(feature = "anthropic")]
+pub mod anthropic;
+#[cfg(feature = "openai")]
+pub mod openai;
+
+use idem_runtime::{Outcome, OutcomeClass, Registry, Scope, ToolCall, ToolResult};
+
+/// Runs `calls` concurrently through [`Registry::call`] and returns their results in the
+/// order of `calls` — the order the model issued them in, which is the order the providers
+/// expect the results back in.
+///
+/// Calls of one message that share a key (the model asked twice for the same operation)
+/// still cause one effect: the second waits for the first and replays it.
+pub async fn call_all(registry: &Registry, calls: Vec<ToolCall>) -> Vec<ToolResult> {
+    futures_util::future::join_all(calls.into_iter().map(|call| registry.call(call))).await
+}
+
+/// Whether the model should be told the call is an error: everything that is not a completed
+/// call, fresh or replayed. An unknown, pending or escalated call is not a success the model
+/// may build on, and a refusal (changed parameters, malformed arguments) executed nothing.
+/// A completed call whose saved result has expired ("already done; result no longer kept")
+/// is still a completion.
+pub fn is_error(result: &ToolResult) -> bool {
+    !matches!(
+        result.outcome(),
+        Some(
+            Outcome::Completed { .. }
+                | Outcome::ResultExpired {
+                    was: OutcomeClass::Completed
+                }
+        )
+    )
+}
+
+/// A call whose arguments are the model's JSON text, decoded by the registry straight from
+/// the text. An empty text (some OpenAI-compatible servers send `""` for a function without
+/// parameters) is read as `{}`.
+fn text_call(scope: &Scope, call_id: &str, name: &str, arguments: &str) -> ToolCall {
+    let arguments = if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    };
+    ToolCall::from_json(scope.run_id(), name, arguments)
+        .scope(scope.clone())
+        .call_id(call_id)
+}
+
+/// The call id a result is answered under (empty when the call was made without one, which
+/// the providers refuse: every call these modules build has one).
+fn answered_id(result: &ToolResult) -> String {
+    result.call_id().unwrap_or_default().to_owned()
+}
+
+/// Items of a provider's list are told apart by their `type`: an item of the type idem reads
+/// must parse as one (a malformed one is an error, never silently "other"); an item of any
+/// other type is handed back as it is.
+fn typed_item<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+    wanted: &str,
+) -> Result<Result<T, serde_json::Value>, String> {
+    if value.get("type").and_then(serde_json::Value::as_str) != Some(wanted) {
+        return Ok(Err(value));
+    }
+    serde_json::from_value(value)
+        .map(Ok)
+        .map_err(|e| format!("a `{wanted}` item that does not parse: {e}"))
+}
+
+/// `TryFrom<Value>` for an enum of one typed variant and `Other(Value)`.
+macro_rules! item_from_value {
+    ($item:ident, $variant:ident, $wanted:literal) => {
+        impl TryFrom<serde_json::Value> for $item {
+            type Error = String;
+            fn try_from(value: serde_json::Value) -> Result<Self, String> {
+                Ok(match super::typed_item(value, $wanted)? {
+                    Ok(item) => $item::$variant(item),
+                    Err(other) => $item::Other(other),
+                })
+            }
+        }
+    };
+}
+use item_from_value;
+
+/// A list the provider may send as `null` or leave out: empty.
+fn null_as_empty<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    Ok(<Option<Vec<T>> as serde::Deserialize>::deserialize(deserializer)?.unwrap_or_default())
+}
