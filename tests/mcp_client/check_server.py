@@ -70,6 +70,14 @@ def wire(model: Any) -> dict[str, Any]:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def server_env(**extra: str) -> dict[str, str]:
+    """The environment of a server: this one's IDEM_* variables (how a test harness tells
+    its binary to be the example) and `extra`."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("IDEM_")}
+    env.update(extra)
+    return env
+
+
 def ledger_lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
@@ -144,7 +152,7 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
 
 async def raw_stdio_checks(c: Checks, server: str, ledger: Path) -> None:
     """Bytes no SDK client would send: a call before initialize, broken JSON, no JSON-RPC."""
-    env = dict(os.environ, IDEM_MCP_LEDGER=str(ledger))
+    env = dict(os.environ, **server_env(IDEM_MCP_LEDGER=str(ledger)))
     proc = await asyncio.create_subprocess_exec(
         server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
     )
@@ -209,7 +217,7 @@ def post(url: str, body: bytes, content_type: str = "application/json") -> int:
 
 
 async def http_checks(c: Checks, server: str, ledger: Path) -> None:
-    env = dict(os.environ, IDEM_MCP_LEDGER=str(ledger))
+    env = dict(os.environ, **server_env(IDEM_MCP_LEDGER=str(ledger)))
     proc = subprocess.Popen([server, "--http", "127.0.0.1:0"], stderr=subprocess.PIPE, env=env, text=True)
     try:
         assert proc.stderr
@@ -287,7 +295,7 @@ async def main(server: str) -> int:
 
 
 async def stdio_checks(c: Checks, server: str, ledger: Path) -> None:
-    params = StdioServerParameters(command=server, env={"IDEM_MCP_LEDGER": str(ledger)})
+    params = StdioServerParameters(command=server, env=server_env(IDEM_MCP_LEDGER=str(ledger)))
     async with Client(params, mode="legacy") as client:
         info = client.session.server_info if hasattr(client.session, "server_info") else None
         c.check("stdio: initialized", client.session is not None, info)
