@@ -69,6 +69,20 @@ impl Billing {
         Ok(json!({"charged": args.cents}))
     }
 
+    /// Ends as the outcome its argument names, after counting the attempt.
+    #[tool(write)]
+    async fn settle_as(&self, _ctx: WriteCtx, args: Echo) -> Result<Value, ToolError> {
+        *self.slow_starts.lock().unwrap() += 1;
+        match args.text.as_str() {
+            "rejected" => Err(ToolError::rejected("card declined before charging")),
+            "failed" => Err(ToolError::failed("charged, then the bank reversed it")),
+            "pending" => Err(ToolError::pending("ch_pending_1")),
+            "unknown" => Err(ToolError::unknown("connection reset after sending")),
+            "panic" => panic!("the handler panicked"),
+            _ => Ok(json!({"settled": args.text})),
+        }
+    }
+
     /// Say it back.
     #[tool(read)]
     async fn echo(&self, _ctx: ReadCtx, args: Echo) -> Result<String, ToolError> {
@@ -343,4 +357,43 @@ async fn tools_list_has_the_registrys_definitions_and_hints() {
     assert_eq!(charge["annotations"]["readOnlyHint"], json!(false));
     let echo = tools.iter().find(|t| t["name"] == "echo").unwrap();
     assert_eq!(echo["annotations"]["readOnlyHint"], json!(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_outcome_but_completed_is_an_error() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let mut client = initialized(&server).await;
+    for (asked, class) in [
+        ("rejected", "rejected"),
+        ("failed", "failed"),
+        ("pending", "pending"),
+        ("unknown", "unknown"),
+        ("panic", "unknown"),
+        ("done", "completed"),
+    ] {
+        let reply = client
+            .call_tool("settle_as", json!({"text": asked}), None)
+            .await;
+        assert_eq!(outcome(&reply), class, "{reply}");
+        assert_eq!(is_error(&reply), class != "completed", "{reply}");
+        if class == "completed" {
+            assert_eq!(
+                result(&reply)["structuredContent"],
+                json!({"settled": "done"})
+            );
+        } else {
+            assert!(result(&reply).get("structuredContent").is_none(), "{reply}");
+        }
+    }
+    let attempts = billing.slow_starts();
+    // Asked again: the failed, pending and unknown calls are not run again (a rejected one
+    // may be: nothing was done).
+    for asked in ["failed", "pending", "unknown", "panic", "done"] {
+        let reply = client
+            .call_tool("settle_as", json!({"text": asked}), None)
+            .await;
+        assert_eq!(is_error(&reply), asked != "done", "{reply}");
+    }
+    assert_eq!(billing.slow_starts(), attempts);
 }
