@@ -166,13 +166,15 @@ fn assert_valid(validator: &jsonschema::Validator, value: &Value) {
     assert!(errors.is_empty(), "{value} is invalid: {errors:?}");
 }
 
-const STRICT: DefinitionOptions = DefinitionOptions { strict: true };
+fn strict_mode() -> DefinitionOptions {
+    DefinitionOptions::default().strict(true)
+}
 
 #[test]
 fn chat_completions_definitions_are_documented_function_tools() {
     let (_, registry) = shop();
     let v = openai_schema("ChatCompletionTool");
-    for options in [DefinitionOptions::default(), STRICT] {
+    for options in [DefinitionOptions::default(), strict_mode()] {
         let defs = registry.definitions_with(Format::OpenAi, &options);
         assert_eq!(defs.len(), 5);
         for d in &defs {
@@ -189,7 +191,7 @@ fn responses_definitions_are_documented_flat_function_tools() {
     let (_, registry) = shop();
     let v = openai_schema("FunctionTool");
     let plain = registry.definitions(Format::OpenAiResponses);
-    let strict = registry.definitions_with(Format::OpenAiResponses, &STRICT);
+    let strict = registry.definitions_with(Format::OpenAiResponses, &strict_mode());
     for d in plain.iter().chain(&strict) {
         assert_valid(&v, d);
         assert!(d.get("function").is_none(), "flat, not nested: {d}");
@@ -216,7 +218,7 @@ fn responses_definitions_are_documented_flat_function_tools() {
     assert_eq!(required, ["address", "note", "order"]);
     assert_eq!(
         ship["parameters"],
-        registry.definitions_with(Format::OpenAi, &STRICT)[0]["function"]["parameters"],
+        registry.definitions_with(Format::OpenAi, &strict_mode())[0]["function"]["parameters"],
         "both OpenAI formats offer one schema"
     );
     // Not vacuous: the nested Chat Completions shape lacks the documented `name`.

@@ -18,7 +18,10 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod cursor;
+mod escape;
 mod output;
+mod resolve;
 mod store_url;
 
 use std::future::Future;
@@ -26,7 +29,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use idem_runtime::reconcile::{resolve, Resolution};
+use idem_runtime::store::ListCursor;
 use idem_runtime::{IdemKey, IdemStore, Reconciler, RecordState, Registry};
 
 pub use store_url::{open_store, StoreUrlError};
@@ -35,10 +38,22 @@ pub use store_url::{open_store, StoreUrlError};
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about)]
 pub struct Cli {
-    /// The store: `sqlite://PATH`, `redis://HOST:PORT[/DB]`, `postgres://USER@HOST:PORT/DB`.
-    #[arg(long, env = "IDEM_STORE_URL", global = true)]
+    /// The store (default: the `IDEM_STORE_URL` environment variable).
+    ///
+    /// SQLite: what follows `sqlite://` (or `sqlite:`) is a file path, taken literally, and
+    /// the database must exist. `sqlite://./REL.db` or `sqlite://REL.db` is relative to the
+    /// working directory; `sqlite:///ABS/PATH.db` (three slashes) or `sqlite:////ABS/PATH.db`
+    /// (four) is absolute. `sqlite::memory:` is refused: a fresh in-memory database holds no
+    /// records. Redis: `redis://[:PASSWORD@]HOST:PORT[/DB]`. Postgres:
+    /// `postgres://USER[:PASSWORD]@HOST:PORT/DB`.
+    ///
+    /// Arguments are visible to other users of the machine (`ps`, /proc, shell history):
+    /// put a URL that holds a password in `IDEM_STORE_URL` instead. Given here, it draws a
+    /// warning.
+    #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table. The values are exact; characters a terminal would act
+    /// on are written as `\u` escapes, which every JSON reader decodes.
     #[arg(long, global = true)]
     pub json: bool,
     /// What to do.
@@ -49,14 +64,21 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List records in one state, oldest first.
+    /// List records in one state, oldest first, a page at a time.
+    ///
+    /// When more records follow, the last line (`next_after` in `--json`) says what to pass
+    /// as `--after` for the next page.
     List {
         /// The state to list.
         #[arg(long, value_enum)]
         state: StateArg,
-        /// At most this many.
-        #[arg(long, default_value_t = 100)]
+        /// At most this many records on the page (at least 1).
+        #[arg(long, default_value_t = 100, value_parser = parse_limit, value_name = "N")]
         limit: usize,
+        /// Start after this position: the `--after` value the previous page printed
+        /// (`MILLIS:KEY`).
+        #[arg(long, value_parser = cursor::parse, value_name = "CURSOR")]
+        after: Option<ListCursor>,
     },
     /// Show one record with all its evidence.
     Show {
@@ -64,6 +86,10 @@ pub enum Command {
         key: String,
     },
     /// Settle an unknown, pending or escalated record as a person decided.
+    ///
+    /// The record keeps who decided, when, and why: `NOTE (by OPERATOR at TIME)`. A release
+    /// deletes the record, so before it the whole record is written to stderr as one JSON
+    /// line (and, with `--json`, into the output): keep it for the review.
     Resolve {
         /// The key (`idem:…`).
         key: String,
@@ -79,11 +105,20 @@ pub enum Command {
         /// The effect never happened: free the key so the intent may run again.
         #[arg(long, group = "decision")]
         release: bool,
-        /// Who decided and why (kept in the record).
-        #[arg(long, default_value = "")]
+        /// Why (required; kept in the record with who decided and when).
+        #[arg(long, required = true)]
         note: String,
+        /// Who decided (default: `$USER`).
+        #[arg(long, env = "IDEM_OPERATOR", value_name = "NAME")]
+        operator: Option<String>,
     },
-    /// One reconciliation pass over unknown and pending records.
+    /// Look at every unknown and pending record once, oldest first, and settle what the
+    /// registered tools can.
+    ///
+    /// Walks each state to its end, page by page, however many records there are (records
+    /// created meanwhile are included when the walk reaches them). The stock binary
+    /// registers no tools, so it reports each record as skipped: embed `idem_cli::run` in a
+    /// binary that registers your tools to retry with the same key, read back or escalate.
     Reconcile,
 }
 
@@ -117,90 +152,147 @@ impl From<StateArg> for RecordState {
     }
 }
 
+fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("want a whole number of records, at least 1".into()),
+    }
+}
+
+/// Prints `message` (escaped: it may quote a record or a store's reply) and returns the
+/// usage-error exit code.
 fn fail(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("idem: {message}");
+    eprintln!("idem: {}", escape::Esc(&message.to_string()));
     ExitCode::from(2)
+}
+
+/// The store URL: `--store`, else `IDEM_STORE_URL`. A password given as an argument is
+/// visible to every user of the machine while the command runs, so it draws a warning.
+fn store_url(given: Option<String>) -> Result<String, String> {
+    if let Some(url) = given {
+        if store_url::has_password(&url) {
+            eprintln!(
+                "idem: warning: the --store URL holds a password, and arguments are visible \
+                 to other users of this machine (ps, /proc, shell history); set \
+                 IDEM_STORE_URL instead"
+            );
+        }
+        return Ok(url);
+    }
+    match std::env::var("IDEM_STORE_URL") {
+        Ok(url) if !url.is_empty() => Ok(url),
+        Err(std::env::VarError::NotUnicode(_)) => Err("IDEM_STORE_URL is not valid UTF-8".into()),
+        _ => Err("no store given: set IDEM_STORE_URL or pass --store URL".into()),
+    }
+}
+
+/// A command with its input checked: what runs once the store is open.
+enum Plan {
+    List {
+        state: RecordState,
+        limit: usize,
+        after: Option<ListCursor>,
+    },
+    Show(IdemKey),
+    Resolve(resolve::Request),
+    Reconcile,
+}
+
+impl Plan {
+    fn of(command: Command) -> Result<Plan, String> {
+        Ok(match command {
+            Command::List {
+                state,
+                limit,
+                after,
+            } => Plan::List {
+                state: state.into(),
+                limit,
+                after,
+            },
+            Command::Show { key } => Plan::Show(IdemKey::parse(&key).map_err(|e| e.to_string())?),
+            Command::Resolve {
+                key,
+                completed,
+                output,
+                failed,
+                release,
+                note,
+                operator,
+            } => Plan::Resolve(resolve::Request::check(
+                &key,
+                completed,
+                output.as_deref(),
+                failed,
+                release,
+                &note,
+                operator,
+            )?),
+            Command::Reconcile => Plan::Reconcile,
+        })
+    }
 }
 
 /// Runs the CLI. `registry` builds the registry (your tools) on the opened store; it is only
 /// called for `reconcile`.
+///
+/// Input is checked before the store is opened: a bad key, a missing note or decision
+/// touches nothing.
 pub async fn run<F, Fut>(cli: Cli, registry: F) -> ExitCode
 where
     F: FnOnce(Arc<dyn IdemStore>) -> Fut,
     Fut: Future<Output = Registry>,
 {
-    let Some(url) = cli.store.as_deref() else {
-        return fail("no store given: pass --store URL or set IDEM_STORE_URL");
+    let url = match store_url(cli.store) {
+        Ok(u) => u,
+        Err(e) => return fail(e),
     };
-    let store = match open_store(url).await {
+    let json = cli.json;
+    let plan = match Plan::of(cli.command) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let store = match open_store(&url).await {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    match cli.command {
-        Command::List { state, limit } => match store.list(state.into(), limit).await {
-            Ok(records) => {
-                output::records(&records, cli.json);
+    match plan {
+        Plan::List {
+            state,
+            limit,
+            after,
+        } => {
+            // One more than the page, to know whether another page follows.
+            match store
+                .list_after(state, after.as_ref(), limit.saturating_add(1))
+                .await
+            {
+                Ok(mut records) => {
+                    let next = if records.len() > limit {
+                        records.truncate(limit);
+                        records.last().map(ListCursor::of)
+                    } else {
+                        None
+                    };
+                    output::records(&records, next.as_ref(), json);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        Plan::Show(key) => match store.get(&key).await {
+            Ok(Some(record)) => {
+                output::record(&record, json);
                 ExitCode::SUCCESS
             }
+            Ok(None) => fail(format!("no record for {key}")),
             Err(e) => fail(e),
         },
-        Command::Show { key } => {
-            let key = match IdemKey::parse(&key) {
-                Ok(k) => k,
-                Err(e) => return fail(e),
-            };
-            match store.get(&key).await {
-                Ok(Some(record)) => {
-                    output::record(&record, cli.json);
-                    ExitCode::SUCCESS
-                }
-                Ok(None) => fail(format!("no record for {key}")),
-                Err(e) => fail(e),
-            }
-        }
-        Command::Resolve {
-            key,
-            completed,
-            output,
-            failed,
-            release,
-            note,
-        } => {
-            let key = match IdemKey::parse(&key) {
-                Ok(k) => k,
-                Err(e) => return fail(e),
-            };
-            let output = match output.as_deref().map(serde_json::from_str) {
-                None => None,
-                Some(Ok(v)) => Some(v),
-                Some(Err(e)) => return fail(format!("--output is not valid JSON: {e}")),
-            };
-            let resolution = match (completed, failed, release) {
-                (Some(downstream_ref), None, false) => Resolution::Completed {
-                    downstream_ref,
-                    output,
-                },
-                (None, Some(reason), false) => Resolution::Failed { reason },
-                (None, None, true) => Resolution::Release,
-                _ => return fail("say exactly one of --completed REF, --failed REASON, --release"),
-            };
-            match resolve(&*store, &key, resolution, &note).await {
-                Ok(Some(record)) => {
-                    output::record(&record, cli.json);
-                    ExitCode::SUCCESS
-                }
-                Ok(None) => {
-                    if cli.json {
-                        println!("{}", serde_json::json!({"key": key, "released": true}));
-                    } else {
-                        println!("{key} released: the intent may run again");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e),
-            }
-        }
-        Command::Reconcile => {
+        Plan::Resolve(request) => match request.apply(&*store, json).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
+        Plan::Reconcile => {
             let registry = registry(store).await;
             if registry.tools().next().is_none() {
                 eprintln!(
@@ -211,7 +303,7 @@ where
             // Every record once, not only the oldest `batch`: a one-shot run has no next pass.
             match Reconciler::new(&registry).run_all().await {
                 Ok(decisions) => {
-                    output::decisions(&decisions, cli.json);
+                    output::decisions(&decisions, json);
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(e),

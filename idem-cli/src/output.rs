@@ -1,53 +1,74 @@
-//! Human tables and JSON for records and decisions.
+//! Human tables and JSON for records and decisions. Everything a record holds is printed
+//! through [`Esc`] (tables) or [`to_json`] (JSON): see the `escape` module for why.
 
-use idem_runtime::reconcile::Decision;
-use idem_runtime::store::Timestamp;
-use idem_runtime::Record;
+use idem_runtime::store::ListCursor;
+use idem_runtime::{Decision, Record};
+use serde::Serialize;
 
-fn json_line<T: serde::Serialize + ?Sized>(value: &T) {
-    match serde_json::to_string_pretty(value) {
+use crate::cursor;
+use crate::escape::{to_json, Esc};
+
+/// Prints `value` as pretty JSON on stdout.
+pub(crate) fn json<T: Serialize + ?Sized>(value: &T) {
+    match to_json(value, true) {
         Ok(s) => println!("{s}"),
         Err(e) => eprintln!("idem: cannot print as JSON: {e}"),
     }
 }
 
-fn ts(t: Timestamp) -> String {
-    t.to_string()
+/// `value` as one line of JSON, for a line on stderr (or a cell of a table).
+pub(crate) fn json_line<T: Serialize + ?Sized>(value: &T) -> String {
+    to_json(value, false).unwrap_or_else(|e| format!("(cannot print as JSON: {e})"))
 }
 
-/// Prints records as a table (or JSON).
-pub(crate) fn records(records: &[Record], json: bool) {
+/// One page of a listing, as `--json` prints it.
+#[derive(Serialize)]
+struct Page<'a> {
+    records: &'a [Record],
+    /// Pass as `--after` for the next page; `null` on the last one.
+    next_after: Option<String>,
+}
+
+/// Prints a page of records as a table (or JSON), then where the next page starts.
+pub(crate) fn records(records: &[Record], next: Option<&ListCursor>, json: bool) {
+    let next_after = next.map(cursor::format);
     if json {
-        return json_line(records);
+        return self::json(&Page {
+            records,
+            next_after,
+        });
     }
     if records.is_empty() {
         println!("(no records)");
-        return;
-    }
-    println!(
-        "{:<69}  {:<20}  {:<9}  {:<24}  {:>8}  REASON",
-        "KEY", "TOOL", "STATE", "UPDATED", "ATTEMPTS"
-    );
-    for r in records {
+    } else {
         println!(
-            "{:<69}  {:<20}  {:<9}  {:<24}  {:>8}  {}",
-            r.key,
-            r.tool,
-            r.state,
-            ts(r.updated_at),
-            r.attempts.len(),
-            r.message.as_deref().unwrap_or("")
+            "{:<69}  {:<20}  {:<9}  {:<24}  {:>8}  REASON",
+            "KEY", "TOOL", "STATE", "UPDATED", "ATTEMPTS"
         );
+        for r in records {
+            println!(
+                "{:<69}  {:<20}  {:<9}  {:<24}  {:>8}  {}",
+                Esc(r.key.as_str()),
+                Esc(&r.tool),
+                r.state,
+                r.updated_at,
+                r.attempts.len(),
+                Esc(r.message.as_deref().unwrap_or(""))
+            );
+        }
+    }
+    if let Some(after) = next_after {
+        println!("next page: --after {after}");
     }
 }
 
 /// Prints one record with its evidence.
 pub(crate) fn record(r: &Record, json: bool) {
     if json {
-        return json_line(r);
+        return self::json(r);
     }
-    println!("key          {}", r.key);
-    println!("tool         {}", r.tool);
+    println!("key          {}", Esc(r.key.as_str()));
+    println!("tool         {}", Esc(&r.tool));
     println!(
         "state        {}{}",
         r.state,
@@ -58,46 +79,49 @@ pub(crate) fn record(r: &Record, json: bool) {
         }
     );
     println!("fingerprint  {}", r.fingerprint);
-    println!("created      {}", ts(r.created_at));
-    println!("updated      {}", ts(r.updated_at));
+    println!("created      {}", r.created_at);
+    println!("updated      {}", r.updated_at);
     if let Some(m) = &r.message {
-        println!("reason       {m}");
+        println!("reason       {}", Esc(m));
     }
     if let Some(d) = &r.downstream_ref {
-        println!("downstream   {d}");
+        println!("downstream   {}", Esc(d));
     }
     if let Some(op) = &r.operation {
-        println!("run          {}", op.scope.run_id());
+        println!("run          {}", Esc(op.scope.run_id()));
         if let Some(t) = op.scope.tenant() {
-            println!("tenant       {t}");
+            println!("tenant       {}", Esc(t));
+        }
+        if let Some(p) = op.scope.principal() {
+            println!("principal    {}", Esc(p));
         }
         if let Some(i) = &op.intent {
-            println!("intent       {i}");
+            println!("intent       {}", Esc(i));
         }
-        println!("args         {}", op.args);
+        println!("args         {}", json_line(op.args.value()));
     }
     if let Some(p) = &r.payload {
-        println!("result       {p}");
+        println!("result       {}", json_line(p));
     }
     for a in &r.attempts {
         println!(
             "attempt {:<4} {} .. {}  {}  {}",
             a.attempt,
-            ts(a.started_at),
-            ts(a.finished_at),
+            a.started_at,
+            a.finished_at,
             a.class,
-            a.message.as_deref().unwrap_or("")
+            Esc(a.message.as_deref().unwrap_or(""))
         );
     }
     for rb in &r.read_backs {
-        println!("read-back    {}  {}", ts(rb.at), rb.result);
+        println!("read-back    {}  {}", rb.at, Esc(&rb.result));
     }
 }
 
-/// Prints a reconciliation pass's decisions.
+/// Prints a reconciliation's decisions.
 pub(crate) fn decisions(d: &[Decision], json: bool) {
     if json {
-        return json_line(d);
+        return self::json(d);
     }
     if d.is_empty() {
         println!("(nothing to reconcile)");
@@ -114,7 +138,11 @@ pub(crate) fn decisions(d: &[Decision], json: bool) {
             .unwrap_or_default();
         println!(
             "{:<69}  {:<20}  {:<9}  {:<9}  {}",
-            x.key, x.tool, x.from, action, x.detail
+            Esc(x.key.as_str()),
+            Esc(&x.tool),
+            x.from,
+            Esc(&action),
+            Esc(&x.detail)
         );
     }
 }

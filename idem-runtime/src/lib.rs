@@ -39,7 +39,7 @@ pub use executor::RetryPolicy;
 pub use identity::{Fingerprint, IdemKey, Scope};
 pub use outcome::{Outcome, OutcomeClass};
 pub use reconcile::{Action, Decision, Reconciler, Resolution};
-pub use registry::{BuildError, Registry, RegistryBuilder};
+pub use registry::{BuildError, Registry, RegistryBuilder, MAX_ARGS_DEPTH};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "redis")]

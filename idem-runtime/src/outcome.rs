@@ -12,6 +12,9 @@ use serde_json::Value;
 pub enum OutcomeClass {
     /// The downstream provably did not start; the claim was released.
     Rejected,
+    /// The downstream was unavailable (503, 429, overload) and provably did not start, every
+    /// time the call's retry budget allowed asking; the claim was released.
+    Unavailable,
     /// Terminal success.
     Completed,
     /// Terminal failure after the effect started.
@@ -29,6 +32,7 @@ impl OutcomeClass {
     pub fn as_str(self) -> &'static str {
         match self {
             OutcomeClass::Rejected => "rejected",
+            OutcomeClass::Unavailable => "unavailable",
             OutcomeClass::Completed => "completed",
             OutcomeClass::Failed => "failed",
             OutcomeClass::Pending => "pending",
@@ -53,6 +57,13 @@ pub enum Outcome {
     Rejected {
         /// What the downstream said.
         message: String,
+    },
+    /// Unavailable, not executed: nothing happened, the same intent may run again later.
+    Unavailable {
+        /// What the downstream said last.
+        message: String,
+        /// How long it asked to wait, when it said.
+        retry_after: Option<std::time::Duration>,
     },
     /// Terminal success with the (saved) output.
     Completed {
@@ -96,6 +107,7 @@ impl Outcome {
     pub fn class(&self) -> OutcomeClass {
         match self {
             Outcome::Rejected { .. } => OutcomeClass::Rejected,
+            Outcome::Unavailable { .. } => OutcomeClass::Unavailable,
             Outcome::Completed { .. } => OutcomeClass::Completed,
             Outcome::ResultExpired { was } => *was,
             Outcome::Failed { .. } => OutcomeClass::Failed,
@@ -121,21 +133,60 @@ impl Outcome {
                 "already done ({was}) earlier; result no longer kept; not sent again"
             ),
             Outcome::Rejected { message } => format!(
-                "rejected before execution: {message}; nothing was done, you may correct the arguments and call again"
+                "rejected before execution: {}; nothing was done, you may correct the arguments and call again",
+                bounded(message)
             ),
+            Outcome::Unavailable {
+                message,
+                retry_after,
+            } => {
+                let message = bounded(message);
+                let when = match retry_after {
+                    Some(d) => format!("in {}s or later", d.as_secs().max(1)),
+                    None => "later".to_owned(),
+                };
+                format!(
+                    "unavailable, not executed ({message}); nothing was done. You may call again {when}."
+                )
+            }
             Outcome::Failed { message, .. } => {
                 let when = if replayed { "failed earlier" } else { "failed" };
-                format!("{when} after execution: {message}; not retried")
+                format!("{when} after execution: {}; not retried", bounded(message))
             }
             Outcome::Pending { downstream_ref, .. } => format!(
-                "accepted downstream as {downstream_ref}, not final yet; pending, not sent again; reconciliation will settle it"
+                "accepted downstream as {}, not final yet; pending, not sent again; reconciliation will settle it",
+                bounded(downstream_ref)
             ),
             Outcome::Unknown { reason } => format!(
-                "outcome unknown ({reason}); not sent again; reconciliation pending. Do not retry this action."
+                "outcome unknown ({}); not sent again; reconciliation pending. Do not retry this action.",
+                bounded(reason)
             ),
-            Outcome::Escalated { reason } => {
-                format!("escalated to a person ({reason}); not sent again. Do not retry this action.")
-            }
+            Outcome::Escalated { reason } => format!(
+                "escalated to a person ({}); not sent again. Do not retry this action.",
+                bounded(reason)
+            ),
         }
     }
+}
+
+/// The most bytes of a message (an error's text, a reason, a reference) that the model is
+/// shown. A downstream's error can quote the whole request back (serde quotes a 900 KB string
+/// sent for a number): the model needs the gist, and the full text stays in the record and
+/// the trace.
+pub const MAX_MODEL_DETAIL: usize = 1024;
+
+/// `text` cut to [`MAX_MODEL_DETAIL`] bytes at a character boundary, saying how much was cut.
+pub(crate) fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_MODEL_DETAIL {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = MAX_MODEL_DETAIL;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}… ({} more bytes not shown)",
+        &text[..end],
+        text.len() - end
+    ))
 }

@@ -70,7 +70,10 @@ impl CallError {
             CallError::ChangedParams { .. } => "refused: this action was already requested with different parameters; nothing was done. Do not retry; ask the user.".to_owned(),
             CallError::InFlight { .. } => "this action is already in progress in another call; not sent again. Check again later.".to_owned(),
             CallError::Store(_) => "the idempotency store is unavailable; nothing was done. Try again later.".to_owned(),
-            other => format!("error: {other}; nothing was done"),
+            other => format!(
+                "error: {}; nothing was done",
+                crate::outcome::bounded(&other.to_string())
+            ),
         }
     }
 }

@@ -42,7 +42,7 @@ pub(crate) fn replay(record: Record) -> Outcome {
 pub(super) fn settlement_of(result: &Result<Value, ToolError>) -> Option<Settlement> {
     Some(match result {
         Ok(output) => Settlement::new(RecordState::Completed).payload(output.clone()),
-        Err(ToolError::Rejected { .. }) => return None,
+        Err(ToolError::Rejected { .. } | ToolError::Unavailable { .. }) => return None,
         Err(ToolError::Failed {
             message,
             downstream_ref,
@@ -73,6 +73,7 @@ pub(super) fn class_of_result(result: &Result<Value, ToolError>) -> OutcomeClass
     match result {
         Ok(_) => OutcomeClass::Completed,
         Err(ToolError::Rejected { .. }) => OutcomeClass::Rejected,
+        Err(ToolError::Unavailable { .. }) => OutcomeClass::Unavailable,
         Err(ToolError::Failed { .. }) => OutcomeClass::Failed,
         Err(ToolError::Pending { .. }) => OutcomeClass::Pending,
         Err(ToolError::Unknown { .. }) => OutcomeClass::Unknown,
@@ -83,6 +84,13 @@ pub(super) fn outcome_of(result: Result<Value, ToolError>) -> Outcome {
     match result {
         Ok(output) => Outcome::Completed { output },
         Err(ToolError::Rejected { message }) => Outcome::Rejected { message },
+        Err(ToolError::Unavailable {
+            message,
+            retry_after,
+        }) => Outcome::Unavailable {
+            message,
+            retry_after,
+        },
         Err(ToolError::Failed {
             message,
             downstream_ref,

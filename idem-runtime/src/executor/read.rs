@@ -20,6 +20,7 @@ impl Executor {
     ) -> Executed {
         let spec = tool.spec();
         let mut typed = Some(decoded.typed);
+        let began = tokio::time::Instant::now();
         let mut attempt = 1;
         loop {
             let args_for_attempt = match typed.take() {
@@ -70,8 +71,18 @@ impl Executor {
                 ),
             };
             span.record("class", class_of_result(&result).as_str());
-            if retryable && attempt < self.retry.max_attempts {
-                tokio::time::sleep(self.retry.backoff(attempt)).await;
+            let pause = match &result {
+                Err(ToolError::Unavailable { retry_after, .. }) => {
+                    self.retry
+                        .unavailable_pause(attempt, *retry_after, began.elapsed())
+                }
+                _ if retryable && attempt < self.retry.max_attempts => {
+                    Some(self.retry.backoff(attempt))
+                }
+                _ => None,
+            };
+            if let Some(pause) = pause {
+                tokio::time::sleep(pause).await;
                 attempt += 1;
                 continue;
             }

@@ -5,8 +5,10 @@ use std::time::Duration;
 /// Bounded retries of *unknown* attempts, with exponential backoff and jitter.
 ///
 /// Applied only where a repeat is harmless: write tools whose downstream honours keys
-/// (`Downstream::Keyed`, same key on every attempt, inside the safe window) and read tools.
-/// An unkeyed write is never retried by the executor. An attempt that **panicked** is not
+/// (`Downstream::Keyed`, same key on every attempt, inside the safe window), read tools,
+/// and any write whose downstream answered *unavailable, not executed* (503, 429), within
+/// [`RetryPolicy::budget`]. An unkeyed write whose outcome is unknown is never retried by the
+/// executor. An attempt that **panicked** is not
 /// retried either, keyed or not: a panic is a defect in the handler rather than a transient
 /// fault, and would most likely recur. Its record stays *unknown*, and the reconciler
 /// (which retries keyed records with the same key) or a person settles it.
@@ -38,6 +40,11 @@ pub struct RetryPolicy {
     /// that failed together retry together, and a downstream that was overloaded gets the
     /// same burst again.
     pub jitter: f64,
+    /// How long one call may spend asking an *unavailable* downstream again (503, 429:
+    /// provably not executed), pauses included (default 30 s). A pause that would end past
+    /// it, a `Retry-After` included, is not taken: the claim is released and the model is
+    /// told to try again later.
+    pub budget: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -47,6 +54,7 @@ impl Default for RetryPolicy {
             initial_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
             jitter: 0.5,
+            budget: Duration::from_secs(30),
         }
     }
 }
@@ -84,6 +92,31 @@ impl RetryPolicy {
             fraction.clamp(0.0, 1.0)
         };
         self
+    }
+
+    /// Sets how long one call may spend asking an unavailable downstream again.
+    pub fn budget(mut self, budget: Duration) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The pause before asking an unavailable downstream again after attempt `attempt`, or
+    /// `None` when the call must give up: attempts exhausted, or the pause (the backoff, or
+    /// the downstream's `retry_after` if longer) would end past the budget, `spent` of which
+    /// is gone.
+    pub fn unavailable_pause(
+        &self,
+        attempt: u32,
+        retry_after: Option<Duration>,
+        spent: Duration,
+    ) -> Option<Duration> {
+        if attempt >= self.max_attempts {
+            return None;
+        }
+        let pause = self
+            .backoff(attempt)
+            .max(retry_after.unwrap_or(Duration::ZERO));
+        (spent.saturating_add(pause) <= self.budget).then_some(pause)
     }
 
     /// The pause after attempt number `attempt` (1-based) failed: exponential, capped at

@@ -162,6 +162,8 @@ impl Executor {
         };
         let mut typed = Some(typed);
         let mut evidence = Vec::new();
+        // The call's retry budget counts from its first attempt.
+        let began = tokio::time::Instant::now();
         let mut attempt = 1;
         loop {
             let args_for_attempt = match typed.take() {
@@ -249,8 +251,17 @@ impl Executor {
             // most likely panic again. It stays unknown for the reconciler (see RetryPolicy).
             let retryable = class == OutcomeClass::Unknown && kind != AttemptKind::Panicked;
             let in_window = claimed_at.plus(spec.window_duration()) > self.clock.now();
-            if retryable && keyed && attempt < max_attempts && in_window {
-                let backoff = self.retry.backoff(attempt);
+            let pause = if retryable && keyed && attempt < max_attempts && in_window {
+                Some(self.retry.backoff(attempt))
+            } else if let Some(Err(ToolError::Unavailable { retry_after, .. })) = &result {
+                // Nothing ran, so asking again is harmless, keyed downstream or not; but only
+                // within the call's budget, and never sooner than the downstream asked.
+                self.retry
+                    .unavailable_pause(attempt, *retry_after, began.elapsed())
+            } else {
+                None
+            };
+            if let Some(backoff) = pause {
                 match self
                     .hold_claim(&key, token, spec.lease_duration(), backoff)
                     .await
@@ -301,10 +312,21 @@ impl Executor {
                 || evidence[..evidence.len() - 1]
                     .iter()
                     .any(|a| a.class == OutcomeClass::Unknown);
-            if let (true, Err(ToolError::Rejected { message })) = (earlier_unknown, &result) {
-                result = Err(ToolError::unknown(format!(
-                    "rejected now ({message}), but an earlier attempt's outcome is unknown"
-                )));
+            if earlier_unknown {
+                let refused_now = match &result {
+                    Err(ToolError::Rejected { message }) => {
+                        Some(format!("rejected now ({message})"))
+                    }
+                    Err(ToolError::Unavailable { message, .. }) => {
+                        Some(format!("unavailable now ({message})"))
+                    }
+                    _ => None,
+                };
+                if let Some(now) = refused_now {
+                    result = Err(ToolError::unknown(format!(
+                        "{now}, but an earlier attempt's outcome is unknown"
+                    )));
+                }
             }
             return self.settle(key, token, result, evidence, attempt).await;
         }

@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 pub use crate::call::{ToolCall, ToolResult};
 pub use error::BuildError;
+pub use size::MAX_ARGS_DEPTH;
 
 use crate::call::{CallArgs, CallError};
 use crate::definitions::{definition, DefinitionOptions, Format};
@@ -305,6 +306,12 @@ impl Registry {
         };
         // The executor records the key on this span as soon as it derives it.
         span.record("class", class);
+        if let (CallArgs::Value(args), Err(CallError::InvalidArgs { .. })) =
+            (call.args, &executed.result)
+        {
+            // Possibly refused for its depth: take it apart without recursing.
+            size::dispose(args);
+        }
         ToolResult {
             tool: call.tool,
             key: executed.key,
@@ -344,8 +351,17 @@ impl Registry {
                 RawArgs::Text(text)
             }
             CallArgs::Value(v) => {
-                if let Err(size) = size::check(v, limit) {
-                    return refused(CallError::ArgsTooLarge { size, limit });
+                match size::check(v, limit) {
+                    Ok(()) => {}
+                    Err(size::Refused::TooLarge(size)) => {
+                        return refused(CallError::ArgsTooLarge { size, limit })
+                    }
+                    Err(size::Refused::TooDeep) => {
+                        return refused(CallError::InvalidArgs {
+                            tool: call.tool.clone(),
+                            message: format!("arguments nest deeper than {MAX_ARGS_DEPTH} levels"),
+                        })
+                    }
                 }
                 RawArgs::Value(v)
             }

@@ -5,7 +5,17 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-/// Checks that `value`'s compact JSON text is at most `limit` bytes; `Err(size)` when over.
+/// Why a caller's value was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Its compact text is this many bytes, over the limit.
+    TooLarge(usize),
+    /// It nests deeper than [`MAX_ARGS_DEPTH`].
+    TooDeep,
+}
+
+/// Checks that `value`'s compact JSON text is at most `limit` bytes and that it nests at
+/// most [`MAX_ARGS_DEPTH`] levels.
 ///
 /// Every call pays this check, and almost every call is far under the limit. A bound from
 /// the tree's shape (strings counted at their worst-case escaping, no byte scanned, nothing
@@ -13,16 +23,42 @@ use serde_json::Value;
 /// limit, or that nests deeper than [`BOUND_DEPTH`], is measured exactly, by an iterative
 /// walk, so a caller's deeply nested value cannot overflow the stack here (serde_json's
 /// writer would recurse).
-pub(crate) fn check(value: &Value, limit: usize) -> Result<(), usize> {
+///
+/// The depth check comes first on the slow path and never recurses: every later step
+/// (canonical JSON, decoding into the arguments' type, dropping the value) walks the tree
+/// recursively, and a caller-built value a few thousand levels deep would overflow the
+/// stack there and abort the process.
+pub(crate) fn check(value: &Value, limit: usize) -> Result<(), Refused> {
     let mut budget = limit;
+    // Within the bound's depth (64) the value is well within MAX_ARGS_DEPTH too.
     if within_bound(value, &mut budget, 0) {
         return Ok(());
     }
     match exact_len(value, limit) {
-        Some(_) => Ok(()),
-        None => Err(exact_len(value, usize::MAX).unwrap_or(usize::MAX)),
+        Ok(_) => Ok(()),
+        Err(Refused::TooLarge(_)) => Err(Refused::TooLarge(
+            exact_len(value, usize::MAX).map_or(usize::MAX, |n| n),
+        )),
+        Err(too_deep) => Err(too_deep),
     }
 }
+
+/// Drops a value of any depth without recursing: `Value`'s own drop recurses once per level,
+/// so a refused value thousands of levels deep would overflow the stack on its way out.
+pub(crate) fn dispose(value: Value) {
+    let mut pending = vec![value];
+    while let Some(v) = pending.pop() {
+        match v {
+            Value::Array(items) => pending.extend(items),
+            Value::Object(map) => pending.extend(map.into_iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
+}
+
+/// How deep a caller's argument value may nest: the depth at which serde_json's parser stops
+/// reading text, so text and value arguments are refused alike.
+pub const MAX_ARGS_DEPTH: usize = 128;
 
 /// How deep the recursive bound walks before it leaves the value to the exact walk.
 const BOUND_DEPTH: usize = 64;
@@ -86,24 +122,27 @@ fn digits(mut u: u64) -> usize {
     n
 }
 
-/// `value`'s exact text length when it is within `limit`, walking iteratively; `None` as
-/// soon as it is not.
-fn exact_len(value: &Value, limit: usize) -> Option<usize> {
+/// `value`'s exact text length when it is within `limit` and nests at most
+/// [`MAX_ARGS_DEPTH`] levels, walking iteratively; refused as soon as it is not.
+fn exact_len(value: &Value, limit: usize) -> Result<usize, Refused> {
     let mut total = 0usize;
-    let mut pending = vec![value];
-    while let Some(v) = pending.pop() {
+    let mut pending = vec![(value, 1usize)];
+    while let Some((v, depth)) = pending.pop() {
+        if depth > MAX_ARGS_DEPTH {
+            return Err(Refused::TooDeep);
+        }
         let size = match v {
             Value::Null => 4,
             Value::Bool(b) => 4 + usize::from(!b),
             Value::Number(n) => number_len(n),
             Value::String(s) => string_len(s),
             Value::Array(items) => {
-                pending.extend(items);
+                pending.extend(items.iter().map(|item| (item, depth + 1)));
                 // Brackets and the commas between items.
                 2 + items.len().saturating_sub(1)
             }
             Value::Object(map) => {
-                pending.extend(map.values());
+                pending.extend(map.values().map(|item| (item, depth + 1)));
                 // Braces, commas, and each key with its colon.
                 map.keys().fold(1 + map.len().max(1), |n, k| {
                     n.saturating_add(string_len(k)).saturating_add(1)
@@ -112,10 +151,10 @@ fn exact_len(value: &Value, limit: usize) -> Option<usize> {
         };
         total = total.saturating_add(size);
         if total > limit {
-            return None;
+            return Err(Refused::TooLarge(total));
         }
     }
-    Some(total)
+    Ok(total)
 }
 
 /// A string's exact length as serde_json writes it: quotes, `\"` `\\` and the short
@@ -180,12 +219,12 @@ mod tests {
         #[test]
         fn agrees_with_the_exact_size(v in json_value()) {
             let size = exact(&v);
-            prop_assert_eq!(exact_len(&v, usize::MAX), Some(size));
+            prop_assert_eq!(exact_len(&v, usize::MAX), Ok(size));
             let mut budget = usize::MAX;
             prop_assert!(within_bound(&v, &mut budget, 0));
             prop_assert!(usize::MAX - budget >= size, "bound {} under the size {}", usize::MAX - budget, size);
             for limit in [size.saturating_sub(1), size, size + 1, size * 7 + 8] {
-                let expected = if size <= limit { Ok(()) } else { Err(size) };
+                let expected = if size <= limit { Ok(()) } else { Err(Refused::TooLarge(size)) };
                 prop_assert_eq!(check(&v, limit), expected);
             }
         }
@@ -195,26 +234,50 @@ mod tests {
     fn control_characters_and_quotes_are_bounded() {
         let v = json!({"\u{1}\"": ["\u{0}\\\n", 1.5e300, -9_223_372_036_854_775_808i64]});
         let size = exact(&v);
-        assert_eq!(exact_len(&v, usize::MAX), Some(size));
+        assert_eq!(exact_len(&v, usize::MAX), Ok(size));
         let mut budget = usize::MAX;
         assert!(within_bound(&v, &mut budget, 0));
         assert!(usize::MAX - budget >= size);
         assert_eq!(check(&v, size), Ok(()));
-        assert_eq!(check(&v, size - 1), Err(size));
+        assert_eq!(check(&v, size - 1), Err(Refused::TooLarge(size)));
     }
 
-    #[test]
-    fn deep_values_do_not_overflow_the_bound() {
+    fn nested(levels: usize) -> Value {
         let mut v = Value::Null;
-        for _ in 0..100_000 {
+        for _ in 0..levels {
             v = Value::Array(vec![v]);
         }
-        // 100 000 levels of `[` and `]`: over a 150 000-byte limit, measured exactly.
-        assert_eq!(check(&v, 150_000), Err(200_004));
-        assert_eq!(check(&v, 1 << 30), Ok(()));
-        // `Value`'s own drop recurses; unwind it iteratively.
+        v
+    }
+
+    /// `Value`'s own drop recurses; unwind a deep one iteratively.
+    fn unwind(mut v: Value) {
         while let Value::Array(mut items) = v {
             v = items.pop().unwrap_or(Value::Null);
         }
+    }
+
+    #[test]
+    fn deep_values_are_refused_without_recursing() {
+        // 100 000 levels: refused as too deep at any size limit, by a walk that does not
+        // recurse (the recursive bound gives up at 64 levels).
+        let v = nested(100_000);
+        assert_eq!(check(&v, 150_000), Err(Refused::TooDeep));
+        assert_eq!(check(&v, 1 << 30), Err(Refused::TooDeep));
+        unwind(v);
+    }
+
+    #[test]
+    fn the_depth_limit_is_exact() {
+        // `nested(n)` is n arrays around a null: n + 1 levels.
+        let at_limit = nested(MAX_ARGS_DEPTH - 1);
+        assert_eq!(check(&at_limit, 1 << 20), Ok(()));
+        let over = nested(MAX_ARGS_DEPTH);
+        assert_eq!(check(&over, 1 << 20), Err(Refused::TooDeep));
+        // serde_json's parser stops text at the same depth.
+        let text = serde_json::to_string(&at_limit).unwrap();
+        assert!(serde_json::from_str::<Value>(&text).is_ok());
+        let text = serde_json::to_string(&over).unwrap();
+        assert!(serde_json::from_str::<Value>(&text).is_err());
     }
 }

@@ -21,6 +21,21 @@ pub enum ToolError {
         /// What the downstream said.
         message: String,
     },
+    /// The downstream refused the request in a way that guarantees nothing ran, and said to
+    /// come back later: a 503, a 429, an overload shed before any work. The executor tries
+    /// again after a pause (at least `retry_after` when the downstream gave one), keyed
+    /// downstream or not, within the call's retry budget ([`crate::RetryPolicy`]); when the
+    /// budget is spent it releases the claim and tells the model nothing was done and it may
+    /// try again later. Only for refusals that are *provably* not executed: a 5xx after which
+    /// the effect may have happened is [`ToolError::Unknown`].
+    #[error("unavailable, not executed: {message}")]
+    Unavailable {
+        /// What the downstream said.
+        message: String,
+        /// How long the downstream asked to wait (`Retry-After`), when it said.
+        #[serde(default)]
+        retry_after: Option<std::time::Duration>,
+    },
     /// Terminal failure after the effect started (a declined charge). Saved and replayed.
     #[error("failed after execution: {message}")]
     Failed {
@@ -52,6 +67,26 @@ impl ToolError {
     pub fn rejected(message: impl std::fmt::Display) -> Self {
         ToolError::Rejected {
             message: message.to_string(),
+        }
+    }
+
+    /// The downstream is unavailable and provably did not start (503, 429, overload).
+    pub fn unavailable(message: impl std::fmt::Display) -> Self {
+        ToolError::Unavailable {
+            message: message.to_string(),
+            retry_after: None,
+        }
+    }
+
+    /// The downstream is unavailable, did not start, and asked to wait `retry_after` (its
+    /// `Retry-After`).
+    pub fn unavailable_for(
+        message: impl std::fmt::Display,
+        retry_after: std::time::Duration,
+    ) -> Self {
+        ToolError::Unavailable {
+            message: message.to_string(),
+            retry_after: Some(retry_after),
         }
     }
 

@@ -1,0 +1,160 @@
+//! `idem resolve`: a person's decision, signed and kept.
+//!
+//! The runtime's record has no field for who resolved it, so the CLI signs the note it
+//! passes to [`idem_runtime::reconcile::resolve`]: the record's reason then reads
+//! `resolved by a person: NOTE (by OPERATOR at TIME)`. A release deletes the record (the
+//! store keeps no tombstone for it), so before releasing, the CLI writes the whole record,
+//! with the operator, note and time, to stderr as one JSON line: that line is the only trace
+//! a release leaves, and whoever runs the CLI should keep it.
+
+use idem_runtime::reconcile::{resolve, Resolution};
+use idem_runtime::{IdemKey, IdemStore, Record, RecordState};
+use serde::Serialize;
+
+use crate::escape::{needs_escape, Esc};
+use crate::output;
+
+/// A resolution whose input has been checked; nothing is touched until [`Request::apply`].
+pub(crate) struct Request {
+    key: IdemKey,
+    resolution: Resolution,
+    note: String,
+    operator: String,
+}
+
+impl Request {
+    /// Checks the command line: a key, exactly one decision, valid `--output` JSON, a note
+    /// that says something, and a name for who decides (`--operator`, else
+    /// `IDEM_OPERATOR` through clap, else `$USER`).
+    pub(crate) fn check(
+        key: &str,
+        completed: Option<String>,
+        output: Option<&str>,
+        failed: Option<String>,
+        release: bool,
+        note: &str,
+        operator: Option<String>,
+    ) -> Result<Request, String> {
+        let key = IdemKey::parse(key).map_err(|e| e.to_string())?;
+        let output = match output.map(serde_json::from_str) {
+            None => None,
+            Some(Ok(v)) => Some(v),
+            Some(Err(e)) => return Err(format!("--output is not valid JSON: {e}")),
+        };
+        let resolution = match (completed, failed, release) {
+            (Some(downstream_ref), None, false) => Resolution::Completed {
+                downstream_ref,
+                output,
+            },
+            (None, Some(reason), false) => Resolution::Failed { reason },
+            (None, None, true) => Resolution::Release,
+            _ => {
+                return Err("say exactly one of --completed REF, --failed REASON, --release".into())
+            }
+        };
+        let note = note.trim();
+        if note.is_empty() {
+            return Err("--note must say why (it is kept with the decision)".into());
+        }
+        let operator = operator
+            .filter(|o| !o.trim().is_empty())
+            .or_else(|| std::env::var("USER").ok().filter(|u| !u.trim().is_empty()))
+            .ok_or("say who decides: --operator NAME (or set IDEM_OPERATOR; $USER when set)")?;
+        let operator = operator.trim().to_owned();
+        if operator.chars().any(needs_escape) {
+            return Err("--operator must be a plain name, without control characters".into());
+        }
+        Ok(Request {
+            key,
+            resolution,
+            note: note.to_owned(),
+            operator,
+        })
+    }
+
+    /// Applies the decision and prints the record as it is afterwards (or the release).
+    pub(crate) async fn apply(self, store: &dyn IdemStore, json: bool) -> Result<(), String> {
+        let at = store.clock().now().to_string();
+        let signed = format!("{} (by {} at {at})", self.note, self.operator);
+        let release = matches!(self.resolution, Resolution::Release);
+        let previous = if release {
+            self.before_release(store, &at).await?
+        } else {
+            None
+        };
+        match resolve(store, &self.key, self.resolution, &signed).await {
+            Ok(Some(record)) => output::record(&record, json),
+            Ok(None) => {
+                // `previous` is `None` only if the record became resolvable between the
+                // look above and the release (a race with a reconciler): released all the
+                // same, without the evidence line.
+                if json {
+                    output::json(&ReleaseEvidence {
+                        event: None,
+                        key: &self.key,
+                        released: Some(true),
+                        operator: &self.operator,
+                        note: &self.note,
+                        at: &at,
+                        previous: previous.as_ref(),
+                    });
+                } else {
+                    println!(
+                        "{} released by {}: the intent may run again (the record as it was \
+                         went to stderr as one JSON line: keep it for the review)",
+                        self.key,
+                        Esc(&self.operator)
+                    );
+                }
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+        Ok(())
+    }
+
+    /// Writes the record about to be released to stderr, so the release leaves a trace.
+    /// Returns it (`None` when it is not a person's to release: `resolve` says why).
+    async fn before_release(
+        &self,
+        store: &dyn IdemStore,
+        at: &str,
+    ) -> Result<Option<Record>, String> {
+        let Some(previous) = store.get(&self.key).await.map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        if !matches!(
+            previous.state,
+            RecordState::Unknown | RecordState::Pending | RecordState::Escalated
+        ) {
+            return Ok(None);
+        }
+        // One line of JSON and nothing else, so `2>>releases.jsonl` keeps exactly it.
+        eprintln!(
+            "{}",
+            output::json_line(&ReleaseEvidence {
+                event: Some("release"),
+                key: &self.key,
+                released: None,
+                operator: &self.operator,
+                note: &self.note,
+                at,
+                previous: Some(&previous),
+            })
+        );
+        Ok(Some(previous))
+    }
+}
+
+/// What a release leaves behind: the record as it was, who released it, when and why.
+#[derive(Serialize)]
+struct ReleaseEvidence<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event: Option<&'static str>,
+    key: &'a IdemKey,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    released: Option<bool>,
+    operator: &'a str,
+    note: &'a str,
+    at: &'a str,
+    previous: Option<&'a Record>,
+}
