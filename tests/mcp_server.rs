@@ -84,6 +84,18 @@ impl Billing {
         }
     }
 
+    /// A charge that takes a while, well within its timeout.
+    #[tool(write)]
+    async fn unhurried_charge(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<Value, ToolError> {
+        *self.slow_starts.lock().unwrap() += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.charges
+            .lock()
+            .unwrap()
+            .push((args.customer, args.cents));
+        Ok(json!({"charged": args.cents}))
+    }
+
     /// Say it back.
     #[tool(read)]
     async fn echo(&self, _ctx: ReadCtx, args: Echo) -> Result<String, ToolError> {
@@ -398,4 +410,39 @@ async fn every_outcome_but_completed_is_an_error() {
         assert_eq!(is_error(&reply), asked != "done", "{reply}");
     }
     assert_eq!(billing.slow_starts(), attempts);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_call_does_not_abandon_the_charge() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let run = json!({"idem/run": "run-hangup"});
+    let args = json!({"customer": "acme", "cents": 4900});
+
+    // The client sends the call and hangs up before the reply.
+    let mut client = initialized(&server).await;
+    let id = client.id();
+    client
+        .send(&support_mcp::call_message(
+            &id,
+            "unhurried_charge",
+            args.clone(),
+            Some(run.clone()),
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(client);
+
+    // It reconnects and asks again in the same run: the charge it started was completed and
+    // saved, so it gets that one back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut again = initialized(&server).await;
+    let reply = again.call_tool("unhurried_charge", args, Some(run)).await;
+    assert_eq!(billing.slow_starts(), 1);
+    assert_eq!(billing.charges().len(), 1);
+    assert_eq!(
+        result(&reply)["_meta"]["idem/replayed"],
+        json!(true),
+        "{reply}"
+    );
 }

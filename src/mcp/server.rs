@@ -225,9 +225,9 @@ impl ServerHandler for McpHandler {
         if let Some(intent) = asked.intent {
             call = call.intent(intent);
         }
-        // Run on a task of its own: a client that disconnects or cancels must not abandon a
-        // claimed write half-way. The call settles its record either way, and a retry gets
-        // what it recorded.
+        // On a task of its own, so that whatever a transport does with this request's future
+        // when the client goes away (cancels it, drops it), a claimed write runs to its end and
+        // settles its record; a retry gets what it recorded.
         let registry = registry.clone();
         let result = tokio::spawn(async move { registry.call(call).await })
             .await
