@@ -57,9 +57,10 @@ class Checks:
             print(f"FAIL {name}: {detail}")
 
 
-def tool_validator(version: str) -> jsonschema.protocols.Validator:
+def tool_validator(version: str, definition: str = "Tool") -> jsonschema.protocols.Validator:
+    """A validator for one definition (`Tool`, `CallToolResult`) of the vendored schema."""
     schema = json.loads(SCHEMAS[version].read_text())
-    wrapper = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/Tool"}
+    wrapper = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
     cls = jsonschema.validators.validator_for(wrapper)
     cls.check_schema(wrapper)
     return cls(wrapper)
@@ -118,6 +119,9 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
         ledger_lines(ledger) == before + 1 and await ledger_count(client) == 1,
         (ledger_lines(ledger) - before, wire(first), wire(again)),
     )
+    results = tool_validator(version, "CallToolResult")
+    errors = [e.message for r in (first, again) for e in results.iter_errors(wire(r))]
+    c.check(f"{label}: the results are valid MCP {version} CallToolResults", not errors, errors)
     c.check(
         f"{label}: the repeat gets the saved charge",
         not again.is_error and again.structured_content == first.structured_content,
@@ -134,7 +138,7 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
         reply = await client.call_tool("charge", bad)
         c.check(
             f"{label}: wrong arguments {json.dumps(bad)} are a tool error",
-            reply.is_error is True and outcome(reply) == "refused",
+            reply.is_error is True and outcome(reply) == "refused" and not list(results.iter_errors(wire(reply))),
             wire(reply),
         )
     huge = {"customer": "x" * (2 * 1024 * 1024), "cents": 4900}
