@@ -132,8 +132,9 @@ async fn store_from_env() -> Result<Option<Arc<dyn IdemStore>>, Box<dyn std::err
     Err(format!("IDEM_STORE_URL={url}: unsupported (or its store's feature is off)").into())
 }
 
+// `pub`: the tests run this very `main` as their server (`tests/mcp_python_client.rs`).
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let http = match (args.next().as_deref(), args.next()) {
         (None, _) => None,

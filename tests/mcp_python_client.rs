@@ -4,15 +4,36 @@
 //!
 //! Needs a Python with the `mcp` and `jsonschema` packages: `IDEM_MCP_PYTHON` names it
 //! (`.ci/run` installs `tests/mcp_client/requirements.txt` into `target/mcp-venv`), else
-//! `python3`. Without one the test prints why it skipped; under `IDEM_REQUIRE_BACKENDS=1`
+//! `python3`. Without one the check prints why it skipped; under `IDEM_REQUIRE_BACKENDS=1`
 //! it fails instead.
+//!
+//! The server is this test binary re-executed as the example (`harness = false`, so its
+//! stdout is the MCP stream and nothing else).
 
+#[allow(dead_code)] // its `main` is what a child runs
+#[path = "../examples/mcp_server.rs"]
+mod example;
 mod support_mcp;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-#[test]
+fn main() {
+    if support_mcp::asked_to_run_example() {
+        if let Err(e) = example::main() {
+            eprintln!("mcp_server: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let mut tally = support_mcp::Tally::default();
+    tally.run(
+        "the_official_python_client_sees_one_charge_per_call",
+        the_official_python_client_sees_one_charge_per_call,
+    );
+    tally.finish();
+}
+
 fn the_official_python_client_sees_one_charge_per_call() {
     let python = std::env::var_os("IDEM_MCP_PYTHON").unwrap_or_else(|| "python3".into());
     let probe = Command::new(&python)
@@ -32,27 +53,25 @@ fn the_official_python_client_sees_one_charge_per_call() {
     };
     if let Some(why) = missing {
         let hint = "python3 -m venv target/mcp-venv && target/mcp-venv/bin/pip install -r \
-                    tests/mcp_client/requirements.txt && export IDEM_MCP_PYTHON=target/mcp-venv/bin/python";
+                    tests/mcp_client/requirements.txt && export IDEM_MCP_PYTHON=$PWD/target/mcp-venv/bin/python";
         assert!(
-            std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() != Ok("1"),
+            !support_mcp::require_backends(),
             "IDEM_REQUIRE_BACKENDS=1, but {why}; {hint}"
         );
         eprintln!("skipping: {why}; {hint}");
         return;
     }
 
-    let server = support_mcp::example_binary();
+    let server = std::env::current_exe().expect("the test binary");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client/check_server.py");
+    // The script passes IDEM_* variables on to the servers it starts.
     let out = Command::new(&python)
         .arg(&script)
         .arg(&server)
+        .env(support_mcp::RUN_EXAMPLE, "1")
         .output()
         .expect("the check script runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
+    println!("{}", String::from_utf8_lossy(&out.stdout));
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    assert!(
-        out.status.success(),
-        "the Python client's checks failed:\n{stdout}"
-    );
+    assert!(out.status.success(), "the Python client's checks failed");
 }

@@ -1,7 +1,8 @@
 //! The MCP server keeps the exactly-once promise whatever the client does: re-sends,
 //! concurrent duplicates, changed parameters, a handler past its timeout, bad input, and two
 //! server processes sharing one store. Every test asserts on the billing ledger (what the
-//! handlers did), not on what the server replied.
+//! handlers did), not on what the server replied. (Two server processes sharing a store:
+//! `tests/mcp_two_servers.rs`.)
 
 mod support_mcp;
 
@@ -65,6 +66,33 @@ impl Billing {
             .unwrap()
             .push((args.customer, args.cents));
         tokio::time::sleep(Duration::from_millis(800)).await;
+        Ok(json!({"charged": args.cents}))
+    }
+
+    /// Ends as the outcome its argument names, after counting the attempt.
+    #[tool(write)]
+    async fn settle_as(&self, _ctx: WriteCtx, args: Echo) -> Result<Value, ToolError> {
+        *self.slow_starts.lock().unwrap() += 1;
+        match args.text.as_str() {
+            "rejected" => Err(ToolError::rejected("card declined before charging")),
+            "failed" => Err(ToolError::failed("charged, then the bank reversed it")),
+            "pending" => Err(ToolError::pending("ch_pending_1")),
+            "unavailable" => Err(ToolError::unavailable("503 from the bank; nothing charged")),
+            "unknown" => Err(ToolError::unknown("connection reset after sending")),
+            "panic" => panic!("the handler panicked"),
+            _ => Ok(json!({"settled": args.text})),
+        }
+    }
+
+    /// A charge that takes a while, well within its timeout.
+    #[tool(write)]
+    async fn unhurried_charge(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<Value, ToolError> {
+        *self.slow_starts.lock().unwrap() += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.charges
+            .lock()
+            .unwrap()
+            .push((args.customer, args.cents));
         Ok(json!({"charged": args.cents}))
     }
 
@@ -344,185 +372,77 @@ async fn tools_list_has_the_registrys_definitions_and_hints() {
     assert_eq!(echo["annotations"]["readOnlyHint"], json!(true));
 }
 
-/// Two `mcp_server` example processes behind an imaginary load balancer, sharing one store:
-/// the same call sent to each (at once, then again) is one charge in their shared ledger
-/// file.
-mod two_servers {
-    use std::path::Path;
-    use std::process::Stdio;
-
-    use serde_json::json;
-    use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-
-    use super::support_mcp::{self, is_error, result, unique, LineClient};
-
-    type ChildClient = LineClient<ChildStdout, ChildStdin>;
-
-    fn require_backends() -> bool {
-        std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() == Ok("1")
-    }
-
-    fn skip(why: &str) {
-        assert!(!require_backends(), "IDEM_REQUIRE_BACKENDS=1, but {why}");
-        eprintln!("skipping: {why}");
-    }
-
-    fn spawn(bin: &Path, store_url: &str, namespace: &str, ledger: &Path) -> (Child, ChildClient) {
-        let mut child = Command::new(bin)
-            .env("IDEM_STORE_URL", store_url)
-            .env("IDEM_STORE_NAMESPACE", namespace)
-            .env("IDEM_MCP_LEDGER", ledger)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the example starts");
-        let client = LineClient::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
-        (child, client)
-    }
-
-    /// Runs the scenario and returns the number of charges in the shared ledger.
-    async fn charges_made(store_url: &str, namespace: &str) -> usize {
-        let bin = support_mcp::example_binary();
-        let dir = std::env::temp_dir().join(unique("idem-mcp-two"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let ledger = dir.join("ledger.jsonl");
-        let (_a, mut a) = spawn(&bin, store_url, namespace, &ledger);
-        let (_b, mut b) = spawn(&bin, store_url, namespace, &ledger);
-        a.initialize().await;
-        b.initialize().await;
-
-        // The agent run's id travels with the call: each server has its own sessions.
-        let meta = json!({"idem/run": unique("run")});
-        let args = json!({"customer": "acme", "cents": 4900});
-        let (ia, ib) = (a.id(), b.id());
-        a.send(&support_mcp::call_message(
-            &ia,
-            "charge",
-            args.clone(),
-            Some(meta.clone()),
-        ))
-        .await;
-        b.send(&support_mcp::call_message(
-            &ib,
-            "charge",
-            args.clone(),
-            Some(meta.clone()),
-        ))
-        .await;
-        let (ra, rb) = (a.reply_to(&ia).await, b.reply_to(&ib).await);
-        let again_a = a
-            .call_tool("charge", args.clone(), Some(meta.clone()))
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_outcome_but_completed_is_an_error() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let mut client = initialized(&server).await;
+    for (asked, class) in [
+        ("rejected", "rejected"),
+        ("failed", "failed"),
+        ("pending", "pending"),
+        ("unavailable", "unavailable"),
+        ("unknown", "unknown"),
+        ("panic", "unknown"),
+        ("done", "completed"),
+    ] {
+        let reply = client
+            .call_tool("settle_as", json!({"text": asked}), None)
             .await;
-        let again_b = b.call_tool("charge", args, Some(meta)).await;
-        for reply in [&ra, &rb, &again_a, &again_b] {
-            if !is_error(reply) {
-                assert_eq!(result(reply)["structuredContent"]["id"], json!("ch_0001"));
-            }
+        assert_eq!(outcome(&reply), class, "{reply}");
+        assert_eq!(is_error(&reply), class != "completed", "{reply}");
+        if class == "completed" {
+            assert_eq!(
+                result(&reply)["structuredContent"],
+                json!({"settled": "done"})
+            );
+        } else {
+            assert!(result(&reply).get("structuredContent").is_none(), "{reply}");
         }
-        let lines = std::fs::read_to_string(&ledger).map_or(0, |s| s.lines().count());
-        let _ = std::fs::remove_dir_all(&dir);
-        lines
     }
+    let attempts = billing.slow_starts();
+    // Asked again: the failed, pending and unknown calls are not run again (a rejected one
+    // may be: nothing was done).
+    for asked in ["failed", "pending", "unknown", "panic", "done"] {
+        let reply = client
+            .call_tool("settle_as", json!({"text": asked}), None)
+            .await;
+        assert_eq!(is_error(&reply), asked != "done", "{reply}");
+    }
+    assert_eq!(billing.slow_starts(), attempts);
+}
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sharing_a_sqlite_file() {
-        if !cfg!(feature = "sqlite") {
-            return skip("the sqlite feature is off (cargo test --features mcp,sqlite)");
-        }
-        let dir = std::env::temp_dir().join(unique("idem-mcp-sqlite"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let url = format!("sqlite://{}", dir.join("idem.db").display());
-        let charges = charges_made(&url, "").await;
-        let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(charges, 1);
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_call_does_not_abandon_the_charge() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let run = json!({"idem/run": "run-hangup"});
+    let args = json!({"customer": "acme", "cents": 4900});
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sharing_a_redis() {
-        let Some(url) = std::env::var("IDEM_REDIS_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-        else {
-            return skip("IDEM_REDIS_URL not set; export IDEM_REDIS_URL=redis://127.0.0.1:6379/ (.ci/run does)");
-        };
-        if !cfg!(feature = "redis") {
-            return skip("the redis feature is off (cargo test --features mcp,redis)");
-        }
-        let prefix = format!("{}:", unique("idem-mcp"));
-        let charges = charges_made(&url, &prefix).await;
-        redis_delete_prefix(&url, &prefix);
-        assert_eq!(charges, 1);
-    }
+    // The client sends the call and hangs up before the reply.
+    let mut client = initialized(&server).await;
+    let id = client.id();
+    client
+        .send(&support_mcp::call_message(
+            &id,
+            "unhurried_charge",
+            args.clone(),
+            Some(run.clone()),
+        ))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(client);
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sharing_a_postgres() {
-        let Some(url) = std::env::var("IDEM_POSTGRES_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-        else {
-            return skip("IDEM_POSTGRES_URL not set; export IDEM_POSTGRES_URL=postgres://user@127.0.0.1:5432/db (.ci/run does)");
-        };
-        #[cfg(feature = "postgres")]
-        {
-            let schema = unique("idem_mcp").replace('-', "_");
-            let charges = charges_made(&url, &schema).await;
-            if let Ok(store) = idem::PostgresStore::builder(url.as_str())
-                .schema(schema.as_str())
-                .connect()
-                .await
-            {
-                if let Ok(client) = store.pool().get().await {
-                    let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-                    let _ = client.batch_execute(&drop).await;
-                }
-            }
-            assert_eq!(charges, 1);
-        }
-        #[cfg(not(feature = "postgres"))]
-        {
-            let _ = url;
-            skip("the postgres feature is off (cargo test --features mcp,postgres)");
-        }
-    }
-
-    /// Deletes the keys under `prefix` with plain RESP over a socket (no Redis client among
-    /// the test's dependencies).
-    fn redis_delete_prefix(url: &str, prefix: &str) {
-        use std::io::{BufRead, BufReader, Read, Write};
-        fn command(addr: &str, args: &[&str]) -> std::io::Result<Vec<String>> {
-            let mut stream = std::net::TcpStream::connect(addr)?;
-            stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-            let mut request = format!("*{}\r\n", args.len());
-            for a in args {
-                request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-            }
-            stream.write_all(request.as_bytes())?;
-            let mut reader = BufReader::new(stream);
-            let mut header = String::new();
-            reader.read_line(&mut header)?;
-            let mut items = Vec::new();
-            if let Some(n) = header.trim_end().strip_prefix('*') {
-                for _ in 0..n.parse::<usize>().unwrap_or(0) {
-                    let mut len = String::new();
-                    reader.read_line(&mut len)?;
-                    let n: usize = len.trim_end().trim_start_matches('$').parse().unwrap_or(0);
-                    let mut buf = vec![0; n + 2];
-                    reader.read_exact(&mut buf)?;
-                    buf.truncate(n);
-                    items.push(String::from_utf8_lossy(&buf).into_owned());
-                }
-            }
-            Ok(items)
-        }
-        let rest = url.split("://").nth(1).unwrap_or(url);
-        let rest = rest.rsplit('@').next().unwrap_or(rest);
-        let addr = rest.split('/').next().unwrap_or(rest);
-        if let Ok(keys) = command(addr, &["KEYS", &format!("{prefix}*")]) {
-            for key in keys {
-                let _ = command(addr, &["DEL", &key]);
-            }
-        }
-    }
+    // It reconnects and asks again in the same run: the charge it started was completed and
+    // saved, so it gets that one back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut again = initialized(&server).await;
+    let reply = again.call_tool("unhurried_charge", args, Some(run)).await;
+    assert_eq!(billing.slow_starts(), 1);
+    assert_eq!(billing.charges().len(), 1);
+    assert_eq!(
+        result(&reply)["_meta"]["idem/replayed"],
+        json!(true),
+        "{reply}"
+    );
 }

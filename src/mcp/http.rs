@@ -67,8 +67,9 @@ impl McpHttp {
         self
     }
 
-    /// Serves until the returned future is dropped (or the listener fails). Each session gets
-    /// a handler of its own; its calls run in the session's run unless they name one.
+    /// Serves until the returned future is dropped; calls already running finish on their own
+    /// tasks and settle their records. Each session gets a handler of its own; its calls run
+    /// in the session's run unless they name one.
     pub async fn serve(self) -> io::Result<()> {
         let server = self.server;
         let service: StreamableHttpService<McpHandler, LocalSessionManager> =
@@ -78,7 +79,16 @@ impl McpHttp {
                 self.config,
             );
         loop {
-            let (stream, _) = self.listener.accept().await?;
+            // A failed accept (out of file descriptors, a connection reset before it was
+            // taken) concerns that connection, not the server: keep serving.
+            let stream = match self.listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "MCP HTTP accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
             let service = service.clone();
             tokio::spawn(async move {
                 let route = service_fn(move |request: Request<Incoming>| {

@@ -28,6 +28,10 @@
 //!   (`-32602`); arguments of the wrong type or shape, or over the registry's size limit,
 //!   are a tool result with `isError`, so the model can correct them. Nothing runs for any
 //!   of them.
+//! - Malformed JSON-RPC is rmcp's to answer: a message that is JSON but no JSON-RPC gets
+//!   `-32600`; a stdio line that is not JSON at all is dropped unanswered (it has no id to
+//!   answer, as in the other official SDKs); over HTTP either is a `4xx`. A request before
+//!   `initialize` gets a JSON-RPC error (stdio) or a `4xx` (HTTP). The connection stays up.
 //!
 //! # Which run a call belongs to
 //!

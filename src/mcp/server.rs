@@ -209,7 +209,7 @@ impl ServerHandler for McpHandler {
         // everything about the arguments is the model's to correct, so it is a tool result.
         let Some(tool) = registry.get(&request.name) else {
             let refused = CallError::UnknownTool {
-                name: request.name.to_string(),
+                name: cut(&request.name, 64),
             };
             return Err(ErrorData::invalid_params(refused.to_string(), None));
         };
@@ -221,19 +221,32 @@ impl ServerHandler for McpHandler {
         };
         let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let mut call = ToolCall::new(run, request.name.to_string(), args)
-            .call_id(format!("jsonrpc:{}", context.id));
+            .call_id(cut(&format!("jsonrpc:{}", context.id), 128));
         if let Some(intent) = asked.intent {
             call = call.intent(intent);
         }
-        // Run on a task of its own: a client that disconnects or cancels must not abandon a
-        // claimed write half-way. The call settles its record either way, and a retry gets
-        // what it recorded.
+        // On a task of its own, so that whatever a transport does with this request's future
+        // when the client goes away (cancels it, drops it), a claimed write runs to its end and
+        // settles its record; a retry gets what it recorded.
         let registry = registry.clone();
         let result = tokio::spawn(async move { registry.call(call).await })
             .await
             .map_err(|e| ErrorData::internal_error(format!("the call's task failed: {e}"), None))?;
         Ok(to_call_tool_result(&result).into())
     }
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary, `…` added), so a client's
+/// runaway tool name or request id is not echoed or logged in full.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 fn sessionless_refusal() -> CallToolResult {

@@ -57,9 +57,10 @@ class Checks:
             print(f"FAIL {name}: {detail}")
 
 
-def tool_validator(version: str) -> jsonschema.protocols.Validator:
+def tool_validator(version: str, definition: str = "Tool") -> jsonschema.protocols.Validator:
+    """A validator for one definition (`Tool`, `CallToolResult`) of the vendored schema."""
     schema = json.loads(SCHEMAS[version].read_text())
-    wrapper = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/Tool"}
+    wrapper = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
     cls = jsonschema.validators.validator_for(wrapper)
     cls.check_schema(wrapper)
     return cls(wrapper)
@@ -68,6 +69,14 @@ def tool_validator(version: str) -> jsonschema.protocols.Validator:
 def wire(model: Any) -> dict[str, Any]:
     """A result as it was on the wire (camelCase, absent fields left out)."""
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    """The environment of a server: this one's IDEM_* variables (how a test harness tells
+    its binary to be the example) and `extra`."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("IDEM_")}
+    env.update(extra)
+    return env
 
 
 def ledger_lines(path: Path) -> int:
@@ -110,6 +119,9 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
         ledger_lines(ledger) == before + 1 and await ledger_count(client) == 1,
         (ledger_lines(ledger) - before, wire(first), wire(again)),
     )
+    results = tool_validator(version, "CallToolResult")
+    errors = [e.message for r in (first, again) for e in results.iter_errors(wire(r))]
+    c.check(f"{label}: the results are valid MCP {version} CallToolResults", not errors, errors)
     c.check(
         f"{label}: the repeat gets the saved charge",
         not again.is_error and again.structured_content == first.structured_content,
@@ -126,7 +138,7 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
         reply = await client.call_tool("charge", bad)
         c.check(
             f"{label}: wrong arguments {json.dumps(bad)} are a tool error",
-            reply.is_error is True and outcome(reply) == "refused",
+            reply.is_error is True and outcome(reply) == "refused" and not list(results.iter_errors(wire(reply))),
             wire(reply),
         )
     huge = {"customer": "x" * (2 * 1024 * 1024), "cents": 4900}
@@ -144,7 +156,7 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
 
 async def raw_stdio_checks(c: Checks, server: str, ledger: Path) -> None:
     """Bytes no SDK client would send: a call before initialize, broken JSON, no JSON-RPC."""
-    env = dict(os.environ, IDEM_MCP_LEDGER=str(ledger))
+    env = dict(os.environ, **server_env(IDEM_MCP_LEDGER=str(ledger)))
     proc = await asyncio.create_subprocess_exec(
         server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
     )
@@ -209,7 +221,7 @@ def post(url: str, body: bytes, content_type: str = "application/json") -> int:
 
 
 async def http_checks(c: Checks, server: str, ledger: Path) -> None:
-    env = dict(os.environ, IDEM_MCP_LEDGER=str(ledger))
+    env = dict(os.environ, **server_env(IDEM_MCP_LEDGER=str(ledger)))
     proc = subprocess.Popen([server, "--http", "127.0.0.1:0"], stderr=subprocess.PIPE, env=env, text=True)
     try:
         assert proc.stderr
@@ -287,7 +299,7 @@ async def main(server: str) -> int:
 
 
 async def stdio_checks(c: Checks, server: str, ledger: Path) -> None:
-    params = StdioServerParameters(command=server, env={"IDEM_MCP_LEDGER": str(ledger)})
+    params = StdioServerParameters(command=server, env=server_env(IDEM_MCP_LEDGER=str(ledger)))
     async with Client(params, mode="legacy") as client:
         info = client.session.server_info if hasattr(client.session, "server_info") else None
         c.check("stdio: initialized", client.session is not None, info)

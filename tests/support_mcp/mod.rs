@@ -3,8 +3,6 @@
 //! included, and the `mcp_server` example built for the child-process tests.
 #![allow(dead_code)] // each test binary uses part of it
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -142,39 +140,57 @@ pub fn outcome(reply: &Value) -> String {
         .to_owned()
 }
 
-/// The `mcp_server` example, built with this test binary's features (a no-op when
-/// `cargo test` already built it), so what runs is the code under test.
-pub fn example_binary() -> PathBuf {
-    let mut features = vec!["mcp"];
-    if cfg!(feature = "sqlite") {
-        features.push("sqlite");
+/// Set in a child's environment, this test binary runs `examples/mcp_server.rs` (compiled in
+/// as a module) instead of its checks: what the child serves is the example's code, built by
+/// the same `cargo test` with the same features, with no second cargo run.
+pub const RUN_EXAMPLE: &str = "IDEM_MCP_RUN_EXAMPLE";
+
+/// The command that starts the example server: this very binary, with [`RUN_EXAMPLE`] set.
+pub fn example_command() -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    command.env(RUN_EXAMPLE, "1");
+    command
+}
+
+/// True in a child started by [`example_command`].
+pub fn asked_to_run_example() -> bool {
+    std::env::var_os(RUN_EXAMPLE).is_some()
+}
+
+/// True when tests must fail rather than skip for want of a server or a client.
+pub fn require_backends() -> bool {
+    std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() == Ok("1")
+}
+
+/// Counts checks and prints the closing line test runners read.
+#[derive(Default)]
+pub struct Tally {
+    pub passed: usize,
+    pub failed: usize,
+}
+
+impl Tally {
+    /// Runs one check; a panic in it is a failure, reported with its message.
+    pub fn run(&mut self, name: &str, check: impl FnOnce() + std::panic::UnwindSafe) {
+        match std::panic::catch_unwind(check) {
+            Ok(()) => {
+                self.passed += 1;
+                println!("test {name} ... ok");
+            }
+            Err(_) => {
+                self.failed += 1;
+                println!("test {name} ... FAILED");
+            }
+        }
     }
-    if cfg!(feature = "redis") {
-        features.push("redis");
+
+    /// Prints `N passed, N failed` and exits non-zero when something failed.
+    pub fn finish(self) {
+        println!("\n{} passed, {} failed", self.passed, self.failed);
+        if self.failed > 0 {
+            std::process::exit(1);
+        }
     }
-    if cfg!(feature = "postgres") {
-        features.push("postgres");
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "-p", "idem", "--example", "mcp_server"])
-        .arg("--features")
-        .arg(features.join(","))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building the mcp_server example failed");
-    // This test binary is target/<profile>/deps/<name>; the example is beside deps/.
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("mcp_server{}", std::env::consts::EXE_SUFFIX));
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
 }
 
 /// A name no other run of a test uses.
