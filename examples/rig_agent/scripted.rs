@@ -83,11 +83,9 @@ impl HttpClientExt for ScriptedHttp {
     where
         U: From<Bytes> + WasmCompatSend + 'static,
     {
-        async {
-            Err(script_error(
-                "the scripted model takes no multipart requests",
-            ))
-        }
+        std::future::ready(Err(script_error(
+            "the scripted model takes no multipart requests",
+        )))
     }
 
     fn send_streaming<T>(
@@ -97,7 +95,7 @@ impl HttpClientExt for ScriptedHttp {
     where
         T: Into<Bytes> + WasmCompatSend,
     {
-        async { Err(script_error("the scripted model does not stream")) }
+        std::future::ready(Err(script_error("the scripted model does not stream")))
     }
 }
 
