@@ -1,5 +1,5 @@
 //! Real crashes around a Postgres store (needs `IDEM_POSTGRES_URL`; skipped with the reason
-//! printed otherwise).
+//! printed otherwise, failed when `IDEM_REQUIRE_BACKENDS=1`).
 //!
 //! 1. An ordinary handler (its effect in a file ledger) is `kill -9`ed between claim and
 //!    settle: one effect, and the next call is told *unknown*.
@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem::store::conformance::backend_url;
 use idem::store::{Clock, IdemStore, ManualClock, PostgresStore, SystemClock};
 use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
 use idem::{CallError, RecordState, Registry, ToolCall};
@@ -98,15 +99,6 @@ impl WriteTool for TxCharge {
         Ok(out)
     }
 }
-
-fn pg_url() -> Option<String> {
-    std::env::var("IDEM_POSTGRES_URL")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-}
-
-const SKIP: &str = "skipping: IDEM_POSTGRES_URL not set; export \
-    IDEM_POSTGRES_URL=postgres://user@127.0.0.1:5432/db (.ci/run does)";
 
 /// A temp dir and a schema of this test's own, both removed at the end.
 struct Scratch {
@@ -229,8 +221,7 @@ async fn run_and_kill(role: &str, url: &str, scratch: &Scratch, marker: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_between_claim_and_settle_leaves_unknown() {
-    let Some(url) = pg_url() else {
-        eprintln!("{SKIP}");
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "this Postgres crash test") else {
         return;
     };
     let scratch = Scratch::new("file");
@@ -301,8 +292,7 @@ async fn setup_tx(url: &str, scratch: &Scratch) -> PostgresStore {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_handler_killed_inside_its_transaction_leaves_nothing() {
-    let Some(url) = pg_url() else {
-        eprintln!("{SKIP}");
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "this Postgres crash test") else {
         return;
     };
     let scratch = Scratch::new("txin");
@@ -360,8 +350,7 @@ async fn transactional_handler_killed_inside_its_transaction_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_handler_killed_after_commit_keeps_both() {
-    let Some(url) = pg_url() else {
-        eprintln!("{SKIP}");
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "this Postgres crash test") else {
         return;
     };
     let scratch = Scratch::new("txafter");

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use idem::store::{
     ClaimOutcome, ClaimRequest, Clock, IdemStore, ManualClock, RedisStore, SystemClock,
 };
+use idem::store::conformance::{backend_url, skip};
 use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
 use serde_json::json;
 use support::crash::{
@@ -44,12 +45,6 @@ fn charge(customer: &str, cents: u64) -> ToolCall {
         "charge_card",
         json!({"customer": customer, "cents": cents}),
     )
-}
-
-fn redis_url() -> Option<String> {
-    std::env::var("IDEM_REDIS_URL")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
 }
 
 /// `host:port` of a `redis://host:port/…` URL.
@@ -142,8 +137,7 @@ fn crash_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_between_claim_and_settle_leaves_unknown() {
-    let Some(url) = redis_url() else {
-        eprintln!("skipping: IDEM_REDIS_URL not set; export IDEM_REDIS_URL=redis://127.0.0.1:6379/ (.ci/run does)");
+    let Some(url) = backend_url("IDEM_REDIS_URL", "this Redis crash test") else {
         return;
     };
     let tmp = TempDir::new("crash-redis");
@@ -337,7 +331,10 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_with_aof_loses_nothing() {
     let Some(bin) = find_on_path("redis-server") else {
-        eprintln!("skipping: redis-server is not on PATH (apt-get install redis-server)");
+        skip(
+            "the Redis AOF restart test",
+            "redis-server is not on PATH (apt-get install redis-server)",
+        );
         return;
     };
     let tmp = TempDir::new("redis-aof");

@@ -1,6 +1,7 @@
 //! The operator CLI against real stores: a person lists an unknown record, resolves it, and
 //! the next call obeys. SQLite always; Redis and Postgres when `IDEM_REDIS_URL` /
-//! `IDEM_POSTGRES_URL` are set (skipped with a printed reason otherwise).
+//! `IDEM_POSTGRES_URL` are set (skipped with a printed reason otherwise, failed
+//! when `IDEM_REQUIRE_BACKENDS=1`).
 
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,6 +11,7 @@ use idem_runtime::{
     IdemStore, OutcomeClass, RecordState, Registry, ToolCall, ToolError, ToolSpec, WriteCtx,
     WriteTool,
 };
+use idem_runtime::store::conformance::backend_url;
 use serde_json::{json, Value};
 
 /// A charge whose first response is always lost (it commits, then times out).
@@ -163,8 +165,7 @@ async fn sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis() {
-    let Ok(url) = std::env::var("IDEM_REDIS_URL") else {
-        eprintln!("skipping: IDEM_REDIS_URL not set (see README, 'Running the backend tests')");
+    let Some(url) = backend_url("IDEM_REDIS_URL", "the CLI against redis") else {
         return;
     };
     let store = idem_runtime::store::RedisStore::connect(&url)
@@ -175,8 +176,7 @@ async fn redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    let Ok(url) = std::env::var("IDEM_POSTGRES_URL") else {
-        eprintln!("skipping: IDEM_POSTGRES_URL not set (see README, 'Running the backend tests')");
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "the CLI against postgres") else {
         return;
     };
     let store = idem_runtime::store::PostgresStore::connect(&url)

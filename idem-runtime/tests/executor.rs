@@ -317,7 +317,10 @@ async fn a_handler_panic_is_unknown_not_failed() {
     assert_eq!(record_of(&s, &r).await.state, RecordState::Unknown);
     let again = s.registry.call(acme()).await;
     assert_eq!(again.class(), Some(OutcomeClass::Unknown));
-    assert_eq!(ledger.effects(), 1);
+    // This downstream deduplicates by key, so its effects alone cannot tell a resend from
+    // none: the request count can. The repeat reads the unknown record and sends nothing.
+    assert_eq!((ledger.effects(), ledger.requests()), (1, 1));
+    assert_eq!(record_of(&s, &r).await.attempts.len(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -31,24 +31,12 @@ use serde_json::{json, Value};
 // Locations and handles
 // ---------------------------------------------------------------------------------------
 
-fn env(var: &str) -> Option<String> {
-    std::env::var(var).ok().filter(|s| !s.trim().is_empty())
-}
-
 fn redis_url(test: &str) -> Option<String> {
-    let url = env("IDEM_REDIS_URL");
-    if url.is_none() {
-        eprintln!("skipping {test}: IDEM_REDIS_URL not set (source .ci/services.sh)");
-    }
-    url
+    conformance::backend_url("IDEM_REDIS_URL", test)
 }
 
 fn pg_url(test: &str) -> Option<String> {
-    let url = env("IDEM_POSTGRES_URL");
-    if url.is_none() {
-        eprintln!("skipping {test}: IDEM_POSTGRES_URL not set (source .ci/services.sh)");
-    }
-    url
+    conformance::backend_url("IDEM_POSTGRES_URL", test)
 }
 
 fn unique() -> String {
