@@ -1,4 +1,4 @@
-//! The outcome test matrix (DESIGN, "The test matrix every change keeps green"): one test
+//! The outcome test matrix that every change keeps green: one test
 //! per row, each against the Stripe-like stub in `support::payments` behind its faulty
 //! proxy.
 //!

@@ -1,4 +1,4 @@
-//! The write executor against a counting fake downstream: each row of DESIGN's outcome table,
+//! The write executor against a counting fake downstream: each row of the outcome table,
 //! lease expiry, concurrency, and bad input. Every test asserts on the downstream's ledger
 //! and the store's record, not only on what the call returned.
 

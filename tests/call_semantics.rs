@@ -1,4 +1,5 @@
-//! Review: black-box tests of DESIGN's semantics through the public `idem` facade only.
+//! The call semantics, black-box, through the public `idem` facade only: arguments, keys,
+//! replays, retries, leases, the reconciler and a person, definitions, durable restarts.
 //!
 //! Every test asserts on what happened — a downstream ledger (how many effects, how many
 //! requests reached it) and the store's records — not only on what a call returned. Time
@@ -1001,7 +1002,7 @@ async fn a_short_lease_never_expires_under_a_live_handler() {
 
 #[tokio::test(start_paused = true)]
 async fn a_tombstone_retention_shorter_than_the_result_retention_never_frees_a_key_early() {
-    // A plausible misreading of the two knobs ("keep tombstones 1 h longer"): DESIGN says
+    // A plausible misreading of the two knobs ("keep tombstones 1 h longer"): the contract says
     // the tombstone outlives the result; this configuration makes it die first.
     let bank = Bank::new(false, []);
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(START));
@@ -1045,7 +1046,7 @@ async fn a_late_commit_after_an_escalation_is_kept_as_evidence_for_the_person() 
     assert_eq!(bank.effects(), 1);
     let record = w.record(&key).await.unwrap();
     assert_eq!(record.state, RecordState::Escalated);
-    // DESIGN: "a late result from the original attempt is kept as evidence". Without it the
+    // The contract: "a late result from the original attempt is kept as evidence". Without it the
     // person sees one timed-out attempt and nothing else, and may well release the key.
     let late = record
         .attempts
@@ -1318,7 +1319,7 @@ mod sqlite {
         fn new(name: &str) -> TempDir {
             static N: AtomicU32 = AtomicU32::new(0);
             let dir = std::env::temp_dir().join(format!(
-                "idem-review-{name}-{}-{}",
+                "idem-semantics-{name}-{}-{}",
                 std::process::id(),
                 N.fetch_add(1, Ordering::SeqCst)
             ));

@@ -1,10 +1,12 @@
-//! Review tests of the durable stores (SQLite, Redis, Postgres) against DESIGN's store
-//! contract: two handles ("workers") with skewed clocks on one location, records in every
-//! state surviving a reopen, paging while records move, and each backend's own faults.
+//! The durable stores (SQLite, Redis, Postgres) beyond the conformance suite: two handles
+//! ("workers") with skewed clocks on one location, records in every state surviving a
+//! reopen, paging while records move, corrupt rows that must never free a key, and each
+//! backend's own faults.
 //!
 //! Redis and Postgres checks need `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL` (see
-//! `.ci/services.sh`); without them they print why they skip. Every check works in its own
-//! temp file, key prefix or schema and removes it afterwards.
+//! `.ci/services.sh`); without them they print why they skip, and fail when
+//! `IDEM_REQUIRE_BACKENDS=1`. Every check works in its own temp file, key prefix or schema
+//! and removes it afterwards.
 #![cfg(all(
     feature = "testing",
     feature = "sqlite",
@@ -61,7 +63,7 @@ impl Prefix {
     fn fresh(url: &str) -> Prefix {
         Prefix {
             url: url.to_owned(),
-            prefix: format!("idem-review:{}:", unique()),
+            prefix: format!("idem-backends:{}:", unique()),
         }
     }
 
@@ -180,7 +182,7 @@ fn request(name: &str, lease: Duration) -> ClaimRequest {
     ClaimRequest {
         key: conformance::key(name),
         fingerprint: conformance::fingerprint("args"),
-        tool: "review_tool".to_owned(),
+        tool: "backend_tool".to_owned(),
         lease,
         operation: None,
     }
