@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem::store::conformance::{backend_url, skip};
 use idem::store::{
     ClaimOutcome, ClaimRequest, Clock, IdemStore, ManualClock, RedisStore, SystemClock,
 };
-use idem::store::conformance::{backend_url, skip};
 use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
 use serde_json::json;
 use support::crash::{

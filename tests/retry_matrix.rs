@@ -61,7 +61,11 @@ fn parse(line: &str) -> Run {
 async fn seed_block_reproduces_7_duplicates_of_16_and_idem_charges_once_everywhere() {
     let out = retry_matrix::render(true).await;
     let runs: Vec<Run> = out.lines().map(parse).collect();
-    assert_eq!(runs.len(), 4 * 5 + 8 * 5 + 1, "every fault x strategy, and the key reuse");
+    assert_eq!(
+        runs.len(),
+        4 * 5 + 8 * 5 + 1,
+        "every fault x strategy, and the key reuse"
+    );
 
     let seed: Vec<&Run> = runs.iter().filter(|r| r.block == "seed").collect();
     let hand_rolled: Vec<&&Run> = seed.iter().filter(|r| r.strategy != "idem").collect();

@@ -7,11 +7,11 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use idem_runtime::store::conformance::backend_url;
 use idem_runtime::{
     IdemStore, OutcomeClass, RecordState, Registry, ToolCall, ToolError, ToolSpec, WriteCtx,
     WriteTool,
 };
-use idem_runtime::store::conformance::backend_url;
 use serde_json::{json, Value};
 
 /// A charge whose first response is always lost (it commits, then times out).

@@ -1531,7 +1531,6 @@ async fn raw_state(at: &Schema, sql: &tokio_postgres::Client, key: &IdemKey) -> 
 /// checks that much) — and a settle that reports an error must not have been applied: the
 /// executor treats a failed settle as "not recorded".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "KNOWN (not fixed yet): Postgres settle_fast UPDATEs (autocommit) before decoding the RETURNING row: settle reports Corrupt but the corrupt row is now completed"]
 async fn postgres_settle_of_a_corrupt_row_reports_error_and_applies_nothing() {
     let Some(url) = pg_url("postgres_settle_of_a_corrupt_row") else {
         return;
@@ -1552,7 +1551,6 @@ async fn postgres_settle_of_a_corrupt_row_reports_error_and_applies_nothing() {
 /// Release of a running row that does not decode must be `Corrupt` (the conformance
 /// suite's rule: every operation on a corrupt key), keeping the row for an operator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "KNOWN (not fixed yet): Postgres release_fast DELETEs without decoding: release of a corrupt row returns Ok and deletes it (the key is free)"]
 async fn postgres_release_of_a_corrupt_row_is_corrupt() {
     let Some(url) = pg_url("postgres_release_of_a_corrupt_row") else {
         return;
@@ -1565,4 +1563,361 @@ async fn postgres_release_of_a_corrupt_row_is_corrupt() {
         matches!(r, Err(StoreError::Corrupt { .. })) && state.as_deref() == Some("running"),
         "release of a corrupt row: {r:?}, row now {state:?} (must be Corrupt and kept)"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Corruption never frees a key
+// ---------------------------------------------------------------------------------------
+
+/// Access to one backend's stored record below the store API: what the corruption check
+/// needs to break a row and to see whether an operation touched it.
+trait RawRecord {
+    /// Breaks the stored record of `key` the way `how` names.
+    async fn corrupt(&self, key: &IdemKey, how: &str);
+
+    /// The stored record of `key` exactly as the backend holds it (`None`: absent).
+    async fn raw(&self, key: &IdemKey) -> Option<String>;
+}
+
+/// Every operation the corruption check runs against a corrupt record.
+const OPERATIONS: [&str; 10] = [
+    "claim",
+    "claim after the lease",
+    "get",
+    "list",
+    "renew",
+    "settle completed",
+    "settle unknown",
+    "settle failed",
+    "release",
+    "reclaim",
+];
+
+/// Runs `op` on the corrupt record of `req.key` (claimed with `token`); `Err` says how the
+/// store broke the rule "every operation on a corrupt record is `Corrupt`".
+async fn on_corrupt<S: IdemStore>(
+    s: &S,
+    clock: &ManualClock,
+    op: &str,
+    req: &ClaimRequest,
+    token: ClaimToken,
+) -> Result<(), String> {
+    fn corrupt<T: std::fmt::Debug>(r: Result<T, StoreError>) -> Result<(), String> {
+        match r {
+            Err(StoreError::Corrupt { .. }) => Ok(()),
+            other => Err(format!("returned {other:?}, not Corrupt")),
+        }
+    }
+    let key = &req.key;
+    match op {
+        "claim" => corrupt(s.claim(req).await),
+        "claim after the lease" => {
+            clock.advance(LEASE * 2);
+            corrupt(s.claim(req).await)
+        }
+        "get" => corrupt(s.get(key).await),
+        "list" => {
+            for state in RecordState::ALL {
+                match s.list(state, 100).await {
+                    Ok(rs) if rs.iter().any(|r| &r.key == key) => {
+                        return Err(format!("listed it as a healthy {state:?} record"));
+                    }
+                    Ok(_) | Err(StoreError::Corrupt { .. }) => {}
+                    Err(e) => return Err(format!("list {state:?}: {e}")),
+                }
+            }
+            Ok(())
+        }
+        "renew" => corrupt(s.renew(key, token, LEASE).await),
+        "settle completed" => corrupt(
+            s.settle(
+                key,
+                token,
+                Settlement::new(RecordState::Completed).payload(json!({"charge": "ch_1"})),
+            )
+            .await,
+        ),
+        "settle unknown" => corrupt(
+            s.settle(
+                key,
+                token,
+                Settlement::new(RecordState::Unknown).message("timed out"),
+            )
+            .await,
+        ),
+        "settle failed" => corrupt(
+            s.settle(key, token, Settlement::new(RecordState::Failed))
+                .await,
+        ),
+        "release" => corrupt(s.release(key, token).await),
+        "reclaim" => corrupt(s.reclaim(key, token, LEASE).await),
+        other => unreachable!("no operation {other}"),
+    }
+}
+
+/// A running record that does not decode is `Corrupt` from every operation, and no
+/// operation changes it: the raw stored record is byte-for-byte what it was, and a new
+/// claim is still refused. A store that settled, released or reclaimed it would free the
+/// key (or record an outcome nobody can read), and the effect could run a second time.
+///
+/// Each (corruption, operation) pair works on a fresh running record; every broken pair is
+/// reported at once.
+/// `corruptions` names the ways the record is broken (see each backend's
+/// [`RawRecord::corrupt`]).
+async fn corruption_never_frees_a_key<S: IdemStore, R: RawRecord>(
+    s: &S,
+    raw: &R,
+    clock: &ManualClock,
+    corruptions: &[&str],
+) {
+    let mut broken = Vec::new();
+    for how in corruptions {
+        for op in OPERATIONS {
+            let req = request(&format!("corrupt-{how}-{op}"), LEASE);
+            let token = claim(s, &req).await;
+            raw.corrupt(&req.key, how).await;
+            let before = raw.raw(&req.key).await;
+            assert!(before.is_some(), "{how}: the corrupt record must exist");
+            // Time moves (within the lease), so a write that only refreshes timestamps or
+            // the lease would show in the raw record too.
+            clock.advance(Duration::from_secs(1));
+            let mut problems = Vec::new();
+            if let Err(e) = on_corrupt(s, clock, op, &req, token).await {
+                problems.push(e);
+            }
+            let after = raw.raw(&req.key).await;
+            if after != before {
+                problems.push(format!("changed the stored record to {after:?}"));
+            }
+            match s.claim(&req).await {
+                Err(StoreError::Corrupt { .. }) => {}
+                other => problems.push(format!("a new claim then got {other:?}")),
+            }
+            if !problems.is_empty() {
+                broken.push(format!("{how} / {op}: {}", problems.join("; ")));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "operations on a corrupt running record must be Corrupt and change nothing:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// An SQLite file, read and written directly (another process, in effect).
+struct SqliteRows(std::path::PathBuf);
+
+impl SqliteRows {
+    fn conn(&self) -> rusqlite::Connection {
+        let conn = rusqlite::Connection::open(&self.0).expect("open the file directly");
+        conn.busy_timeout(Duration::from_secs(5))
+            .expect("busy timeout");
+        conn
+    }
+}
+
+/// The ways the SQL backends' running record is broken: a column that does not decode.
+const SQL_CORRUPTIONS: &[&str] = &["fingerprint", "state", "attempts"];
+
+impl RawRecord for SqliteRows {
+    async fn corrupt(&self, key: &IdemKey, how: &str) {
+        let set = match how {
+            "fingerprint" => "fingerprint = 'garbage'",
+            "state" => "state = 'exploded'",
+            "attempts" => "attempts = '[not json'",
+            other => unreachable!("{other}"),
+        };
+        let n = self
+            .conn()
+            .execute(
+                &format!("UPDATE idem_records SET {set} WHERE key = ?1"),
+                [key.as_str()],
+            )
+            .expect("corrupt");
+        assert_eq!(n, 1, "the record to corrupt must exist");
+    }
+
+    async fn raw(&self, key: &IdemKey) -> Option<String> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT * FROM idem_records WHERE key = ?1")
+            .expect("prepare");
+        let n = stmt.column_count();
+        let mut rows = stmt.query([key.as_str()]).expect("select");
+        let row = rows.next().expect("read a row")?;
+        let values: Vec<rusqlite::types::Value> =
+            (0..n).map(|i| row.get(i).expect("a column")).collect();
+        Some(format!("{values:?}"))
+    }
+}
+
+/// A Redis key prefix, read and written with plain commands.
+struct RedisRows<'a> {
+    at: &'a Prefix,
+    store: &'a RedisStore,
+}
+
+impl RawRecord for RedisRows<'_> {
+    async fn corrupt(&self, key: &IdemKey, how: &str) {
+        let rk = self.store.record_key(key);
+        let mut conn = self.at.conn().await;
+        let cmd = match how {
+            "fingerprint" => redis::cmd("HSET").arg(&rk).arg("fp").arg("garbage").clone(),
+            "state" => redis::cmd("HSET")
+                .arg(&rk)
+                .arg("st")
+                .arg("exploded")
+                .clone(),
+            "attempts" => redis::cmd("HSET")
+                .arg(&rk)
+                .arg("att")
+                .arg("{not json")
+                .clone(),
+            "attempts-bracket" => redis::cmd("HSET")
+                .arg(&rk)
+                .arg("att")
+                .arg("[not json")
+                .clone(),
+            "type" => {
+                let _: () = redis::cmd("DEL")
+                    .arg(&rk)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("DEL");
+                redis::cmd("SET")
+                    .arg(&rk)
+                    .arg("\u{fffd} not a record")
+                    .clone()
+            }
+            other => unreachable!("{other}"),
+        };
+        let _: () = cmd.query_async(&mut conn).await.expect("corrupt");
+    }
+
+    async fn raw(&self, key: &IdemKey) -> Option<String> {
+        let rk = self.store.record_key(key);
+        let mut conn = self.at.conn().await;
+        let kind: String = redis::cmd("TYPE")
+            .arg(&rk)
+            .query_async(&mut conn)
+            .await
+            .expect("TYPE");
+        match kind.as_str() {
+            "none" => None,
+            "hash" => {
+                let fields: std::collections::BTreeMap<String, Vec<u8>> = redis::cmd("HGETALL")
+                    .arg(&rk)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("HGETALL");
+                Some(format!("hash {fields:?}"))
+            }
+            "string" => {
+                let value: Vec<u8> = redis::cmd("GET")
+                    .arg(&rk)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("GET");
+                Some(format!("string {value:?}"))
+            }
+            other => Some(format!("a {other}")),
+        }
+    }
+}
+
+/// A Postgres schema, read and written with plain SQL.
+struct PostgresRows<'a> {
+    at: &'a Schema,
+    sql: tokio_postgres::Client,
+}
+
+impl RawRecord for PostgresRows<'_> {
+    async fn corrupt(&self, key: &IdemKey, how: &str) {
+        let set = match how {
+            "fingerprint" => "fingerprint = 'garbage'",
+            "state" => "state = 'exploded'",
+            "attempts" => "attempts = '[not json'",
+            other => unreachable!("{other}"),
+        };
+        let n = self
+            .sql
+            .execute(
+                &format!(
+                    "UPDATE \"{}\".idem_records SET {set} WHERE key = $1",
+                    self.at.name
+                ),
+                &[&key.as_str()],
+            )
+            .await
+            .expect("corrupt");
+        assert_eq!(n, 1, "the record to corrupt must exist");
+    }
+
+    async fn raw(&self, key: &IdemKey) -> Option<String> {
+        self.sql
+            .query_opt(
+                &format!(
+                    "SELECT row_to_json(r)::text FROM \"{}\".idem_records r WHERE key = $1",
+                    self.at.name
+                ),
+                &[&key.as_str()],
+            )
+            .await
+            .expect("select")
+            .map(|r| r.get::<_, String>(0))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_corruption_never_frees_a_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idem.db");
+    let clock = ManualClock::starting_now();
+    let s = sqlite(&path, &clock, RETENTION).await;
+    corruption_never_frees_a_key(&s, &SqliteRows(path), &clock, SQL_CORRUPTIONS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_corruption_never_frees_a_key() {
+    let Some(url) = redis_url("redis_corruption_never_frees_a_key") else {
+        return;
+    };
+    let at = Prefix::fresh(&url);
+    let clock = ManualClock::starting_now();
+    let s = at.open(&clock, RETENTION).await;
+    let raw = RedisRows { at: &at, store: &s };
+    let corruptions = ["fingerprint", "state", "attempts", "type"];
+    corruption_never_frees_a_key(&s, &raw, &clock, &corruptions).await;
+}
+
+/// Attempts text that starts like a JSON array but does not parse: the Lua scripts check
+/// only the first character, so renew, settle and release go through and only the Rust
+/// decode (get, claim) notices. A release then deletes the record: the key is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "KNOWN: Redis scripts check only that `att` starts with '[': renew/settle/release of a record whose attempts do not parse succeed, and release frees the key"]
+async fn redis_unparsable_attempts_never_free_a_key() {
+    let Some(url) = redis_url("redis_unparsable_attempts_never_free_a_key") else {
+        return;
+    };
+    let at = Prefix::fresh(&url);
+    let clock = ManualClock::starting_now();
+    let s = at.open(&clock, RETENTION).await;
+    let raw = RedisRows { at: &at, store: &s };
+    corruption_never_frees_a_key(&s, &raw, &clock, &["attempts-bracket"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_corruption_never_frees_a_key() {
+    let Some(url) = pg_url("postgres_corruption_never_frees_a_key") else {
+        return;
+    };
+    let at = Schema::fresh(&url);
+    let clock = ManualClock::starting_now();
+    let s = at.open(&clock, RETENTION).await;
+    let raw = PostgresRows {
+        sql: at.sql().await,
+        at: &at,
+    };
+    corruption_never_frees_a_key(&s, &raw, &clock, SQL_CORRUPTIONS).await;
 }
