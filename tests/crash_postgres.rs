@@ -28,8 +28,9 @@ use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
 use idem::{CallError, RecordState, Registry, ToolCall};
 use serde_json::json;
 use support::crash::{
-    append_synced, assert_unknown_after_crash, ledger_lines, restarted_registry,
-    run_worker_and_kill, unique, worker_runtime, ChargeArgs, LedgerCharge, DEADLINE, ROLE,
+    append_synced, assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines,
+    point_worker, restarted_registry, run_worker_and_kill, unique, worker_runtime, ChargeArgs,
+    CrashPoint, LedgerCharge, DEADLINE, ROLE,
 };
 
 const URL: &str = "IDEM_CRASH_PG_URL";
@@ -168,6 +169,20 @@ fn charge(tool: &str) -> ToolCall {
 /// The worker roles. A no-op unless started by one of the tests below.
 #[test]
 fn crash_worker() {
+    if std::env::var(ROLE).as_deref() == Ok("pg-point") {
+        let url = std::env::var(URL).expect("IDEM_CRASH_PG_URL");
+        let schema = std::env::var(SCHEMA).expect("IDEM_CRASH_PG_SCHEMA");
+        worker_runtime().block_on(async move {
+            let store = PostgresStore::builder(url)
+                .schema(schema)
+                .max_connections(4)
+                .connect()
+                .await
+                .expect("connect the store");
+            point_worker(store, charge("charge_card")).await;
+        });
+        return;
+    }
     let hang = match std::env::var(ROLE).as_deref() {
         Ok("pg-file") => Hang::AfterFileEffect,
         Ok("pg-tx-inside") => Hang::InsideTransaction,
@@ -371,4 +386,40 @@ async fn transactional_handler_killed_after_commit_keeps_both() {
     assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran again");
     assert_eq!(ledger_rows(&store).await, 1);
     scratch.drop_schema(&store).await;
+}
+
+/// `kill -9` at `point` in a fresh schema, then the same call from a new process.
+async fn crash_at(point: CrashPoint) {
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "this Postgres crash test") else {
+        return;
+    };
+    let scratch = Scratch::new(&point.name().replace('-', "_"));
+    // Migrate before the worker starts, so the parent can clean up whatever happens.
+    let setup = scratch.store(&url, None).await;
+    kill_at_point_and_restart(
+        point,
+        "pg-point",
+        &[
+            (URL, OsStr::new(&url)),
+            (SCHEMA, OsStr::new(&scratch.schema)),
+        ],
+        |clock| scratch.store(&url, Some(clock)),
+        charge("charge_card"),
+    )
+    .await;
+    scratch.drop_schema(&setup).await;
+}
+
+/// Killed after the claim was stored, before the handler's effect: no effect, and the record
+/// stays unknown (the next process cannot tell this crash from one after the effect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_claim_and_handler_start_leaves_unknown() {
+    crash_at(CrashPoint::BeforeHandler).await;
+}
+
+/// Killed after the handler returned, before its settle was stored: one effect, the record
+/// unknown, the handler never run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_the_handler_before_settle_leaves_unknown() {
+    crash_at(CrashPoint::BeforeSettle).await;
 }

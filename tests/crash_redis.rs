@@ -31,8 +31,9 @@ use idem::store::{
 use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
 use serde_json::json;
 use support::crash::{
-    assert_unknown_after_crash, ledger_lines, restarted_registry, run_worker_and_kill, unique,
-    worker_runtime, LedgerCharge, TempDir, DEADLINE, ROLE,
+    assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines, point_worker,
+    restarted_registry, run_worker_and_kill, unique, worker_runtime, CrashPoint, LedgerCharge,
+    TempDir, DEADLINE, ROLE,
 };
 
 const URL: &str = "IDEM_CRASH_REDIS_URL";
@@ -108,6 +109,19 @@ fn delete_prefix(addr: &str, prefix: &str) {
 /// The worker role: claim, perform the effect, hang until killed.
 #[test]
 fn crash_worker() {
+    if std::env::var(ROLE).as_deref() == Ok("redis-point") {
+        let url = std::env::var(URL).expect("IDEM_CRASH_REDIS_URL");
+        let prefix = std::env::var(PREFIX).expect("IDEM_CRASH_PREFIX");
+        worker_runtime().block_on(async move {
+            let store = RedisStore::builder(url)
+                .prefix(prefix)
+                .connect()
+                .await
+                .expect("connect the store");
+            point_worker(store, charge("acme", 4900)).await;
+        });
+        return;
+    }
     if std::env::var(ROLE).as_deref() != Ok("redis-worker") {
         return;
     }
@@ -467,4 +481,40 @@ async fn redis_restart_with_aof_loses_nothing() {
         runs_before,
         "one ledger line per run"
     );
+}
+
+/// `kill -9` at `point` under a fresh key prefix, then the same call from a new process.
+async fn crash_at(point: CrashPoint) {
+    let Some(url) = backend_url("IDEM_REDIS_URL", "this Redis crash test") else {
+        return;
+    };
+    let prefix = format!("idem-crash:{}:", unique(point.name()));
+    kill_at_point_and_restart(
+        point,
+        "redis-point",
+        &[(URL, OsStr::new(&url)), (PREFIX, OsStr::new(&prefix))],
+        |clock| {
+            let builder = RedisStore::builder(url.as_str())
+                .prefix(prefix.as_str())
+                .clock(Arc::new(clock));
+            async move { builder.connect().await.expect("connect after the crash") }
+        },
+        charge("acme", 4900),
+    )
+    .await;
+    delete_prefix(&addr_of(&url), &prefix);
+}
+
+/// Killed after the claim was stored, before the handler's effect: no effect, and the record
+/// stays unknown (the next process cannot tell this crash from one after the effect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_claim_and_handler_start_leaves_unknown() {
+    crash_at(CrashPoint::BeforeHandler).await;
+}
+
+/// Killed after the handler returned, before its settle was stored: one effect, the record
+/// unknown, the handler never run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_the_handler_before_settle_leaves_unknown() {
+    crash_at(CrashPoint::BeforeSettle).await;
 }
