@@ -9,6 +9,10 @@
 //! 3. The same handler killed after its transaction committed, before the executor's
 //!    settle: the effect and the completed record are both there, and the next call
 //!    replays it. Never half.
+//! 4. An ordinary handler's worker killed between claim and handler start, and after the
+//!    handler returned but before the settle was stored (see `support::crash::CrashPoint`).
+//!
+//! These prove a worker process crash, not a power loss of the database host.
 //!
 //! Workers are this test binary, re-executed with `IDEM_CRASH_ROLE` set to run only
 //! [`crash_worker`]; run normally, that test does nothing.

@@ -7,7 +7,11 @@
 //!    every claim and result is still there, nothing runs twice, a store that is down fails
 //!    calls before their handler runs, and claim + settle are one round trip each (counted
 //!    by `INFO commandstats`). Starts its own `redis-server` on a free port; skipped, with
-//!    the reason printed, when there is none on `PATH`.
+//!    the reason printed, when there is none on `PATH`. This proves a Redis *process* crash;
+//!    it does not prove power loss (the killed server's writes are still in the OS page
+//!    cache, so it passes whatever `appendfsync` is).
+//! 3. A worker killed between claim and handler start, and after its handler returned but
+//!    before the settle was stored (see `support::crash::CrashPoint`).
 //!
 //! The worker is this test binary, re-executed with `IDEM_CRASH_ROLE=redis-worker` to run
 //! only [`crash_worker`]; run normally, that test does nothing.
@@ -343,7 +347,7 @@ where
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_restart_with_aof_loses_nothing() {
+async fn redis_process_kill_and_restart_with_aof_loses_nothing() {
     let Some(bin) = find_on_path("redis-server") else {
         skip(
             "the Redis AOF restart test",

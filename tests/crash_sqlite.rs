@@ -1,7 +1,11 @@
 //! A real crash between claim and settle, on SQLite: the worker process is `kill -9`ed while
 //! its handler is inside the effect, and a new process (here: the test itself) issues the
 //! same call on the same file. The effect must stay at one, and the caller must be told
-//! *unknown* — never a second execution.
+//! *unknown* — never a second execution. Also killed between claim and handler start, and
+//! after the handler returned but before its settle was stored.
+//!
+//! These prove a process crash. They do not prove power loss: the killed worker's writes are
+//! still in the OS page cache, so they pass whatever the synchronous mode is.
 //!
 //! The worker is this very test binary, re-executed with `IDEM_CRASH_ROLE=worker` to run
 //! only [`crash_worker`]; run normally, that test does nothing.
