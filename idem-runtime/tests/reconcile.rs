@@ -404,7 +404,7 @@ async fn more_than_one_effect_found_is_escalated() {
     // Someone (another system, a person) created a second charge with the same key.
     w.stub.commit(first.key().unwrap().as_str(), "succeeded");
     assert_eq!(w.pass().await, [Action::Escalated]);
-    let e = &w.escalations.lock().unwrap()[0];
+    let e = w.escalations.lock().unwrap()[0].clone();
     assert!(e.reason.contains("2 effects"), "{}", e.reason);
     assert_eq!(e.read_backs.len(), 1);
     // Escalated in the store too, and nothing sent or charged on top of the two effects.
