@@ -115,7 +115,7 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
 
 /// `kill -9` at `point` on a fresh SQLite file, then the same call from a new process.
 async fn crash_at(point: CrashPoint) {
-    let tmp = TempDir::new("crash-sqlite-point");
+    let tmp = TempDir::new(&format!("crash-sqlite-{}", point.name()));
     let db = tmp.0.join("idem.sqlite3");
     kill_at_point_and_restart(
         point,
