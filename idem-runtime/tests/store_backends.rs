@@ -67,7 +67,7 @@ impl Prefix {
         }
     }
 
-    async fn open(&self, clock: &ManualClock, retention: Retention) -> RedisStore {
+    async fn open(&self, clock: &(impl Clock + Clone), retention: Retention) -> RedisStore {
         RedisStore::builder(self.url.as_str())
             .prefix(self.prefix.as_str())
             .clock(Arc::new(clock.clone()))
@@ -118,7 +118,7 @@ mod postgres_schema;
 use postgres_schema::Schema;
 
 impl Schema {
-    async fn open(&self, clock: &ManualClock, retention: Retention) -> PostgresStore {
+    async fn open(&self, clock: &(impl Clock + Clone), retention: Retention) -> PostgresStore {
         PostgresStore::builder(self.url.as_str())
             .schema(self.name.as_str())
             .clock(Arc::new(clock.clone()))
@@ -138,7 +138,11 @@ impl Schema {
     }
 }
 
-async fn sqlite(path: &std::path::Path, clock: &ManualClock, retention: Retention) -> SqliteStore {
+async fn sqlite(
+    path: &std::path::Path,
+    clock: &(impl Clock + Clone),
+    retention: Retention,
+) -> SqliteStore {
     SqliteStore::builder(path)
         .clock(Arc::new(clock.clone()))
         .retention(retention)
@@ -602,7 +606,7 @@ async fn check_every_state<S: IdemStore>(s: &S, before: &[Record], nul: bool) {
 
 /// `wait_settled` notices a lease that expires while it waits (unknown, not running), and
 /// returns the running record itself when its timeout passes.
-async fn wait_settled_sees_expiry<S: IdemStore + 'static>(s: Arc<S>, clock: ManualClock) {
+async fn wait_settled_sees_expiry<S: IdemStore + 'static>(s: Arc<S>, clock: WatchedClock) {
     let req = request("wait-expiry", Duration::from_secs(2));
     let token = claim(&*s, &req).await;
     let r = s
@@ -613,25 +617,60 @@ async fn wait_settled_sees_expiry<S: IdemStore + 'static>(s: Arc<S>, clock: Manu
         r.map(|r| (r.state, r.token)),
         Some((RecordState::Running, token))
     );
-    let mover = {
-        let clock = clock.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(40)).await;
-            clock.advance(Duration::from_secs(3));
-        })
+    let before = clock.reads();
+    let waiter = {
+        let (s, key) = (s.clone(), req.key.clone());
+        tokio::spawn(async move { s.wait_settled(&key, Duration::from_secs(60)).await })
     };
-    let r = s
-        .wait_settled(&req.key, Duration::from_secs(20))
-        .await
-        .expect("wait")
-        .expect("record");
-    mover.await.expect("task");
+    // The lease passes only once the waiter has read the time, i.e. has looked at the record
+    // while it was still running: the expiry is seen while waiting, not before.
+    let started = std::time::Instant::now();
+    while clock.reads() == before {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "wait_settled never read the store's clock"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(
+        !waiter.is_finished(),
+        "the wait returned with the record running"
+    );
+    clock.clock.advance(Duration::from_secs(3));
+    let r = waiter.await.expect("task").expect("wait").expect("record");
     assert_eq!(
         r.state,
         RecordState::Unknown,
         "the lease passed while waiting"
     );
     assert_eq!(get(&*s, &req.key).await.state, RecordState::Unknown);
+}
+
+/// A [`ManualClock`] that counts how often a store read it.
+#[derive(Clone, Debug)]
+struct WatchedClock {
+    clock: ManualClock,
+    reads: Arc<AtomicU64>,
+}
+
+impl WatchedClock {
+    fn new() -> WatchedClock {
+        WatchedClock {
+            clock: ManualClock::starting_now(),
+            reads: Arc::default(),
+        }
+    }
+
+    fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
+    }
+}
+
+impl Clock for WatchedClock {
+    fn now(&self) -> Timestamp {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.clock.now()
+    }
 }
 
 /// A walk through `unknown` with small pages while another task settles half of the
@@ -784,7 +823,7 @@ async fn sqlite_every_state_round_trips_a_reopen() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_wait_settled_sees_lease_expiry() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let clock = ManualClock::starting_now();
+    let clock = WatchedClock::new();
     let s = Arc::new(sqlite(&dir.path().join("idem.sqlite3"), &clock, RETENTION).await);
     wait_settled_sees_expiry(s, clock).await;
 }
@@ -898,7 +937,7 @@ async fn redis_wait_settled_sees_lease_expiry() {
         return;
     };
     let at = Prefix::fresh(&url);
-    let clock = ManualClock::starting_now();
+    let clock = WatchedClock::new();
     let s = Arc::new(at.open(&clock, RETENTION).await);
     wait_settled_sees_expiry(s, clock).await;
 }
@@ -1321,7 +1360,7 @@ async fn postgres_wait_settled_sees_lease_expiry() {
         return;
     };
     let at = Schema::fresh(&url);
-    let clock = ManualClock::starting_now();
+    let clock = WatchedClock::new();
     let s = Arc::new(at.open(&clock, RETENTION).await);
     wait_settled_sees_expiry(s, clock).await;
 }
