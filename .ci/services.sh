@@ -6,8 +6,10 @@
 # on exit, so nothing outlives the run. Nothing here touches a system-wide server.
 #
 # Knobs (environment):
-#   IDEM_SERVICES=0      start nothing (the backend tests then skip, saying why)
-#   IDEM_NO_INSTALL=1    never apt-get install; skip a missing service instead
+#   IDEM_SERVICES=0      start nothing (the backend tests then skip, saying why; otherwise
+#                        .ci/run sets IDEM_REQUIRE_BACKENDS=1 and a skip is a failure)
+#   IDEM_NO_INSTALL=1    never apt-get install; a missing service is not started (and the
+#                        backend tests then fail under .ci/run)
 
 IDEM_SVC_DIR=""
 IDEM_REDIS_PID=""

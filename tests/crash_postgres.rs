@@ -1,5 +1,5 @@
 //! Real crashes around a Postgres store (needs `IDEM_POSTGRES_URL`; skipped with the reason
-//! printed otherwise).
+//! printed otherwise, failed when `IDEM_REQUIRE_BACKENDS=1`).
 //!
 //! 1. An ordinary handler (its effect in a file ledger) is `kill -9`ed between claim and
 //!    settle: one effect, and the next call is told *unknown*.
@@ -9,6 +9,10 @@
 //! 3. The same handler killed after its transaction committed, before the executor's
 //!    settle: the effect and the completed record are both there, and the next call
 //!    replays it. Never half.
+//! 4. An ordinary handler's worker killed between claim and handler start, and after the
+//!    handler returned but before the settle was stored (see `support::crash::CrashPoint`).
+//!
+//! These prove a worker process crash, not a power loss of the database host.
 //!
 //! Workers are this test binary, re-executed with `IDEM_CRASH_ROLE` set to run only
 //! [`crash_worker`]; run normally, that test does nothing.
@@ -22,13 +26,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem::store::conformance::backend_url;
 use idem::store::{Clock, IdemStore, ManualClock, PostgresStore, SystemClock};
 use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
 use idem::{CallError, RecordState, Registry, ToolCall};
 use serde_json::json;
 use support::crash::{
-    append_synced, assert_unknown_after_crash, ledger_lines, restarted_registry,
-    run_worker_and_kill, unique, worker_runtime, ChargeArgs, LedgerCharge, DEADLINE, ROLE,
+    append_synced, assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines,
+    point_worker, restarted_registry, run_worker_and_kill, unique, worker_runtime, ChargeArgs,
+    CrashPoint, LedgerCharge, DEADLINE, ROLE,
 };
 
 const URL: &str = "IDEM_CRASH_PG_URL";
@@ -99,15 +105,6 @@ impl WriteTool for TxCharge {
     }
 }
 
-fn pg_url() -> Option<String> {
-    std::env::var("IDEM_POSTGRES_URL")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-}
-
-const SKIP: &str = "skipping: IDEM_POSTGRES_URL not set; export \
-    IDEM_POSTGRES_URL=postgres://user@127.0.0.1:5432/db (.ci/run does)";
-
 /// A temp dir and a schema of this test's own, both removed at the end.
 struct Scratch {
     dir: PathBuf,
@@ -176,6 +173,20 @@ fn charge(tool: &str) -> ToolCall {
 /// The worker roles. A no-op unless started by one of the tests below.
 #[test]
 fn crash_worker() {
+    if std::env::var(ROLE).as_deref() == Ok("pg-point") {
+        let url = std::env::var(URL).expect("IDEM_CRASH_PG_URL");
+        let schema = std::env::var(SCHEMA).expect("IDEM_CRASH_PG_SCHEMA");
+        worker_runtime().block_on(async move {
+            let store = PostgresStore::builder(url)
+                .schema(schema)
+                .max_connections(4)
+                .connect()
+                .await
+                .expect("connect the store");
+            point_worker(store, charge("charge_card")).await;
+        });
+        return;
+    }
     let hang = match std::env::var(ROLE).as_deref() {
         Ok("pg-file") => Hang::AfterFileEffect,
         Ok("pg-tx-inside") => Hang::InsideTransaction,
@@ -229,8 +240,7 @@ async fn run_and_kill(role: &str, url: &str, scratch: &Scratch, marker: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_between_claim_and_settle_leaves_unknown() {
-    let Some(url) = pg_url() else {
-        eprintln!("{SKIP}");
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "this Postgres crash test") else {
         return;
     };
     let scratch = Scratch::new("file");
@@ -301,8 +311,7 @@ async fn setup_tx(url: &str, scratch: &Scratch) -> PostgresStore {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_handler_killed_inside_its_transaction_leaves_nothing() {
-    let Some(url) = pg_url() else {
-        eprintln!("{SKIP}");
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "this Postgres crash test") else {
         return;
     };
     let scratch = Scratch::new("txin");
@@ -360,8 +369,7 @@ async fn transactional_handler_killed_inside_its_transaction_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactional_handler_killed_after_commit_keeps_both() {
-    let Some(url) = pg_url() else {
-        eprintln!("{SKIP}");
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "this Postgres crash test") else {
         return;
     };
     let scratch = Scratch::new("txafter");
@@ -382,4 +390,40 @@ async fn transactional_handler_killed_after_commit_keeps_both() {
     assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran again");
     assert_eq!(ledger_rows(&store).await, 1);
     scratch.drop_schema(&store).await;
+}
+
+/// `kill -9` at `point` in a fresh schema, then the same call from a new process.
+async fn crash_at(point: CrashPoint) {
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "this Postgres crash test") else {
+        return;
+    };
+    let scratch = Scratch::new(&point.name().replace('-', "_"));
+    // Migrate before the worker starts, so the parent can clean up whatever happens.
+    let setup = scratch.store(&url, None).await;
+    kill_at_point_and_restart(
+        point,
+        "pg-point",
+        &[
+            (URL, OsStr::new(&url)),
+            (SCHEMA, OsStr::new(&scratch.schema)),
+        ],
+        |clock| scratch.store(&url, Some(clock)),
+        charge("charge_card"),
+    )
+    .await;
+    scratch.drop_schema(&setup).await;
+}
+
+/// Killed after the claim was stored, before the handler's effect: no effect, and the record
+/// stays unknown (the next process cannot tell this crash from one after the effect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_claim_and_handler_start_leaves_unknown() {
+    crash_at(CrashPoint::BeforeHandler).await;
+}
+
+/// Killed after the handler returned, before its settle was stored: one effect, the record
+/// unknown, the handler never run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_the_handler_before_settle_leaves_unknown() {
+    crash_at(CrashPoint::BeforeSettle).await;
 }

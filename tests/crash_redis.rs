@@ -7,7 +7,11 @@
 //!    every claim and result is still there, nothing runs twice, a store that is down fails
 //!    calls before their handler runs, and claim + settle are one round trip each (counted
 //!    by `INFO commandstats`). Starts its own `redis-server` on a free port; skipped, with
-//!    the reason printed, when there is none on `PATH`.
+//!    the reason printed, when there is none on `PATH`. This proves a Redis *process* crash;
+//!    it does not prove power loss (the killed server's writes are still in the OS page
+//!    cache, so it passes whatever `appendfsync` is).
+//! 3. A worker killed between claim and handler start, and after its handler returned but
+//!    before the settle was stored (see `support::crash::CrashPoint`).
 //!
 //! The worker is this test binary, re-executed with `IDEM_CRASH_ROLE=redis-worker` to run
 //! only [`crash_worker`]; run normally, that test does nothing.
@@ -24,14 +28,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem::store::conformance::{backend_url, skip};
 use idem::store::{
     ClaimOutcome, ClaimRequest, Clock, IdemStore, ManualClock, RedisStore, SystemClock,
 };
 use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
 use serde_json::json;
 use support::crash::{
-    assert_unknown_after_crash, ledger_lines, restarted_registry, run_worker_and_kill, unique,
-    worker_runtime, LedgerCharge, TempDir, DEADLINE, ROLE,
+    assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines, point_worker,
+    restarted_registry, run_worker_and_kill, unique, worker_runtime, CrashPoint, LedgerCharge,
+    TempDir, DEADLINE, ROLE,
 };
 
 const URL: &str = "IDEM_CRASH_REDIS_URL";
@@ -44,12 +50,6 @@ fn charge(customer: &str, cents: u64) -> ToolCall {
         "charge_card",
         json!({"customer": customer, "cents": cents}),
     )
-}
-
-fn redis_url() -> Option<String> {
-    std::env::var("IDEM_REDIS_URL")
-        .ok()
-        .filter(|s| !s.trim().is_empty())
 }
 
 /// `host:port` of a `redis://host:port/…` URL.
@@ -113,6 +113,19 @@ fn delete_prefix(addr: &str, prefix: &str) {
 /// The worker role: claim, perform the effect, hang until killed.
 #[test]
 fn crash_worker() {
+    if std::env::var(ROLE).as_deref() == Ok("redis-point") {
+        let url = std::env::var(URL).expect("IDEM_CRASH_REDIS_URL");
+        let prefix = std::env::var(PREFIX).expect("IDEM_CRASH_PREFIX");
+        worker_runtime().block_on(async move {
+            let store = RedisStore::builder(url)
+                .prefix(prefix)
+                .connect()
+                .await
+                .expect("connect the store");
+            point_worker(store, charge("acme", 4900)).await;
+        });
+        return;
+    }
     if std::env::var(ROLE).as_deref() != Ok("redis-worker") {
         return;
     }
@@ -142,8 +155,7 @@ fn crash_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_between_claim_and_settle_leaves_unknown() {
-    let Some(url) = redis_url() else {
-        eprintln!("skipping: IDEM_REDIS_URL not set; export IDEM_REDIS_URL=redis://127.0.0.1:6379/ (.ci/run does)");
+    let Some(url) = backend_url("IDEM_REDIS_URL", "this Redis crash test") else {
         return;
     };
     let tmp = TempDir::new("crash-redis");
@@ -335,9 +347,12 @@ where
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_restart_with_aof_loses_nothing() {
+async fn redis_process_kill_and_restart_with_aof_loses_nothing() {
     let Some(bin) = find_on_path("redis-server") else {
-        eprintln!("skipping: redis-server is not on PATH (apt-get install redis-server)");
+        skip(
+            "the Redis AOF restart test",
+            "redis-server is not on PATH (apt-get install redis-server)",
+        );
         return;
     };
     let tmp = TempDir::new("redis-aof");
@@ -470,4 +485,40 @@ async fn redis_restart_with_aof_loses_nothing() {
         runs_before,
         "one ledger line per run"
     );
+}
+
+/// `kill -9` at `point` under a fresh key prefix, then the same call from a new process.
+async fn crash_at(point: CrashPoint) {
+    let Some(url) = backend_url("IDEM_REDIS_URL", "this Redis crash test") else {
+        return;
+    };
+    let prefix = format!("idem-crash:{}:", unique(point.name()));
+    kill_at_point_and_restart(
+        point,
+        "redis-point",
+        &[(URL, OsStr::new(&url)), (PREFIX, OsStr::new(&prefix))],
+        |clock| {
+            let builder = RedisStore::builder(url.as_str())
+                .prefix(prefix.as_str())
+                .clock(Arc::new(clock));
+            async move { builder.connect().await.expect("connect after the crash") }
+        },
+        charge("acme", 4900),
+    )
+    .await;
+    delete_prefix(&addr_of(&url), &prefix);
+}
+
+/// Killed after the claim was stored, before the handler's effect: no effect, and the record
+/// stays unknown (the next process cannot tell this crash from one after the effect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_claim_and_handler_start_leaves_unknown() {
+    crash_at(CrashPoint::BeforeHandler).await;
+}
+
+/// Killed after the handler returned, before its settle was stored: one effect, the record
+/// unknown, the handler never run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_the_handler_before_settle_leaves_unknown() {
+    crash_at(CrashPoint::BeforeSettle).await;
 }

@@ -1,7 +1,11 @@
 //! A real crash between claim and settle, on SQLite: the worker process is `kill -9`ed while
 //! its handler is inside the effect, and a new process (here: the test itself) issues the
 //! same call on the same file. The effect must stay at one, and the caller must be told
-//! *unknown* — never a second execution.
+//! *unknown* — never a second execution. Also killed between claim and handler start, and
+//! after the handler returned but before its settle was stored.
+//!
+//! These prove a process crash. They do not prove power loss: the killed worker's writes are
+//! still in the OS page cache, so they pass whatever the synchronous mode is.
 //!
 //! The worker is this very test binary, re-executed with `IDEM_CRASH_ROLE=worker` to run
 //! only [`crash_worker`]; run normally, that test does nothing.
@@ -18,8 +22,9 @@ use idem::store::{Clock, ManualClock, SqliteStore, SystemClock};
 use idem::{Outcome, Registry, ToolCall};
 use serde_json::json;
 use support::crash::{
-    assert_unknown_after_crash, ledger_lines, restarted_registry, run_worker_and_kill,
-    worker_runtime, LedgerCharge, TempDir, ROLE,
+    assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines, point_worker,
+    restarted_registry, run_worker_and_kill, worker_runtime, CrashPoint, LedgerCharge, TempDir,
+    ROLE,
 };
 
 const DB: &str = "IDEM_CRASH_DB";
@@ -38,6 +43,14 @@ fn the_call() -> ToolCall {
 /// binary was started by [`kill_9_between_claim_and_settle_leaves_unknown`].
 #[test]
 fn crash_worker() {
+    if std::env::var(ROLE).as_deref() == Ok("point-worker") {
+        let db = PathBuf::from(std::env::var_os(DB).expect("IDEM_CRASH_DB"));
+        worker_runtime().block_on(async move {
+            let store = SqliteStore::open(&db).await.expect("open the store");
+            point_worker(store, the_call()).await;
+        });
+        return;
+    }
     if std::env::var(ROLE).as_deref() != Ok("worker") {
         return;
     }
@@ -98,4 +111,38 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
     assert!(matches!(again.outcome(), Some(Outcome::Unknown { .. })));
     assert_eq!(ledger_lines(&ledger), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// `kill -9` at `point` on a fresh SQLite file, then the same call from a new process.
+async fn crash_at(point: CrashPoint) {
+    let tmp = TempDir::new(&format!("crash-sqlite-{}", point.name()));
+    let db = tmp.0.join("idem.sqlite3");
+    kill_at_point_and_restart(
+        point,
+        "point-worker",
+        &[(DB, db.as_os_str())],
+        |clock| async {
+            SqliteStore::builder(&db)
+                .clock(Arc::new(clock))
+                .open()
+                .await
+                .expect("reopen the store after the crash")
+        },
+        the_call(),
+    )
+    .await;
+}
+
+/// Killed after the claim was stored, before the handler's effect: no effect, and the record
+/// stays unknown (the next process cannot tell this crash from one after the effect).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_claim_and_handler_start_leaves_unknown() {
+    crash_at(CrashPoint::BeforeHandler).await;
+}
+
+/// Killed after the handler returned, before its settle was stored: one effect, the record
+/// unknown, the handler never run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_the_handler_before_settle_leaves_unknown() {
+    crash_at(CrashPoint::BeforeSettle).await;
 }

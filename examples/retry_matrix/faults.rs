@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::billing::{Glitch, KeyContract};
-use crate::strategies::Strategy;
+use super::billing::{Glitch, KeyContract};
+use super::strategies::Strategy;
 
 /// One way the world breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -155,6 +155,22 @@ async fn main() -> ExitCode {
         }
     };
 
+    let out = render(json).await;
+    match std::io::stdout().lock().write_all(out.as_bytes()) {
+        // `retry_matrix | head` is not an error.
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("retry_matrix: cannot write the output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Every run, seed block then extended block, rendered as the tables or (`json`) one JSON
+/// object per line. `tests/retry_matrix.rs` asserts on the JSON, so a regression cannot
+/// print a worse table and still pass. Call it on tokio's paused clock.
+pub(crate) async fn render(json: bool) -> String {
     let mut runs = Vec::new();
     for fault in Fault::SEED {
         for strategy in Strategy::ALL {
@@ -178,15 +194,7 @@ async fn main() -> ExitCode {
     } else {
         write_tables(&mut out, &runs, &key_reuse).expect("writing to a String cannot fail");
     }
-    match std::io::stdout().lock().write_all(out.as_bytes()) {
-        // `retry_matrix | head` is not an error.
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("retry_matrix: cannot write the output: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    out
 }
 
 /// Runs `strategy` under `fault` in a fresh world and counts the ledger.

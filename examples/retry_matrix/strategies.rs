@@ -12,7 +12,7 @@ use idem::{
 };
 use serde_json::json;
 
-use crate::billing::{
+use super::billing::{
     BillingService, Charge, ChargeRequest, Client, ClientError, Glitch, KeyContract, Network,
 };
 

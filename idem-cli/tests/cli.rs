@@ -1,11 +1,13 @@
 //! The operator CLI against real stores: a person lists an unknown record, resolves it, and
 //! the next call obeys. SQLite always; Redis and Postgres when `IDEM_REDIS_URL` /
-//! `IDEM_POSTGRES_URL` are set (skipped with a printed reason otherwise).
+//! `IDEM_POSTGRES_URL` are set (skipped with a printed reason otherwise, failed
+//! when `IDEM_REQUIRE_BACKENDS=1`).
 
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+use idem_runtime::store::conformance::backend_url;
 use idem_runtime::{
     IdemStore, OutcomeClass, RecordState, Registry, ToolCall, ToolError, ToolSpec, WriteCtx,
     WriteTool,
@@ -177,24 +179,9 @@ async fn sqlite() {
     let _ = std::fs::remove_file(&path);
 }
 
-/// The server URL in `var`; `None` (the test skips, saying why) when it is not set, unless
-/// `IDEM_REQUIRE_BACKENDS=1` (CI), where a missing server fails the test.
-fn backend(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) => Some(url),
-        Err(_) if std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() == Ok("1") => {
-            panic!("{var} is not set, and IDEM_REQUIRE_BACKENDS=1 requires the server")
-        }
-        Err(_) => {
-            eprintln!("skipping: {var} not set (see README, 'Running the backend tests')");
-            None
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis() {
-    let Some(url) = backend("IDEM_REDIS_URL") else {
+    let Some(url) = backend_url("IDEM_REDIS_URL", "the CLI against redis") else {
         return;
     };
     let store = idem_runtime::store::RedisStore::connect(&url)
@@ -205,7 +192,7 @@ async fn redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
-    let Some(url) = backend("IDEM_POSTGRES_URL") else {
+    let Some(url) = backend_url("IDEM_POSTGRES_URL", "the CLI against postgres") else {
         return;
     };
     let store = idem_runtime::store::PostgresStore::connect(&url)

@@ -32,6 +32,8 @@ enum Step {
     Panic,
     /// Hang for this long, then commit and answer.
     Slow(Duration),
+    /// Hang until notified, then commit and answer.
+    Until(Arc<tokio::sync::Notify>),
 }
 
 /// A downstream that records every effect; keyed mode deduplicates by idempotency key.
@@ -119,6 +121,11 @@ impl WriteTool for Charge {
                 tokio::time::sleep(d).await;
                 self.ledger.commit(&key, args.cents);
                 Ok(json!({"charge": "ch_slow", "cents": args.cents}))
+            }
+            Step::Until(go) => {
+                go.notified().await;
+                self.ledger.commit(&key, args.cents);
+                Ok(json!({"charge": "ch_1", "cents": args.cents}))
             }
         }
     }
@@ -319,7 +326,10 @@ async fn a_handler_panic_is_unknown_not_failed() {
     assert_eq!(record_of(&s, &r).await.state, RecordState::Unknown);
     let again = s.registry.call(acme()).await;
     assert_eq!(again.class(), Some(OutcomeClass::Unknown));
-    assert_eq!(ledger.effects(), 1);
+    // This downstream deduplicates by key, so its effects alone cannot tell a resend from
+    // none: the request count can. The repeat reads the unknown record and sends nothing.
+    assert_eq!((ledger.effects(), ledger.requests()), (1, 1));
+    assert_eq!(record_of(&s, &r).await.attempts.len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -457,15 +467,115 @@ async fn a_lapsed_lease_turns_into_unknown_and_never_runs_again() {
         .is_empty());
 }
 
+/// A `MemoryStore` that counts the claims which found the key held by a running call, and
+/// says when `expected` of them have.
+#[derive(Debug)]
+struct WatchClaims {
+    inner: MemoryStore,
+    held: std::sync::atomic::AtomicUsize,
+    expected: usize,
+    all_held: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl IdemStore for WatchClaims {
+    async fn claim(
+        &self,
+        req: &idem_runtime::store::ClaimRequest,
+    ) -> Result<idem_runtime::store::ClaimOutcome, idem_runtime::StoreError> {
+        let outcome = self.inner.claim(req).await;
+        if let Ok(idem_runtime::store::ClaimOutcome::Existing(r)) = &outcome {
+            if r.state == RecordState::Running
+                && self.held.fetch_add(1, Ordering::SeqCst) + 1 == self.expected
+            {
+                self.all_held.notify_one();
+            }
+        }
+        outcome
+    }
+    async fn renew(
+        &self,
+        key: &idem_runtime::IdemKey,
+        token: idem_runtime::store::ClaimToken,
+        lease: Duration,
+    ) -> Result<(), idem_runtime::StoreError> {
+        self.inner.renew(key, token, lease).await
+    }
+    async fn settle(
+        &self,
+        key: &idem_runtime::IdemKey,
+        token: idem_runtime::store::ClaimToken,
+        settlement: idem_runtime::store::Settlement,
+    ) -> Result<(), idem_runtime::StoreError> {
+        self.inner.settle(key, token, settlement).await
+    }
+    async fn release(
+        &self,
+        key: &idem_runtime::IdemKey,
+        token: idem_runtime::store::ClaimToken,
+    ) -> Result<(), idem_runtime::StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn reclaim(
+        &self,
+        key: &idem_runtime::IdemKey,
+        expected: idem_runtime::store::ClaimToken,
+        lease: Duration,
+    ) -> Result<idem_runtime::store::ClaimToken, idem_runtime::StoreError> {
+        self.inner.reclaim(key, expected, lease).await
+    }
+    async fn get(
+        &self,
+        key: &idem_runtime::IdemKey,
+    ) -> Result<Option<idem_runtime::Record>, idem_runtime::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn list(
+        &self,
+        state: RecordState,
+        limit: usize,
+    ) -> Result<Vec<idem_runtime::Record>, idem_runtime::StoreError> {
+        self.inner.list(state, limit).await
+    }
+    async fn wait_settled(
+        &self,
+        key: &idem_runtime::IdemKey,
+        timeout: Duration,
+    ) -> Result<Option<idem_runtime::Record>, idem_runtime::StoreError> {
+        self.inner.wait_settled(key, timeout).await
+    }
+}
+
+/// 64 calls at once: the first one's handler is held until the store has seen all 63 others
+/// find the key held by it, so the overlap is proven, not likely. One request, one effect,
+/// and all 64 see the same result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_concurrent_calls_run_the_handler_once() {
-    let ledger = Ledger::new(false, [Step::Slow(Duration::from_millis(50))]);
-    let s = setup(charge(&ledger));
+    let all_held = Arc::new(tokio::sync::Notify::new());
+    let ledger = Ledger::new(false, [Step::Until(all_held.clone())]);
+    let store = Arc::new(WatchClaims {
+        inner: MemoryStore::new(),
+        held: Default::default(),
+        expected: 63,
+        all_held,
+    });
+    let registry = Registry::builder()
+        .shared_store(store.clone())
+        .tool(charge(&ledger))
+        .build()
+        .unwrap();
     let calls = (0..64).map(|i| {
-        let registry = s.registry.clone();
+        let registry = registry.clone();
         tokio::spawn(async move { registry.call(acme().call_id(format!("toolu_{i}"))).await })
     });
-    let results = futures_join(calls).await;
+    let results = tokio::time::timeout(Duration::from_secs(120), futures_join(calls))
+        .await
+        .expect("the 63 duplicates never all found the first call running");
+    assert_eq!(
+        store.held.load(Ordering::SeqCst),
+        63,
+        "all 63 overlapped it"
+    );
     assert_eq!(ledger.requests(), 1);
     assert_eq!(ledger.effects(), 1);
     let first = results[0].output().cloned();

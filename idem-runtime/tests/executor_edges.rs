@@ -413,7 +413,7 @@ async fn huge_durations_do_not_panic() {
     let spec = ToolSpec::new("charge").timeout(Duration::MAX);
     let (registry, down, _) = world(false, vec![], spec, false, RetryPolicy::never());
     assert!(registry.call(call()).await.is_completed());
-    let (registry, _, _) = world(
+    let (registry, hanging, _) = world(
         false,
         vec![Send::Hang],
         ToolSpec::new("charge"),
@@ -430,11 +430,20 @@ async fn huge_durations_do_not_panic() {
         let registry = registry.clone();
         async move { registry.call(call()).await }
     });
-    tokio::task::yield_now().await;
+    // The first call holds the key (its handler hangs) before the duplicate is made.
+    while hanging.sends.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let sent_before = down.sends.load(Ordering::SeqCst);
     let dup = tokio::time::timeout(Duration::from_secs(5), waiting.call(call())).await;
     assert!(
         dup.is_err(),
         "still waiting for the first call, without a panic"
+    );
+    assert_eq!(
+        down.sends.load(Ordering::SeqCst),
+        sent_before,
+        "the duplicate waited; it did not run"
     );
     first.abort();
 }

@@ -404,9 +404,20 @@ async fn more_than_one_effect_found_is_escalated() {
     // Someone (another system, a person) created a second charge with the same key.
     w.stub.commit(first.key().unwrap().as_str(), "succeeded");
     assert_eq!(w.pass().await, [Action::Escalated]);
-    let e = &w.escalations.lock().unwrap()[0];
+    let e = w.escalations.lock().unwrap()[0].clone();
     assert!(e.reason.contains("2 effects"), "{}", e.reason);
     assert_eq!(e.read_backs.len(), 1);
+    // Escalated in the store too, and nothing sent or charged on top of the two effects.
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    assert_eq!(
+        (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
+        (1, 2)
+    );
+    // A later pass leaves it to a person: still nothing sent.
+    w.clock.advance(Duration::from_secs(3600));
+    assert!(w.pass().await.is_empty());
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    assert_eq!(w.stub.sends.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

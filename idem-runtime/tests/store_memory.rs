@@ -1,5 +1,4 @@
 //! `MemoryStore` against the store conformance suite.
-#![cfg(feature = "testing")]
 
 use idem_runtime::store::conformance::{StoreFactory, StoreOptions};
 use idem_runtime::store::{MemoryStore, StoreError};

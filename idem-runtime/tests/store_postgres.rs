@@ -134,7 +134,7 @@ async fn bad_configuration_is_a_backend_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn migrations_are_applied_once_and_versioned() {
     let Some(url) = url() else {
-        eprintln!("skipping: {}", skip_reason());
+        conformance::skip("this Postgres check", &skip_reason());
         return;
     };
     let schema = Schema::fresh(&url);
@@ -190,7 +190,7 @@ async fn migrations_are_applied_once_and_versioned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_expiry_reads_like_every_backend() {
     let Some(url) = url() else {
-        eprintln!("skipping: {}", skip_reason());
+        conformance::skip("this Postgres check", &skip_reason());
         return;
     };
     let schema = Schema::fresh(&url);
@@ -222,7 +222,7 @@ async fn lease_expiry_reads_like_every_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_expired_drops_results_then_tombstones() {
     let Some(url) = url() else {
-        eprintln!("skipping: {}", skip_reason());
+        conformance::skip("this Postgres check", &skip_reason());
         return;
     };
     let schema = Schema::fresh(&url);

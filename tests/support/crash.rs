@@ -210,3 +210,224 @@ pub async fn assert_unknown_after_crash(
     assert_eq!(record.state, idem::RecordState::Unknown);
     record
 }
+
+// ---------------------------------------------------------------------------------------
+// More crash points: before the handler, and after it returned but before the settle.
+// ---------------------------------------------------------------------------------------
+
+/// The environment variable naming the [`CrashPoint`] a point worker dies at.
+pub const POINT: &str = "IDEM_CRASH_POINT";
+/// The environment variable holding the ledger file of a point worker.
+pub const POINT_LEDGER: &str = "IDEM_CRASH_POINT_LEDGER";
+/// The environment variable holding the marker file a point worker writes where it hangs.
+pub const POINT_MARKER: &str = "IDEM_CRASH_POINT_MARKER";
+
+/// Where a point worker is `kill -9`ed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// The claim is stored; the handler has not begun its effect.
+    BeforeHandler,
+    /// The handler returned (its effect is in the ledger); the settle has not been stored.
+    BeforeSettle,
+}
+
+impl CrashPoint {
+    /// The name passed in [`POINT`].
+    pub fn name(self) -> &'static str {
+        match self {
+            CrashPoint::BeforeHandler => "before-handler",
+            CrashPoint::BeforeSettle => "before-settle",
+        }
+    }
+
+    fn from_env() -> CrashPoint {
+        match std::env::var(POINT).as_deref() {
+            Ok("before-handler") => CrashPoint::BeforeHandler,
+            Ok("before-settle") => CrashPoint::BeforeSettle,
+            other => panic!("{POINT} must name a crash point, got {other:?}"),
+        }
+    }
+}
+
+/// The charge tool of a worker that dies before its effect: the claim is held, the handler
+/// marks that it was entered and hangs. The spec is [`LedgerCharge`]'s, so the key is the
+/// same.
+struct HangBeforeEffect {
+    marker: PathBuf,
+    spec: ToolSpec,
+}
+
+impl WriteTool for HangBeforeEffect {
+    type Args = ChargeArgs;
+    type Output = String;
+
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, _ctx: WriteCtx, _args: ChargeArgs) -> Result<String, ToolError> {
+        append_synced(&self.marker, "entered\n")?;
+        std::future::pending::<()>().await;
+        unreachable!("killed while pending")
+    }
+}
+
+/// A store whose `settle` marks that it was reached and hangs: the process dies with the
+/// handler's result in hand and nothing of it stored.
+#[derive(Debug)]
+struct HangOnSettle<S> {
+    inner: S,
+    marker: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
+    async fn claim(
+        &self,
+        req: &idem::store::ClaimRequest,
+    ) -> Result<idem::store::ClaimOutcome, idem::StoreError> {
+        self.inner.claim(req).await
+    }
+    async fn renew(
+        &self,
+        key: &idem::IdemKey,
+        token: idem::store::ClaimToken,
+        lease: Duration,
+    ) -> Result<(), idem::StoreError> {
+        self.inner.renew(key, token, lease).await
+    }
+    async fn settle(
+        &self,
+        _key: &idem::IdemKey,
+        _token: idem::store::ClaimToken,
+        _settlement: idem::store::Settlement,
+    ) -> Result<(), idem::StoreError> {
+        append_synced(&self.marker, "settling\n").expect("write the marker");
+        std::future::pending::<()>().await;
+        unreachable!("killed while pending")
+    }
+    async fn release(
+        &self,
+        key: &idem::IdemKey,
+        token: idem::store::ClaimToken,
+    ) -> Result<(), idem::StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn reclaim(
+        &self,
+        key: &idem::IdemKey,
+        expected: idem::store::ClaimToken,
+        lease: Duration,
+    ) -> Result<idem::store::ClaimToken, idem::StoreError> {
+        self.inner.reclaim(key, expected, lease).await
+    }
+    async fn get(&self, key: &idem::IdemKey) -> Result<Option<idem::Record>, idem::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn list(
+        &self,
+        state: idem::RecordState,
+        limit: usize,
+    ) -> Result<Vec<idem::Record>, idem::StoreError> {
+        self.inner.list(state, limit).await
+    }
+}
+
+/// The point worker's body (call it from the `crash_worker` test of a crash file, inside
+/// [`worker_runtime`]): makes `call` through a registry on `store` that hangs at the
+/// [`CrashPoint`] named in [`POINT`], for the parent to kill. Never returns normally.
+pub async fn point_worker<S: idem::IdemStore>(store: S, call: idem::ToolCall) {
+    let ledger = PathBuf::from(std::env::var_os(POINT_LEDGER).expect("IDEM_CRASH_POINT_LEDGER"));
+    let marker = PathBuf::from(std::env::var_os(POINT_MARKER).expect("IDEM_CRASH_POINT_MARKER"));
+    let charge = LedgerCharge {
+        ledger,
+        hang_after_effect: false,
+        runs: Arc::default(),
+    };
+    let builder = idem::Registry::builder();
+    let builder = match CrashPoint::from_env() {
+        CrashPoint::BeforeHandler => builder
+            .tool(HangBeforeEffect {
+                marker,
+                spec: charge.spec(),
+            })
+            .store(store),
+        CrashPoint::BeforeSettle => builder.tool(charge).store(HangOnSettle {
+            inner: store,
+            marker,
+        }),
+    };
+    let registry = builder.build().expect("a registry");
+    let result = registry.call(call).await;
+    eprintln!("worker: the call returned, which it must not: {result:?}");
+    std::process::exit(3);
+}
+
+/// Kills a point worker at `point` and checks what the next process finds. `role` and
+/// `env` start the worker (this helper adds the point, ledger and marker); `reopen` opens
+/// the store again with a clock past the dead worker's lease.
+///
+/// Either way the record must stay *unknown* (idem cannot tell a crash before the effect
+/// from one after it, so it never frees the key on its own), the caller is told unknown,
+/// the handler is not run again, and the ledger holds exactly the effects the worker made:
+/// none before the handler, one before the settle.
+pub async fn kill_at_point_and_restart<S, F, Fut>(
+    point: CrashPoint,
+    role: &str,
+    env: &[(&str, &OsStr)],
+    reopen: F,
+    call: idem::ToolCall,
+) where
+    S: idem::IdemStore + Clone,
+    F: FnOnce(idem::store::ManualClock) -> Fut,
+    Fut: std::future::Future<Output = S>,
+{
+    let tmp = TempDir::new(point.name());
+    let ledger = tmp.0.join("ledger.txt");
+    let marker = tmp.0.join("marker.txt");
+    let log = tmp.0.join("worker.log");
+    let mut all: Vec<(&str, &OsStr)> = env.to_vec();
+    all.push((POINT, OsStr::new(point.name())));
+    all.push((POINT_LEDGER, ledger.as_os_str()));
+    all.push((POINT_MARKER, marker.as_os_str()));
+    run_worker_and_kill(role, &all, &marker, &log).await;
+    let effects = match point {
+        CrashPoint::BeforeHandler => 0,
+        CrashPoint::BeforeSettle => 1,
+    };
+    assert_eq!(ledger_lines(&ledger), effects, "the worker's effects");
+
+    let clock =
+        idem::store::ManualClock::new(SystemClock.now().plus(Duration::from_secs(24 * 3600)));
+    let store = reopen(clock.clone()).await;
+    let (registry, runs) = restarted_registry(&ledger, store.clone(), clock);
+    let result = registry
+        .call(call.clone().call_id("toolu_after_crash"))
+        .await;
+    match result.outcome() {
+        Some(idem::Outcome::Unknown { reason }) => assert!(!reason.is_empty()),
+        other => panic!("the caller must be told unknown, got {other:?} ({result:?})"),
+    }
+    let record = store
+        .get(result.key().expect("a key"))
+        .await
+        .expect("read the record")
+        .expect("the record outlived its worker");
+    assert_eq!(record.state, idem::RecordState::Unknown);
+    assert_eq!(record.tool, "charge_card");
+    assert!(
+        record.payload.is_none(),
+        "nothing of the handler's result was stored"
+    );
+    let again = registry.call(call).await;
+    assert!(matches!(
+        again.outcome(),
+        Some(idem::Outcome::Unknown { .. })
+    ));
+    assert_eq!(ledger_lines(&ledger), effects, "no effect after the crash");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "the handler did not run again"
+    );
+}

@@ -99,8 +99,8 @@ pub trait StoreFactory: Send + Sync {
     fn durable(&self) -> bool;
 
     /// `Some(reason)` when the backend cannot be reached in this environment (e.g. no server
-    /// URL configured): every check prints the reason and passes without running. Never use
-    /// it to hide a failure.
+    /// URL configured): every check prints the reason and passes without running, or fails
+    /// when `IDEM_REQUIRE_BACKENDS=1` (see [`skip`]). Never use it to hide a failure.
     fn unavailable(&self) -> Option<String> {
         None
     }
@@ -248,7 +248,7 @@ async fn harness_with<F: StoreFactory>(
     retention: Retention,
 ) -> Option<Harness<F>> {
     if let Some(reason) = f.unavailable() {
-        eprintln!("conformance check `{check}` skipped: {reason}");
+        skip(&format!("conformance check `{check}`"), &reason);
         return None;
     }
     let clock = ManualClock::starting_now();
@@ -270,6 +270,43 @@ async fn harness_with<F: StoreFactory>(
         location,
         options,
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Backends that need a server
+// ---------------------------------------------------------------------------------------
+
+/// The environment variable that turns every backend skip into a failure: with
+/// `IDEM_REQUIRE_BACKENDS=1` (CI sets it) a check that cannot reach its server fails instead
+/// of passing without running, so a server that did not start cannot leave the run green.
+pub const REQUIRE_BACKENDS: &str = "IDEM_REQUIRE_BACKENDS";
+
+/// True when [`REQUIRE_BACKENDS`] is set to `1`.
+pub fn backends_required() -> bool {
+    std::env::var(REQUIRE_BACKENDS).is_ok_and(|v| v.trim() == "1")
+}
+
+/// Skips `check` for `reason`: prints why on a plain `cargo test`, and panics (failing the
+/// test) when [`REQUIRE_BACKENDS`] is set. The caller returns right after.
+pub fn skip(check: &str, reason: &str) {
+    if backends_required() {
+        panic!("{check} cannot run: {reason}; {REQUIRE_BACKENDS}=1 makes that a failure");
+    }
+    eprintln!("skipping {check}: {reason}");
+}
+
+/// The non-empty value of the environment variable `var` (a server URL such as
+/// `IDEM_REDIS_URL`), or `None` after [`skip`]ping `check` with the reason (a panic when
+/// [`REQUIRE_BACKENDS`] is set).
+pub fn backend_url(var: &str, check: &str) -> Option<String> {
+    let url = std::env::var(var).ok().filter(|s| !s.trim().is_empty());
+    if url.is_none() {
+        skip(
+            check,
+            &format!("{var} is not set (source .ci/services.sh and run idem_services_start)"),
+        );
+    }
+    url
 }
 
 /// A key of its own for each name.

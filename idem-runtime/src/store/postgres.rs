@@ -658,6 +658,32 @@ impl PostgresStore {
     /// Reads `key`'s row `FOR UPDATE` in a transaction, lets `f` decide, writes and commits.
     /// Locks `key`, applies time, then `rule`: on success writes what `rule` says; on
     /// failure keeps only what aging changed. The shape of every fenced transition.
+    /// Runs one of the single-row fast statements (`renew_fast`, `settle_fast`,
+    /// `release_fast`) and keeps its write only when the row it returns decodes. In
+    /// autocommit the write would land before the decode: a settle would mark a corrupt
+    /// row completed and a release would delete it, freeing its key. So the statement runs
+    /// in a transaction that is rolled back, leaving the row exactly as it was, when the row
+    /// is `Corrupt`. `Ok(false)`: no row matched, nothing was written (the caller takes the
+    /// locked path).
+    async fn fast(
+        &self,
+        statement: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let Some(row) = tx.query_opt(statement, params).await.map_err(pg_err)? else {
+            tx.rollback().await.map_err(pg_err)?;
+            return Ok(false);
+        };
+        if let Err(e) = decode_some(&row) {
+            tx.rollback().await.map_err(pg_err)?;
+            return Err(e);
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(true)
+    }
+
     async fn transition<T>(
         &self,
         key: &IdemKey,
@@ -1043,18 +1069,13 @@ impl IdemStore for PostgresStore {
     ) -> Result<(), StoreError> {
         let now = self.inner.clock.now();
         let (k, t) = (key.as_str(), token.to_hex());
-        let row = {
-            let client = self.client().await?;
-            client
-                .query_opt(
-                    &self.inner.sql.renew_fast,
-                    &[&k, &t, &ms(now.plus(lease)), &ms(now)],
-                )
-                .await
-                .map_err(pg_err)?
-        };
-        if let Some(row) = row {
-            decode_some(&row)?;
+        if self
+            .fast(
+                &self.inner.sql.renew_fast,
+                &[&k, &t, &ms(now.plus(lease)), &ms(now)],
+            )
+            .await?
+        {
             return Ok(());
         }
         let outcome = self
@@ -1098,28 +1119,23 @@ impl IdemStore for PostgresStore {
         };
         let attempts = to_json(&settlement.attempts, "attempts")?;
         let read_backs = to_json(&settlement.read_backs, "read-backs")?;
-        let row = {
-            let client = self.client().await?;
-            client
-                .query_opt(
-                    &self.inner.sql.settle_fast,
-                    &[
-                        &k,
-                        &t,
-                        &settlement.state.as_str(),
-                        &payload,
-                        &settlement.message.as_deref().map(pg_text),
-                        &settlement.downstream_ref.as_deref().map(pg_text),
-                        &attempts,
-                        &ms(now),
-                        &read_backs,
-                    ],
-                )
-                .await
-                .map_err(pg_err)?
-        };
-        if let Some(row) = row {
-            decode_some(&row)?;
+        if self
+            .fast(
+                &self.inner.sql.settle_fast,
+                &[
+                    &k,
+                    &t,
+                    &settlement.state.as_str(),
+                    &payload,
+                    &settlement.message.as_deref().map(pg_text),
+                    &settlement.downstream_ref.as_deref().map(pg_text),
+                    &attempts,
+                    &ms(now),
+                    &read_backs,
+                ],
+            )
+            .await?
+        {
             return Ok(());
         }
         let outcome = self
@@ -1143,14 +1159,10 @@ impl IdemStore for PostgresStore {
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
         let now = self.inner.clock.now();
         let (k, t) = (key.as_str(), token.to_hex());
-        let row = {
-            let client = self.client().await?;
-            client
-                .query_opt(&self.inner.sql.release_fast, &[&k, &t, &ms(now)])
-                .await
-                .map_err(pg_err)?
-        };
-        if row.is_some() {
+        if self
+            .fast(&self.inner.sql.release_fast, &[&k, &t, &ms(now)])
+            .await?
+        {
             return Ok(());
         }
         let outcome = self

@@ -1321,7 +1321,7 @@ mod sqlite {
         fn new(name: &str) -> TempDir {
             static N: AtomicU32 = AtomicU32::new(0);
             let dir = std::env::temp_dir().join(format!(
-                "idem-review-{name}-{}-{}",
+                "idem-semantics-{name}-{}-{}",
                 std::process::id(),
                 N.fetch_add(1, Ordering::SeqCst)
             ));
@@ -1462,13 +1462,15 @@ mod sqlite {
         assert_eq!(bank.requests(), 1);
     }
 
-    #[tokio::test]
+    // On tokio's paused clock: the 30 s timeout certainly fires before the 90 s commit,
+    // whatever the machine's load.
+    #[tokio::test(start_paused = true)]
     async fn a_timed_out_original_that_commits_late_settles_its_sqlite_record() {
         let dir = TempDir::new("late");
         let clock = ManualClock::new(START);
         let store = open(&dir, &clock, Retention::default()).await;
-        let bank = Bank::new(false, [Step::CommitAfter(Duration::from_millis(300))]);
-        let tool = ChargeTool::new(&bank).spec(|s| s.timeout(Duration::from_millis(50)));
+        let bank = Bank::new(false, [Step::CommitAfter(Duration::from_secs(90))]);
+        let tool = ChargeTool::new(&bank).spec(|s| s.timeout(Duration::from_secs(30)));
         let registry = registry_on(&store, &clock, tool);
         let r = registry.call(charge(4900)).await;
         assert_eq!(
@@ -1490,19 +1492,14 @@ mod sqlite {
         assert_eq!(during.class(), Some(OutcomeClass::Unknown));
         assert_eq!(bank.requests(), 1);
 
-        // The original commits; its late result settles the record.
-        let settled = store
-            .wait_settled(&key, Duration::from_secs(5))
-            .await
-            .unwrap();
-        let mut record = settled.unwrap();
-        for _ in 0..100 {
-            if record.state != RecordState::Unknown {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            record = store.get(&key).await.unwrap().unwrap();
-        }
+        // Still unknown just before the original commits (t = 89 s)…
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        let record = store.get(&key).await.unwrap().unwrap();
+        assert_eq!(record.state, RecordState::Unknown);
+        assert_eq!(bank.effects(), 0);
+        // …and its late result settles the record once it does (t = 90 s).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let record = store.get(&key).await.unwrap().unwrap();
         assert_eq!(record.state, RecordState::Completed, "{record:?}");
         assert_eq!(bank.effects(), 1);
         let replay = registry.call(charge(4900).call_id("toolu_3")).await;
