@@ -413,7 +413,15 @@ impl Model {
         )
     }
 
-    fn new_claim(&mut self, key: usize, fp: usize, lease_ms: u64, op: bool, token: ClaimToken, now: u64) {
+    fn new_claim(
+        &mut self,
+        key: usize,
+        fp: usize,
+        lease_ms: u64,
+        op: bool,
+        token: ClaimToken,
+        now: u64,
+    ) {
         self.records.insert(
             key,
             MRecord {
@@ -434,7 +442,13 @@ impl Model {
         );
     }
 
-    fn renew(&mut self, key: usize, token: ClaimToken, lease_ms: u64, now: u64) -> Result<(), Refusal> {
+    fn renew(
+        &mut self,
+        key: usize,
+        token: ClaimToken,
+        lease_ms: u64,
+        now: u64,
+    ) -> Result<(), Refusal> {
         self.age(key, now);
         match self.records.get_mut(&key) {
             Some(r) if r.state == RecordState::Running && r.token == token => {
@@ -446,7 +460,13 @@ impl Model {
         }
     }
 
-    fn settle(&mut self, key: usize, token: ClaimToken, s: &Settlement, now: u64) -> Result<(), Refusal> {
+    fn settle(
+        &mut self,
+        key: usize,
+        token: ClaimToken,
+        s: &Settlement,
+        now: u64,
+    ) -> Result<(), Refusal> {
         self.age(key, now);
         // A settlement to `running` is no settlement: refused whatever the record holds.
         if s.state == RecordState::Running {
@@ -523,7 +543,13 @@ impl Model {
     }
 
     /// The records a listing must return, in order (aging applied to every record first).
-    fn listing(&mut self, state: RecordState, after: Option<&ListCursor>, limit: usize, now: u64) -> Vec<usize> {
+    fn listing(
+        &mut self,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+        now: u64,
+    ) -> Vec<usize> {
         self.age_all(now);
         let mut keys: Vec<usize> = self
             .records
@@ -550,12 +576,22 @@ fn fail(what: impl std::fmt::Display) -> TestCaseError {
 
 /// Compares a record the store showed with the model's, pinning a lease-expiry time the
 /// model only knew a range of.
-fn check_record(m: &mut Model, k: usize, got: &Record, now: u64, ctx: &str) -> Result<(), TestCaseError> {
+fn check_record(
+    m: &mut Model,
+    k: usize,
+    got: &Record,
+    now: u64,
+    ctx: &str,
+) -> Result<(), TestCaseError> {
     let Some(want) = m.records.get_mut(&k) else {
-        return Err(fail(format!("{ctx}: the store shows a record for key {k}, the model has none: {got:?}")));
+        return Err(fail(format!(
+            "{ctx}: the store shows a record for key {k}, the model has none: {got:?}"
+        )));
     };
     let mismatch = |field: &str, w: &dyn std::fmt::Debug, g: &dyn std::fmt::Debug| {
-        fail(format!("{ctx}: key {k}: {field}: model {w:?}, store {g:?}\n  store record: {got:?}"))
+        fail(format!(
+            "{ctx}: key {k}: {field}: model {w:?}, store {g:?}\n  store record: {got:?}"
+        ))
     };
     if got.key != key(k) {
         return Err(mismatch("key", &key(k), &got.key));
@@ -584,7 +620,11 @@ fn check_record(m: &mut Model, k: usize, got: &Record, now: u64, ctx: &str) -> R
         }
         Updated::LeaseExpiredSince(lo) => {
             if got.updated_at.0 < lo || got.updated_at.0 > now {
-                return Err(mismatch("updated_at (lease expiry)", &(lo..=now), &got.updated_at));
+                return Err(mismatch(
+                    "updated_at (lease expiry)",
+                    &(lo..=now),
+                    &got.updated_at,
+                ));
             }
             want.updated_at = Updated::Exact(got.updated_at.0);
         }
@@ -598,22 +638,39 @@ fn check_record(m: &mut Model, k: usize, got: &Record, now: u64, ctx: &str) -> R
     match &want.message {
         Message::Exact(msg)
             if got.message
-                != msg.as_ref().map(|s| if nul { s.replace('\0', "\u{FFFD}") } else { s.clone() }) =>
+                != msg.as_ref().map(|s| {
+                    if nul {
+                        s.replace('\0', "\u{FFFD}")
+                    } else {
+                        s.clone()
+                    }
+                }) =>
         {
             return Err(mismatch("message", msg, &got.message));
         }
         Message::LeaseExpired
-            if !got.message.as_deref().is_some_and(|m| m.contains("lease expired")) =>
+            if !got
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("lease expired")) =>
         {
             return Err(mismatch("message", &"lease expired …", &got.message));
         }
         _ => {}
     }
     if got.downstream_ref != want.downstream_ref {
-        return Err(mismatch("downstream_ref", &want.downstream_ref, &got.downstream_ref));
+        return Err(mismatch(
+            "downstream_ref",
+            &want.downstream_ref,
+            &got.downstream_ref,
+        ));
     }
     if got.result_expired != want.result_expired {
-        return Err(mismatch("result_expired", &want.result_expired, &got.result_expired));
+        return Err(mismatch(
+            "result_expired",
+            &want.result_expired,
+            &got.result_expired,
+        ));
     }
     if got.attempts != want.attempts {
         return Err(mismatch("attempts", &want.attempts, &got.attempts));
@@ -639,16 +696,17 @@ fn check_refusal<T: std::fmt::Debug>(
             *gk == key(k) && gs == state
         }
         (Err(Refusal::NotFound), Err(StoreError::NotFound(gk))) => *gk == key(k),
-        (
-            Err(Refusal::Invalid),
-            Err(e @ (StoreError::Backend(_) | StoreError::Corrupt { .. })),
-        ) => !matches!(e, StoreError::Corrupt { .. }),
+        (Err(Refusal::Invalid), Err(e @ (StoreError::Backend(_) | StoreError::Corrupt { .. }))) => {
+            !matches!(e, StoreError::Corrupt { .. })
+        }
         _ => false,
     };
     if ok {
         Ok(())
     } else {
-        Err(fail(format!("{ctx}: key {k}: model says {want:?}, store said {got:?}")))
+        Err(fail(format!(
+            "{ctx}: key {k}: model says {want:?}, store said {got:?}"
+        )))
     }
 }
 
@@ -688,8 +746,16 @@ fn settlement(spec: &SettleSpec, now: u64, n: &mut u32) -> Settlement {
         *n += 1;
         s = s.downstream_ref(format!("ref_{n}"));
     }
-    let kinds = [AttemptKind::Returned, AttemptKind::TimedOut, AttemptKind::Late];
-    let classes = [OutcomeClass::Completed, OutcomeClass::Unknown, OutcomeClass::Failed];
+    let kinds = [
+        AttemptKind::Returned,
+        AttemptKind::TimedOut,
+        AttemptKind::Late,
+    ];
+    let classes = [
+        OutcomeClass::Completed,
+        OutcomeClass::Unknown,
+        OutcomeClass::Failed,
+    ];
     let attempts = (0..spec.attempts)
         .map(|i| {
             *n += 1;
@@ -726,7 +792,14 @@ fn claim_request(k: usize, fp: usize, lease_ms: u64, with_operation: bool) -> Cl
 }
 
 /// Checks a claim that found a record against the model.
-fn check_found(m: &mut Model, k: usize, fp: usize, got: &ClaimOutcome, now: u64, ctx: &str) -> Result<(), TestCaseError> {
+fn check_found(
+    m: &mut Model,
+    k: usize,
+    fp: usize,
+    got: &ClaimOutcome,
+    now: u64,
+    ctx: &str,
+) -> Result<(), TestCaseError> {
     let want_fp = m.records[&k].fp;
     match got {
         ClaimOutcome::Existing(r) if want_fp == fp => check_record(m, k, r, now, ctx),
@@ -740,7 +813,9 @@ fn check_found(m: &mut Model, k: usize, fp: usize, got: &ClaimOutcome, now: u64,
 
 fn fresh_token(m: &mut Model, t: ClaimToken, ctx: &str) -> Result<(), TestCaseError> {
     if t == FORGED || m.minted.contains(&t) {
-        return Err(fail(format!("{ctx}: the store handed out a token twice: {t:?}")));
+        return Err(fail(format!(
+            "{ctx}: the store handed out a token twice: {t:?}"
+        )));
     }
     m.minted.push(t);
     Ok(())
@@ -763,15 +838,26 @@ async fn run_case<B: Backend>(
         let ctx = format!("op #{i} {op:?}");
         match op {
             Op::Advance { ms } => clock.advance(Duration::from_millis(*ms)),
-            Op::Claim { client, key: k, fp, lease_ms, with_operation } => {
+            Op::Claim {
+                client,
+                key: k,
+                fp,
+                lease_ms,
+                with_operation,
+            } => {
                 let req = claim_request(*k, *fp, *lease_ms, *with_operation);
-                let got = s[*client].claim(&req).await.map_err(|e| fail(format!("{ctx}: {e}")))?;
+                let got = s[*client]
+                    .claim(&req)
+                    .await
+                    .map_err(|e| fail(format!("{ctx}: {e}")))?;
                 m.age(*k, now);
                 if m.records.contains_key(k) {
                     check_found(&mut m, *k, *fp, &got, now, &ctx)?;
                 } else {
                     let ClaimOutcome::Claimed(t) = got else {
-                        return Err(fail(format!("{ctx}: the key is free, the claim got {got:?}")));
+                        return Err(fail(format!(
+                            "{ctx}: the key is free, the claim got {got:?}"
+                        )));
                     };
                     fresh_token(&mut m, t, &ctx)?;
                     m.held[*client][*k].push(t);
@@ -779,8 +865,10 @@ async fn run_case<B: Backend>(
                 }
             }
             Op::ClaimAll { key: k, fps } => {
-                let reqs: Vec<ClaimRequest> =
-                    fps.iter().map(|fp| claim_request(*k, *fp, lease_default, false)).collect();
+                let reqs: Vec<ClaimRequest> = fps
+                    .iter()
+                    .map(|fp| claim_request(*k, *fp, lease_default, false))
+                    .collect();
                 let got = futures_util::future::join_all(
                     reqs.iter().enumerate().map(|(c, req)| s[c].claim(req)),
                 )
@@ -799,24 +887,45 @@ async fn run_case<B: Backend>(
                             "{ctx}: concurrent claims of a free key: exactly one must win, got {got:?}"
                         )));
                     };
-                    let ClaimOutcome::Claimed(t) = got[w] else { unreachable!() };
+                    let ClaimOutcome::Claimed(t) = got[w] else {
+                        unreachable!()
+                    };
                     fresh_token(&mut m, t, &ctx)?;
                     m.held[w][*k].push(t);
                     m.new_claim(*k, fps[w], lease_default, false, t, now);
                 }
                 for c in 0..CLIENTS {
                     if !matches!(got[c], ClaimOutcome::Claimed(_)) {
-                        check_found(&mut m, *k, fps[c], &got[c], now, &format!("{ctx} client {c}"))?;
+                        check_found(
+                            &mut m,
+                            *k,
+                            fps[c],
+                            &got[c],
+                            now,
+                            &format!("{ctx} client {c}"),
+                        )?;
                     }
                 }
             }
-            Op::Renew { client, key: k, tok, lease_ms } => {
+            Op::Renew {
+                client,
+                key: k,
+                tok,
+                lease_ms,
+            } => {
                 let t = m.token(*client, *k, *tok);
-                let got = s[*client].renew(&key(*k), t, Duration::from_millis(*lease_ms)).await;
+                let got = s[*client]
+                    .renew(&key(*k), t, Duration::from_millis(*lease_ms))
+                    .await;
                 let want = m.renew(*k, t, *lease_ms, now);
                 check_refusal(*k, want, &got, &ctx)?;
             }
-            Op::Settle { client, key: k, tok, spec } => {
+            Op::Settle {
+                client,
+                key: k,
+                tok,
+                spec,
+            } => {
                 let t = m.token(*client, *k, *tok);
                 let settlement = settlement(spec, now, &mut n);
                 let got = s[*client].settle(&key(*k), t, settlement.clone()).await;
@@ -827,20 +936,32 @@ async fn run_case<B: Backend>(
                 let want = m.settle(*k, t, &settlement, now);
                 // Settling to `running` with no record at all: "invalid" and "stale, absent"
                 // are both right (backends differ in which they check first).
-                let stale_absent = matches!(&got, Err(StoreError::StaleToken { state, .. }) if state == "absent");
+                let stale_absent =
+                    matches!(&got, Err(StoreError::StaleToken { state, .. }) if state == "absent");
                 if !(spec.state == RecordState::Running && absent && stale_absent) {
                     check_refusal(*k, want, &got, &ctx)?;
                 }
             }
-            Op::Release { client, key: k, tok } => {
+            Op::Release {
+                client,
+                key: k,
+                tok,
+            } => {
                 let t = m.token(*client, *k, *tok);
                 let got = s[*client].release(&key(*k), t).await;
                 let want = m.release(*k, t, now);
                 check_refusal(*k, want, &got, &ctx)?;
             }
-            Op::Reclaim { client, key: k, tok, lease_ms } => {
+            Op::Reclaim {
+                client,
+                key: k,
+                tok,
+                lease_ms,
+            } => {
                 let t = m.token(*client, *k, *tok);
-                let got = s[*client].reclaim(&key(*k), t, Duration::from_millis(*lease_ms)).await;
+                let got = s[*client]
+                    .reclaim(&key(*k), t, Duration::from_millis(*lease_ms))
+                    .await;
                 let want = m.may_reclaim(*k, t, now);
                 check_refusal(*k, want.clone(), &got, &ctx)?;
                 if let Ok(fresh) = got {
@@ -850,7 +971,10 @@ async fn run_case<B: Backend>(
                 }
             }
             Op::Get { client, key: k } => {
-                let got = s[*client].get(&key(*k)).await.map_err(|e| fail(format!("{ctx}: {e}")))?;
+                let got = s[*client]
+                    .get(&key(*k))
+                    .await
+                    .map_err(|e| fail(format!("{ctx}: {e}")))?;
                 m.age(*k, now);
                 match got {
                     Some(r) => check_record(&mut m, *k, &r, now, &ctx)?,
@@ -863,12 +987,25 @@ async fn run_case<B: Backend>(
                     None => {}
                 }
             }
-            Op::List { client, state, limit } => {
-                let got = s[*client].list(*state, *limit).await.map_err(|e| fail(format!("{ctx}: {e}")))?;
+            Op::List {
+                client,
+                state,
+                limit,
+            } => {
+                let got = s[*client]
+                    .list(*state, *limit)
+                    .await
+                    .map_err(|e| fail(format!("{ctx}: {e}")))?;
                 let want = m.listing(*state, None, *limit, now);
                 check_listing(&mut m, &want, &got, now, &ctx)?;
             }
-            Op::ListAfter { client, state, key: k, shift_ms, limit } => {
+            Op::ListAfter {
+                client,
+                state,
+                key: k,
+                shift_ms,
+                limit,
+            } => {
                 let base = m.records.get(k).map_or(now, |r| r.created_at);
                 let cursor = ListCursor {
                     created_at: Timestamp(base.saturating_add_signed(*shift_ms)),
@@ -888,19 +1025,28 @@ async fn run_case<B: Backend>(
     for (c, store) in s.iter().enumerate() {
         for k in 0..KEYS {
             let ctx = format!("final get by client {c}");
-            let got = store.get(&key(k)).await.map_err(|e| fail(format!("{ctx}: {e}")))?;
+            let got = store
+                .get(&key(k))
+                .await
+                .map_err(|e| fail(format!("{ctx}: {e}")))?;
             m.age(k, now);
             match got {
                 Some(r) => check_record(&mut m, k, &r, now, &ctx)?,
                 None if m.records.contains_key(&k) => {
-                    return Err(fail(format!("{ctx}: key {k}: the store has no record, the model has {:?}", m.records[&k])));
+                    return Err(fail(format!(
+                        "{ctx}: key {k}: the store has no record, the model has {:?}",
+                        m.records[&k]
+                    )));
                 }
                 None => {}
             }
         }
         for state in RecordState::ALL {
             let ctx = format!("final list {state} by client {c}");
-            let got = store.list(state, usize::MAX).await.map_err(|e| fail(format!("{ctx}: {e}")))?;
+            let got = store
+                .list(state, usize::MAX)
+                .await
+                .map_err(|e| fail(format!("{ctx}: {e}")))?;
             let want = m.listing(state, None, usize::MAX, now);
             check_listing(&mut m, &want, &got, now, &ctx)?;
         }
@@ -909,11 +1055,19 @@ async fn run_case<B: Backend>(
     Ok(())
 }
 
-fn check_listing(m: &mut Model, want: &[usize], got: &[Record], now: u64, ctx: &str) -> Result<(), TestCaseError> {
+fn check_listing(
+    m: &mut Model,
+    want: &[usize],
+    got: &[Record],
+    now: u64,
+    ctx: &str,
+) -> Result<(), TestCaseError> {
     let got_keys: Vec<&IdemKey> = got.iter().map(|r| &r.key).collect();
     let want_keys: Vec<IdemKey> = want.iter().map(|k| key(*k)).collect();
     if got_keys != want_keys.iter().collect::<Vec<_>>() {
-        return Err(fail(format!("{ctx}: listing: model keys {want:?} ({want_keys:?}), store {got_keys:?}")));
+        return Err(fail(format!(
+            "{ctx}: listing: model keys {want:?} ({want_keys:?}), store {got_keys:?}"
+        )));
     }
     for (k, r) in want.iter().zip(got) {
         check_record(m, *k, r, now, ctx)?;
