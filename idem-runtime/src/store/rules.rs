@@ -119,6 +119,13 @@ pub fn settle(
     s: Settlement,
     now: Timestamp,
 ) -> Result<(), StoreError> {
+    // Refused whatever the record holds, before the token is looked at: every backend
+    // answers this the same way (Redis and Postgres check it before touching the record).
+    if s.state == RecordState::Running {
+        return Err(StoreError::Backend(
+            "a settlement cannot return a record to running".into(),
+        ));
+    }
     if record.token != token {
         return Err(stale(&record.key, Some(record)));
     }
@@ -133,7 +140,7 @@ pub fn settle(
             return Ok(());
         }
         RecordState::Unknown => {
-            if s.state == RecordState::Unknown || s.state == RecordState::Running {
+            if s.state == RecordState::Unknown {
                 record.attempts.extend(s.attempts);
                 record.read_backs.extend(s.read_backs);
                 record.updated_at = now;
@@ -141,11 +148,6 @@ pub fn settle(
             }
         }
         _ => return Err(stale(&record.key, Some(record))),
-    }
-    if s.state == RecordState::Running {
-        return Err(StoreError::Backend(
-            "a settlement cannot return a record to running".into(),
-        ));
     }
     record.state = s.state;
     record.lease_until = None;

@@ -39,6 +39,13 @@ local function corrupt(rk, detail)
   error({ err = 'IDEMCORRUPT ' .. rk .. ' ' .. detail })
 end
 
+-- A stored value as an error message may quote it: printable ASCII only, at most 64 bytes
+-- (an error reply must be UTF-8 text, and a foreign value can be any bytes).
+local function shown(v)
+  local s = string.sub(tostring(v), 1, 64)
+  return (string.gsub(s, '[^%w%p ]', '?'))
+end
+
 -- Timestamp's Display (RFC 3339, UTC, milliseconds), so messages match other backends.
 local function rfc3339(ms)
   local secs = math.floor(ms / 1000)
@@ -86,13 +93,13 @@ local function age(rk)
   local r = { k = f[1], st = f[2], tok = f[3], lease = tonumber(f[5]), ca = tonumber(f[6]),
     ua = tonumber(f[7]), rx = f[8] }
   if f[10] ~= '1' then
-    corrupt(rk, 'unknown layout version ' .. tostring(f[10]))
+    corrupt(rk, 'unknown layout version ' .. shown(f[10]))
   end
   if not r.k or RPREFIX .. r.k ~= rk then
     corrupt(rk, 'its key field does not match its name')
   end
   if not r.st or not IDX[r.st] then
-    corrupt(rk, 'unknown state ' .. tostring(r.st))
+    corrupt(rk, 'unknown state ' .. shown(r.st))
   end
   if not r.tok or not string.match(r.tok, '^' .. string.rep('%x', 32) .. '$') then
     corrupt(rk, 'malformed claim token')
