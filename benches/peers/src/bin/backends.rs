@@ -48,13 +48,13 @@ fn registry(store: impl IdemStore) -> Registry {
         .expect("valid registry")
 }
 
-/// Runs `conc` tasks, each calling `op(task, seq)` until `secs` have passed; operations/s.
-async fn throughput<F, Fut>(conc: usize, secs: f64, op: F) -> f64
+/// Runs `conc` tasks, each calling `op(task, seq)` (`seq` counting from `seq0`) until
+/// `secs` have passed; the operations done and the seconds taken.
+async fn run_for<F, Fut>(conc: usize, secs: f64, seq0: u64, op: &Arc<F>) -> (u64, f64)
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send,
 {
-    let op = Arc::new(op);
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     // Each task watches the clock itself: a store that never returns `Pending` (MemoryStore)
@@ -64,7 +64,7 @@ where
         .map(|t| {
             let (op, done) = (op.clone(), done.clone());
             tokio::spawn(async move {
-                let mut seq = 0;
+                let mut seq = seq0;
                 while Instant::now() < deadline {
                     op(t, seq).await;
                     seq += 1;
@@ -76,7 +76,50 @@ where
     for t in tasks {
         t.await.expect("task");
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    (done.load(Ordering::Relaxed), start.elapsed().as_secs_f64())
+}
+
+/// [`run_for`] once; operations/s.
+async fn throughput<F, Fut>(conc: usize, secs: f64, op: F) -> f64
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let (n, t) = run_for(conc, secs, 0, &Arc::new(op)).await;
+    n as f64 / t
+}
+
+/// Slices per A/B cell: `a` and `b` run alternately (who goes first alternates too), each
+/// for `secs` in all, so a drift in the machine's load (or its disk's) hits both alike.
+const SLICES: u64 = 6;
+
+/// `a` and `b` interleaved (see [`SLICES`]); each side's operations/s over its own time.
+async fn ab<FA, FutA, FB, FutB>(conc: usize, secs: f64, a: FA, b: FB) -> (f64, f64)
+where
+    FA: Fn(usize, u64) -> FutA + Send + Sync + 'static,
+    FutA: Future<Output = ()> + Send,
+    FB: Fn(usize, u64) -> FutB + Send + Sync + 'static,
+    FutB: Future<Output = ()> + Send,
+{
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let slice = secs / SLICES as f64;
+    let (mut na, mut ta, mut nb, mut tb) = (0, 0.0, 0, 0.0);
+    for i in 0..SLICES {
+        // Fresh keys never repeat across slices.
+        let seq0 = i << 32;
+        if i % 2 == 0 {
+            let (n, t) = run_for(conc, slice, seq0, &a).await;
+            (na, ta) = (na + n, ta + t);
+            let (n, t) = run_for(conc, slice, seq0, &b).await;
+            (nb, tb) = (nb + n, tb + t);
+        } else {
+            let (n, t) = run_for(conc, slice, seq0, &b).await;
+            (nb, tb) = (nb + n, tb + t);
+            let (n, t) = run_for(conc, slice, seq0, &a).await;
+            (na, ta) = (na + n, ta + t);
+        }
+    }
+    (na as f64 / ta, nb as f64 / tb)
 }
 
 /// A fresh write through the registry: a new run id per call, the model's text arguments.
@@ -177,6 +220,7 @@ fn bench_redis(url: &str) {
     let secs = secs();
     let pid = std::process::id();
     let mut set = vec![];
+    let mut set_rust = vec![];
     let mut script = vec![];
     let mut fresh_w = vec![];
     let mut replays = vec![];
@@ -194,6 +238,22 @@ fn bench_redis(url: &str) {
             let create = Arc::new(redis::Script::new(
                 "return redis.call('SET', KEYS[1], ARGV[1], 'NX')",
             ));
+            // `SET` through the same client and connection: what the Rust side adds.
+            let c = conn.clone();
+            set_rust.push(
+                throughput(conc, secs, move |t, seq| {
+                    let mut c = c.clone();
+                    async move {
+                        let _: () = redis::cmd("SET")
+                            .arg(format!("set:{pid}:{conc}:{t}:{seq}"))
+                            .arg("{\"state\":\"running\"}")
+                            .query_async(&mut c)
+                            .await
+                            .expect("SET");
+                    }
+                })
+                .await,
+            );
             reset_stats(&mut admin).await;
             script.push(
                 throughput(conc, secs, move |t, seq| {
@@ -251,6 +311,7 @@ fn bench_redis(url: &str) {
             .map(|(&x, &s)| format!("{} ({})", rate(x), pct(x, s)))
             .collect()
     };
+    row("`SET`, the same Rust client and connection", &vs(&set_rust));
     row("`EVALSHA` create-if-absent (`SET NX`)", &vs(&script));
     row("idem fresh write", &vs(&fresh_w));
     row("idem replay", &vs(&replays));
@@ -330,7 +391,7 @@ fn bench_sqlite() {
     let rt = runtime(2);
     let secs = secs();
     let dir = tempfile::tempdir().expect("a temp dir");
-    println!("\nSQLite on {} (WAL), {secs} s per cell; writes/s (share of raw)", dir.path().display());
+    println!("\nSQLite on {} (WAL), {secs} s per side per cell, raw and idem interleaved in {SLICES} slices; writes/s (share of raw)", dir.path().display());
     header("SQLite");
     for (name, pragma, sync) in [
         ("FULL", "FULL", idem::SqliteSync::Full),
@@ -344,13 +405,6 @@ fn bench_sqlite() {
                     &dir.path().join(format!("raw-{name}-{conc}.db")),
                     pragma,
                 ));
-                raw_w.push(
-                    throughput(conc, secs, move |t, seq| {
-                        let raw = raw.clone();
-                        async move { raw.write(format!("{t}-{seq}")).await }
-                    })
-                    .await,
-                );
                 let store =
                     idem::SqliteStore::builder(dir.path().join(format!("idem-{name}-{conc}.db")))
                         .sync(sync)
@@ -358,13 +412,21 @@ fn bench_sqlite() {
                         .await
                         .expect("open SQLite");
                 let reg = registry(store);
-                idem_w.push(
-                    throughput(conc, secs, move |t, seq| {
+                let (r, i) = ab(
+                    conc,
+                    secs,
+                    move |t, seq| {
+                        let raw = raw.clone();
+                        async move { raw.write(format!("{t}-{seq}")).await }
+                    },
+                    move |t, seq| {
                         let r = reg.clone();
                         async move { fresh(&r, "f", t, seq).await }
-                    })
-                    .await,
-                );
+                    },
+                )
+                .await;
+                raw_w.push(r);
+                idem_w.push(i);
             });
         }
         row(
@@ -412,8 +474,11 @@ fn bench_postgres(url: &str) {
     for conc in CONCURRENCY {
         rt.block_on(async {
             let (p, s) = (pool.clone(), schema.clone());
-            raw_w.push(
-                throughput(conc, secs, move |t, seq| {
+            let r = reg.clone();
+            let (raw, idem) = ab(
+                conc,
+                secs,
+                move |t, seq| {
                     let (pool, schema) = (p.clone(), s.clone());
                     async move {
                         let key = format!("{conc}-{t}-{seq}");
@@ -439,21 +504,19 @@ fn bench_postgres(url: &str) {
                             .expect("prepare");
                         assert_eq!(c.execute(&st, &[&key, &"4900"]).await.expect("update"), 1);
                     }
-                })
-                .await,
-            );
-            let r = reg.clone();
-            idem_w.push(
-                throughput(conc, secs, move |t, seq| {
+                },
+                move |t, seq| {
                     let r = r.clone();
                     async move { fresh(&r, &format!("f{conc}"), t, seq).await }
-                })
-                .await,
-            );
+                },
+            )
+            .await;
+            raw_w.push(raw);
+            idem_w.push(idem);
         });
     }
     println!(
-        "\nPostgres, pool of {} connections shared by both rows, {secs} s per cell; writes/s (share of raw)",
+        "\nPostgres, pool of {} connections shared by both rows, {secs} s per side per cell, interleaved in {SLICES} slices; writes/s (share of raw)",
         pool.status().max_size
     );
     header("Postgres");
