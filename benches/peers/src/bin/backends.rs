@@ -304,7 +304,10 @@ fn bench_redis(url: &str) {
     }
     println!("\nRedis at {host}:{port}, {secs} s per cell, 2 tokio workers; ops/s (share of SET)");
     header("Redis");
-    row("`redis-benchmark -t set`", &set.iter().map(|&x| rate(x)).collect::<Vec<_>>());
+    row(
+        "`redis-benchmark -t set`",
+        &set.iter().map(|&x| rate(x)).collect::<Vec<_>>(),
+    );
     let vs = |xs: &[f64]| -> Vec<String> {
         xs.iter()
             .zip(&set)
@@ -564,7 +567,9 @@ fn bench_memory() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
-    println!("\nMemoryStore, distinct-key fresh writes, {pairs} interleaved A/B pairs of {secs} s cells");
+    println!(
+        "\nMemoryStore, distinct-key fresh writes, {pairs} interleaved A/B pairs of {secs} s cells"
+    );
     println!();
     println!("| pair | 1 thread | 2 threads | scaling |");
     println!("|---|---|---|---|");
@@ -579,7 +584,13 @@ fn bench_memory() {
             (memory_rate(1, secs), b)
         };
         ratios.push(two / one);
-        println!("| {} | {} | {} | {:.2}× |", p + 1, rate(one), rate(two), two / one);
+        println!(
+            "| {} | {} | {} | {:.2}× |",
+            p + 1,
+            rate(one),
+            rate(two),
+            two / one
+        );
     }
     let (m, lo, hi) = spread(&ratios);
     println!("| median (p10–p90) | | | **{m:.2}×** ({lo:.2}–{hi:.2}) |");

@@ -12,7 +12,8 @@
 //! between two cases of the same round, never across rounds.
 //!
 //! `profile CASE ITERS` runs ITERS calls of one case, untimed, for callgrind: run it with two
-//! ITERS and divide the difference in instructions by the difference in calls.
+//! ITERS and divide the difference in instructions by the difference in calls
+//! (`benches/peers/callgrind.sh` does this for every case).
 
 use std::time::{Duration, Instant};
 
@@ -45,7 +46,9 @@ const TTL: Duration = Duration::from_secs(24 * 3600);
 /// The floor with the typed value in hand: canonical JSON (idem's one-pass serializer) and
 /// SHA-256 of it.
 fn value_floor(args: &ChargeArgs) -> idem::Fingerprint {
-    identify(args, NO_KEY_FIELDS).expect("serializes").fingerprint
+    identify(args, NO_KEY_FIELDS)
+        .expect("serializes")
+        .fingerprint
 }
 
 /// The floor with the model's text in hand: decode it into the arguments' type, then the
@@ -324,7 +327,9 @@ fn ratio(per_call: &[Vec<f64>], a: &str, b: &str) -> (f64, f64, f64) {
 fn report(per_call: &[Vec<f64>], rounds: usize, batch: usize) {
     println!("{rounds} rounds x {batch} calls per case; payload {TEXT}");
     println!();
-    println!("| case | median µs/call (p10–p90) | × value floor (p10–p90) | × text floor (p10–p90) |");
+    println!(
+        "| case | median µs/call (p10–p90) | × value floor (p10–p90) | × text floor (p10–p90) |"
+    );
     println!("|---|---|---|---|");
     for (i, case) in CASES.iter().enumerate() {
         let (m, lo, hi) = spread(&per_call[i]);
