@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs the `backends` harness (src/bin/backends.rs) against private servers on 127.0.0.1:
+# PostgreSQL from .ci/services.sh, and a Redis started here with persistence off (the
+# services' Redis fsyncs every write, which would measure the disk, not the store).
+# Everything started here is stopped on exit. Arguments go to the harness (sections:
+# redis sqlite postgres memory). Environment: BENCH_SECS (per cell, default 3), BENCH_PAIRS.
+#
+#   benches/peers/backends.sh                 # every section
+#   BENCH_SECS=5 benches/peers/backends.sh redis
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/tmp-peers-target}
+cargo build --release --manifest-path "$here/Cargo.toml" --bin backends
+
+# shellcheck source=../../.ci/services.sh
+source "$root/.ci/services.sh"
+idem_services_start
+
+port=$(idem_free_port)
+rdir=$(mktemp -d "${TMPDIR:-/tmp}/idem-peers-redis.XXXXXX")
+redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes --daemonize no \
+    --dir "$rdir" --save '' --appendonly no --logfile "$rdir/redis.log" &
+redis_pid=$!
+stop_own_redis() {
+    kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null
+    rm -rf "$rdir"
+    idem_services_stop
+}
+trap stop_own_redis EXIT
+for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+done
+export IDEM_REDIS_URL="redis://127.0.0.1:$port/"
+echo "[backends] $(redis-server --version | cut -d' ' -f1-3), persistence off, on 127.0.0.1:$port" >&2
+"$CARGO_TARGET_DIR/release/backends" "$@"
