@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use crate::tool::schema::required_names;
+
 /// Rewrites a schema for OpenAI's strict mode: every object closed
 /// (`additionalProperties: false`) with every property required, properties that were
 /// optional made nullable instead, and `oneOf` written as the `anyOf` strict mode accepts.
@@ -49,15 +51,7 @@ fn strictify(v: &mut Value) {
             let is_object = map.get("type").and_then(Value::as_str) == Some("object")
                 || map.contains_key("properties");
             if is_object {
-                let required: Vec<String> = map
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let required = required_names(map);
                 let mut all = Vec::new();
                 if let Some(Value::Object(props)) = map.get_mut("properties") {
                     for (name, p) in props.iter_mut() {

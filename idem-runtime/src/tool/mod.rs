@@ -5,7 +5,7 @@ mod context;
 pub(crate) mod erased;
 mod error;
 mod read_back;
-mod schema;
+pub(crate) mod schema;
 mod spec;
 mod traits;
 #[cfg(feature = "postgres")]

@@ -69,15 +69,7 @@ fn drop_optional_nulls(v: &mut Value) {
         }
         return;
     };
-    let required: Vec<String> = map
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
+    let required = required_names(map);
     if let Some(Value::Object(props)) = map.get_mut("properties") {
         for (name, p) in props.iter_mut() {
             if !required.contains(name) {
@@ -140,4 +132,16 @@ fn normalize_root(value: Value) -> Value {
         root.insert("properties".into(), Value::Object(Map::new()));
     }
     Value::Object(root)
+}
+
+/// The names an object schema lists under `required`.
+pub(crate) fn required_names(map: &Map<String, Value>) -> Vec<String> {
+    map.get("required")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
