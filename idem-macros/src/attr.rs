@@ -17,9 +17,6 @@ const VALID: &str = "`read`, `write`, `name = \"…\"`, `description = \"…\"`,
      `window = \"23h\"`, `lease = \"1m\"`, `destructive`, `reconcile = path::to_read_back`, \
      `in_flight = \"2m\"`";
 
-/// Marks a method `#[toolbox]` has already expanded; `#[tool]` then leaves it alone.
-pub(crate) const TOOLBOX_MARK: &str = "__idem_toolbox_method";
-
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -67,8 +64,6 @@ pub(crate) struct ToolAttr {
     pub(crate) in_flight: Option<DurationOpt>,
     /// Both `read` and `write` were given (already an error): skip checks that need the kind.
     pub(crate) kind_conflict: bool,
-    /// Set by `#[toolbox]` on methods it has expanded.
-    pub(crate) toolbox_mark: bool,
 }
 
 impl ToolAttr {
@@ -318,7 +313,6 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 set_once(&mut attr.destructive, span, &name, span, errors);
             }
         }
-        TOOLBOX_MARK => attr.toolbox_mark = true,
         _ => errors.at(
             span,
             format!("unknown option `{name}`; valid options are {VALID}"),
