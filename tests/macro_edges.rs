@@ -287,7 +287,10 @@ fn mcp_tool_violations(def: &Value) -> Vec<String> {
 /// Writes the MCP definitions of every registry here to `$CARGO_TARGET_TMPDIR`, for a check
 /// against the published schemas with an external validator.
 fn dump(name: &str, defs: &[Value]) {
-    let path = format!("{}/macro_edges_mcp_{name}.json", env!("CARGO_TARGET_TMPDIR"));
+    let path = format!(
+        "{}/macro_edges_mcp_{name}.json",
+        env!("CARGO_TARGET_TMPDIR")
+    );
     std::fs::write(path, serde_json::to_string_pretty(defs).unwrap()).unwrap();
 }
 
@@ -413,9 +416,10 @@ fn strict_violations(v: &Value, path: &str, out: &mut Vec<String>) {
                 out.push(format!("{path}: allOf (not supported in strict mode)"));
             }
             // Values, not schemas: a `default: true` is no `true` schema.
-            for (k, child) in map.iter().filter(|(k, _)| {
-                !matches!(k.as_str(), "default" | "const" | "enum" | "examples")
-            }) {
+            for (k, child) in map
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "default" | "const" | "enum" | "examples"))
+            {
                 strict_violations(child, &format!("{path}/{k}"), out);
             }
         }
@@ -735,7 +739,10 @@ async fn key_names_the_rust_field_under_serde_renames() {
     assert_eq!(first.output(), Some(&json!(5)), "{:?}", first.as_result());
     assert!(again.replayed(), "{:?}", again.as_result());
     assert!(
-        matches!(changed.as_result(), Err(idem::CallError::ChangedParams { .. })),
+        matches!(
+            changed.as_result(),
+            Err(idem::CallError::ChangedParams { .. })
+        ),
         "{:?}",
         changed.as_result()
     );
@@ -759,11 +766,9 @@ async fn charge_hand_derived(_ctx: WriteCtx, args: HandDerivedArgs) -> Result<St
 
 #[test]
 fn key_under_a_rename_the_macro_cannot_see_is_refused_at_build() {
-    let err = Registry::builder()
-        .tool(charge_hand_derived)
-        .build()
-        .err()
-        .expect("a key field that is not a property must not build");
+    let Err(err) = Registry::builder().tool(charge_hand_derived).build() else {
+        panic!("a key field that is not a property must not build");
+    };
     assert!(
         matches!(&err, BuildError::InvalidSpec { tool, message }
             if tool == "charge_hand_derived"

@@ -90,7 +90,9 @@ fn field_names(input: &syn::DeriveInput) -> TokenStream {
     let rt = paths::runtime();
     let ident = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
-    let pairs = pairs.iter().map(|(rust, serialized)| quote!((#rust, #serialized)));
+    let pairs = pairs
+        .iter()
+        .map(|(rust, serialized)| quote!((#rust, #serialized)));
     quote! {
         #[automatically_derived]
         impl #impl_generics #rt::macro_support::ArgsFields for #ident #ty_generics #where_clause {

@@ -82,7 +82,10 @@ pub(crate) fn cfg_attrs(attrs: &[Attribute]) -> Vec<Attribute> {
 /// The `#[allow(..)]` attributes among `attrs`: a lint the user allows on the handler is
 /// allowed on what is generated from it too (a plain fn's `#[allow(private_interfaces)]`).
 pub(crate) fn allow_attrs(attrs: &[Attribute]) -> Vec<&Attribute> {
-    attrs.iter().filter(|a| a.path().is_ident("allow")).collect()
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("allow"))
+        .collect()
 }
 
 /// Whether an attribute is documentation.

@@ -17,6 +17,11 @@ const VALID: &str = "`read`, `write`, `name = \"…\"`, `description = \"…\"`,
      `window = \"23h\"`, `lease = \"1m\"`, `destructive`, `reconcile = path::to_read_back`, \
      `in_flight = \"2m\"`";
 
+/// The shortest lease, in milliseconds. The runtime renews a lease every third of its
+/// length; below this it would lapse between renewals. `Registry::build` holds the same rule;
+/// `tests/macro_rules.rs` pins the two equal.
+const MIN_LEASE_MILLIS: u64 = 10;
+
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -205,9 +210,7 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 return;
             };
             let value = match duration::parse_millis(&lit.value()) {
-                // The runtime renews a lease every third of its length; below this it would
-                // lapse between renewals (`Registry::build` refuses it too).
-                Ok(millis) if name == "lease" && millis < 10 => {
+                Ok(millis) if name == "lease" && millis < MIN_LEASE_MILLIS => {
                     errors.at(
                         lit.span(),
                         "`lease`: at least \"10ms\"; it is renewed every third of its length while the handler runs, and a shorter one would lapse under a live handler",
