@@ -17,7 +17,7 @@ use crate::ast::{self, ToolFn};
 /// handler's types. Not for the type's sake but for its trait impl: an impl is only as visible
 /// as the types in its header, and `type Args = PrivateArgs` in an impl more visible than
 /// `PrivateArgs` is a hard error (E0446). With the types in the header, a `pub` handler with
-/// private args gets the same `private_interfaces` warning a plain `pub fn` gets.
+/// private args compiles, as a plain `pub fn` does, and is usable where its types are.
 pub(crate) fn tool_items(
     func: &ItemFn,
     tool: &ToolFn,

@@ -1,6 +1,6 @@
-//! A `pub` handler with private args: a plain fn is only warned about (`private_interfaces`),
-//! and so is the tool; the handler's `#[allow(..)]` reaches what is generated from it. As
-//! with a plain fn, the tool is usable where its args type is visible.
+//! A `pub` handler with private args compiles, as a plain fn does (which rustc only warns
+//! about, `private_interfaces`); the handler's `#[allow(..)]` reaches what is generated from
+//! it. As with a plain fn, the tool is usable where its args type is visible.
 #![deny(warnings)]
 
 use idem::{tool, Registry, ToolError, WriteCtx};
