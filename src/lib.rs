@@ -73,7 +73,7 @@ pub use idem_macros::tool;
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::sync::Arc;
 ///
-/// use idem::{tool, toolbox, ReadCtx, Registry, ToolError, WriteCtx};
+/// use idem::{toolbox, ReadCtx, Registry, ToolError, WriteCtx};
 ///
 /// #[derive(Default)]
 /// struct Counter { hits: AtomicU64 }
@@ -98,8 +98,9 @@ pub use idem_macros::tool;
 /// # Ok::<(), idem::BuildError>(())
 /// ```
 ///
-/// The methods stay callable as written. Generic impl blocks are not supported: implement the
-/// tools for a concrete type.
+/// The toolbox reads and removes its methods' `#[tool(..)]` attributes itself, so they need
+/// no `use idem::tool`. The methods stay callable as written. Generic impl blocks are not
+/// supported: implement the tools for a concrete type.
 #[doc(inline)]
 pub use idem_macros::toolbox;
 

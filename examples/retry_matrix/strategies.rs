@@ -7,7 +7,7 @@ use std::time::Duration;
 use idem::identity::canonical::to_canonical_vec;
 use idem::store::{Clock, Timestamp, TokioClock};
 use idem::{
-    tool, toolbox, CallError, Fingerprint, MemoryStore, Outcome, Reconciler, Registry, RetryPolicy,
+    toolbox, CallError, Fingerprint, MemoryStore, Outcome, Reconciler, Registry, RetryPolicy,
     ToolCall, ToolError, WriteCtx,
 };
 use serde_json::json;

@@ -79,6 +79,15 @@ pub(crate) fn cfg_attrs(attrs: &[Attribute]) -> Vec<Attribute> {
         .collect()
 }
 
+/// The `#[allow(..)]` attributes among `attrs`: a lint the user allows on the handler is
+/// allowed on what is generated from it too (a plain fn's `#[allow(private_interfaces)]`).
+pub(crate) fn allow_attrs(attrs: &[Attribute]) -> Vec<&Attribute> {
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("allow"))
+        .collect()
+}
+
 /// Whether an attribute is documentation.
 pub(crate) fn is_doc(attr: &Attribute) -> bool {
     attr.path().is_ident("doc")

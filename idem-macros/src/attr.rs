@@ -17,8 +17,10 @@ const VALID: &str = "`read`, `write`, `name = \"…\"`, `description = \"…\"`,
      `window = \"23h\"`, `lease = \"1m\"`, `destructive`, `reconcile = path::to_read_back`, \
      `in_flight = \"2m\"`";
 
-/// Marks a method `#[toolbox]` has already expanded; `#[tool]` then leaves it alone.
-pub(crate) const TOOLBOX_MARK: &str = "__idem_toolbox_method";
+/// The shortest lease, in milliseconds. The runtime renews a lease every third of its
+/// length; below this it would lapse between renewals. `Registry::build` holds the same rule;
+/// `tests/macro_rules.rs` pins the two equal.
+const MIN_LEASE_MILLIS: u64 = 10;
 
 /// Read or write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,8 +69,6 @@ pub(crate) struct ToolAttr {
     pub(crate) in_flight: Option<DurationOpt>,
     /// Both `read` and `write` were given (already an error): skip checks that need the kind.
     pub(crate) kind_conflict: bool,
-    /// Set by `#[toolbox]` on methods it has expanded.
-    pub(crate) toolbox_mark: bool,
 }
 
 impl ToolAttr {
@@ -210,9 +210,7 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 return;
             };
             let value = match duration::parse_millis(&lit.value()) {
-                // The runtime renews a lease every third of its length; below this it would
-                // lapse between renewals (`Registry::build` refuses it too).
-                Ok(millis) if name == "lease" && millis < 10 => {
+                Ok(millis) if name == "lease" && millis < MIN_LEASE_MILLIS => {
                     errors.at(
                         lit.span(),
                         "`lease`: at least \"10ms\"; it is renewed every third of its length while the handler runs, and a shorter one would lapse under a live handler",
@@ -318,7 +316,6 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 set_once(&mut attr.destructive, span, &name, span, errors);
             }
         }
-        TOOLBOX_MARK => attr.toolbox_mark = true,
         _ => errors.at(
             span,
             format!("unknown option `{name}`; valid options are {VALID}"),

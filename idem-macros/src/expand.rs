@@ -15,16 +15,12 @@ use syn::{Ident, ItemFn, Type, Visibility};
 use crate::ast::{self, ToolFn};
 use crate::attr::{self, Downstream, Errors, Kind};
 use crate::classify::Mode;
-use crate::{fallback, paths, valid};
+use crate::{fallback, items, paths, valid};
 
 /// `#[tool(..)]` on a free fn.
 pub(crate) fn tool(attr_tokens: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     let parsed = attr::parse(attr_tokens.clone(), &mut errors);
-    if parsed.toolbox_mark {
-        // A method `#[toolbox]` has expanded and checked; it stays as written.
-        return item;
-    }
     let mut func: ItemFn = match syn::parse2(item.clone()) {
         Ok(func) => func,
         Err(_) => {
@@ -67,7 +63,7 @@ pub(crate) fn tool(attr_tokens: TokenStream, item: TokenStream) -> TokenStream {
 /// `Registry::builder().tool(charge_card)` takes.
 fn free_fn(rt: &TokenStream, func: &ItemFn, tool: &ToolFn) -> TokenStream {
     let ident = &func.sig.ident;
-    let items = tool_items(func, tool);
+    let items = items::tool_items(func, tool, Some(signature(tool)));
 
     // The handler moves, unchanged, into the trait method: callable only through the trait,
     // which takes a `WriteCtx` that only the executor (or a `testing` build) can make.
@@ -98,38 +94,11 @@ fn free_fn(rt: &TokenStream, func: &ItemFn, tool: &ToolFn) -> TokenStream {
     }
 }
 
-/// What every free-fn tool has, also on error: the tool type `charge_card` (a braced struct,
-/// so it takes no name in the value namespace), its `NAME`, and `fn charge_card()` returning
-/// it, with the handler's docs and visibility.
-pub(crate) fn tool_items(func: &ItemFn, tool: &ToolFn) -> TokenStream {
-    let ident = &func.sig.ident;
-    let vis = &func.vis;
-    let docs = func.attrs.iter().filter(|a| ast::is_doc(a));
-    let cfgs = &tool.cfgs;
-    let name = &tool.name;
-    let type_doc = format!(
-        " The `{name}` tool: what `{ident}()` returns and `Registry::builder().tool({ident})` registers."
-    );
-    quote! {
-        #[doc = #type_doc]
-        #(#cfgs)*
-        #[allow(non_camel_case_types)]
-        #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug)]
-        #vis struct #ident {}
-
-        #(#cfgs)*
-        impl #ident {
-            /// The tool's name, as the model sees it.
-            #vis const NAME: &'static str = #name;
-        }
-
-        #(#docs)*
-        #(#cfgs)*
-        #[inline]
-        #vis fn #ident() -> #ident {
-            #ident {}
-        }
-    }
+/// `fn(Args) -> Ret`, the handler's types as one type (see `items::tool_items`).
+fn signature(tool: &ToolFn) -> TokenStream {
+    let args = &tool.params.args;
+    let ret = &tool.params.ret;
+    quote!(fn(#args) -> #ret)
 }
 
 /// The `ReadTool`/`WriteTool` impl for `target`.
@@ -309,12 +278,19 @@ fn spec(rt: &TokenStream, tool: &ToolFn) -> TokenStream {
         let d = duration(in_flight.millis);
         spec.extend(quote!(.in_flight_bound(#d)));
     }
-    if let Some(key) = &tool.attr.key {
+    if let (Some(key), Some(args)) = (&tool.attr.key, &tool.params.args) {
+        // `key(customer_id)` names the Rust field; the key reads the property serde writes
+        // (`customerId` under `rename_all`), which an `#[idem::args]` type reports.
         let names = key.fields.iter().map(|f| {
             use syn::ext::IdentExt;
-            f.unraw().to_string()
+            let name = f.unraw().to_string();
+            quote!((&#rt::macro_support::KeyName::<#args>::new()).key_name(#name))
         });
         spec.extend(quote!(.key_fields([#(#names),*])));
+        return quote!({
+            use #rt::macro_support::{ByArgsFields as _, ByFieldName as _};
+            #spec
+        });
     }
     spec
 }

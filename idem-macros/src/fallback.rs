@@ -8,11 +8,12 @@ use syn::{ItemFn, ItemImpl, Token, Visibility};
 
 use crate::ast::{self, ToolFn};
 use crate::attr::Errors;
-use crate::expand;
+use crate::items;
 
-/// A free fn: the tool type, its `NAME` and constructor, a stub registration, and the handler itself (made
-/// `async` if it was not, so its `.await`s do not add errors) where it is type-checked but
-/// unused.
+/// A free fn: the tool type, its `NAME` and constructor, a stub registration, and the handler
+/// itself (made `async` if it was not, so its `.await`s do not add errors) where it is
+/// type-checked but unused. The tool type does not name the handler's types: they may be what
+/// the error is about.
 pub(crate) fn free_fn(
     rt: &TokenStream,
     func: &ItemFn,
@@ -20,7 +21,7 @@ pub(crate) fn free_fn(
     errors: Errors,
 ) -> TokenStream {
     let ident = &func.sig.ident;
-    let items = expand::tool_items(func, tool);
+    let items = items::tool_items(func, tool, None);
     let cfgs = &tool.cfgs;
     let mut handler = func.clone();
     handler.vis = Visibility::Inherited;

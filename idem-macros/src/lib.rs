@@ -4,7 +4,7 @@
 //! Each macro runs the same pipeline, one module per stage:
 //!
 //! 1. **parse** — `attr` reads the `#[tool(..)]` options, `ast` builds a typed view of the
-//!    handler (its parameters `classify`-ed, its `docs`);
+//!    handler (its parameters `classify`-ed, its `docs`, its `duration`s);
 //! 2. **validate** — `valid` checks what the grammar cannot (names, write-only options);
 //! 3. **expand** — `expand` generates the tool type and its trait impl, `toolbox` does it
 //!    per method of an impl block.
@@ -12,6 +12,19 @@
 //! Every stage collects `syn::Error`s instead of stopping at the first. On any error
 //! `fallback` still emits the item (so the rest of the crate, and the IDE, keep working)
 //! plus the errors, so one mistake gives one error.
+//!
+//! Dependencies point one way, down this list; a module uses only modules below it:
+//!
+//! ```text
+//! toolbox   #[toolbox]: per method, expand's trait impl; on error, fallback
+//! expand    #[tool]: the trait impl; on error, fallback
+//! fallback  the item and its errors, without the trait impl
+//! items     the tool type, NAME and constructor (expand and fallback both emit them)
+//! valid     semantic checks
+//! ast       the typed view (classify, docs)
+//! classify, docs, attr (duration)   parsing
+//! args, paths                       #[args], and where the runtime is
+//! ```
 //!
 //! The macros recognise the context parameter by position and shape, and the generated code
 //! passes it through a hidden trait spanned on the user's type, so the type checker has the
@@ -26,6 +39,7 @@ mod docs;
 mod duration;
 mod expand;
 mod fallback;
+mod items;
 mod paths;
 #[cfg(test)]
 mod tests;

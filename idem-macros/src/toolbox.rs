@@ -6,12 +6,11 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote};
-use syn::parse::Parser;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Attribute, ImplItem, ItemImpl, Meta};
 
 use crate::ast::ToolFn;
-use crate::attr::{self, Errors, Kind, TOOLBOX_MARK};
+use crate::attr::{self, Errors, Kind};
 use crate::classify::Mode;
 use crate::{expand, fallback, paths, valid};
 
@@ -82,22 +81,22 @@ pub(crate) fn toolbox(attr_tokens: TokenStream, item: TokenStream) -> TokenStrea
     expand(&rt, &imp, &tools)
 }
 
-/// Finds the method's `#[tool(..)]`, returns its options, and marks it done, so that `#[tool]`
-/// — which still runs on the method, keeping the user's `use idem::tool` in use — leaves it as
-/// written.
+/// Takes the method's `#[tool(..)]` off it and returns its options. The toolbox owns these
+/// attributes, as a derive owns its helper attributes: none is left for rustc to resolve, so
+/// `#[tool]` needs no import inside a `#[toolbox]`, and a method never expands twice.
 fn take_tool_attr(
-    attrs: &mut [Attribute],
+    attrs: &mut Vec<Attribute>,
     errors: &mut Errors,
 ) -> Option<(TokenStream, Attribute)> {
     let mut found = None;
-    for attr in attrs.iter_mut() {
+    attrs.retain(|attr| {
         let is_tool = attr
             .path()
             .segments
             .last()
             .is_some_and(|s| s.ident == "tool");
         if !is_tool {
-            continue;
+            return true;
         }
         let tokens = match &attr.meta {
             Meta::Path(_) => TokenStream::new(),
@@ -108,17 +107,12 @@ fn take_tool_attr(
             }
         };
         if found.is_some() {
-            errors.spanned(&*attr, "duplicate `#[tool]` on one method");
+            errors.spanned(attr, "duplicate `#[tool]` on one method");
         } else {
             found = Some((tokens, attr.clone()));
         }
-        let path = attr.path().clone();
-        let mark = format_ident!("{}", TOOLBOX_MARK);
-        match Attribute::parse_outer.parse2(quote!(#[#path(#mark)])) {
-            Ok(mut marked) if marked.len() == 1 => *attr = marked.remove(0),
-            _ => errors.spanned(&*attr, "could not rewrite this attribute"),
-        }
-    }
+        false
+    });
     found
 }
 

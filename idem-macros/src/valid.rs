@@ -49,7 +49,11 @@ fn spanned_or_call_site(errors: &mut Errors, tokens: TokenStream, message: &str)
     }
 }
 
+/// The longest tool name.
+const MAX_NAME_LEN: usize = 64;
+
 /// 1–64 characters of `[A-Za-z0-9_-]`: what OpenAI, Anthropic and MCP clients all accept.
+/// `ToolSpec::validate_name` holds the same rule; `tests/macro_rules.rs` pins the two equal.
 fn check_name(tool: &ToolFn, errors: &mut Errors) {
     let name = &tool.name;
     let from_fn = tool.attr.name.is_none();
@@ -69,11 +73,11 @@ fn check_name(tool: &ToolFn, errors: &mut Errors) {
                 "tool name `{name}` contains {c:?}; tool names use only A-Z, a-z, 0-9, `_` and `-`{fix}"
             ),
         );
-    } else if name.is_empty() || name.len() > 64 {
+    } else if name.is_empty() || name.len() > MAX_NAME_LEN {
         errors.at(
             tool.name_span,
             format!(
-                "tool name `{name}` has {} characters; it must have 1 to 64{fix}",
+                "tool name `{name}` has {} characters; it must have 1 to {MAX_NAME_LEN}{fix}",
                 name.len()
             ),
         );

@@ -8,6 +8,7 @@
 //! `WriteCtx` does not.
 
 use std::borrow::Cow;
+use std::marker::PhantomData;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -120,6 +121,56 @@ where
 /// Marks the stub registration `#[tool]` emits next to a compile error, so that the
 /// registration of a broken tool adds no second error.
 pub enum Fallback {}
+
+/// Serde's names of an args type's fields, implemented by `#[idem::args]`: `key(customer_id)`
+/// names the Rust field, the key reads the serialized property (`customerId` under
+/// `#[serde(rename_all = "camelCase")]`).
+pub trait ArgsFields {
+    /// `(Rust field name, serialized name)` of each named field, flattened ones excepted.
+    const FIELDS: &'static [(&'static str, &'static str)];
+}
+
+/// Resolves a `key(..)` field of the args type `T` to the property the key reads:
+/// `(&KeyName::<T>::new()).key_name("customer_id")`. Method resolution picks
+/// [`ByArgsFields`] when `T: ArgsFields` (the type's own serde names) and [`ByFieldName`]
+/// otherwise (the Rust name as it is; `Registry::build` then checks it against the schema's
+/// properties).
+pub struct KeyName<T: ?Sized>(PhantomData<fn() -> PhantomData<T>>);
+
+impl<T: ?Sized> KeyName<T> {
+    /// The probe for `T`.
+    #[allow(clippy::new_without_default)]
+    pub const fn new() -> Self {
+        KeyName(PhantomData)
+    }
+}
+
+/// The serialized name, for an args type that says its serde names.
+pub trait ByArgsFields {
+    /// The property `rust` is serialized as.
+    fn key_name(&self, rust: &'static str) -> &'static str;
+}
+
+impl<T: ArgsFields + ?Sized> ByArgsFields for KeyName<T> {
+    fn key_name(&self, rust: &'static str) -> &'static str {
+        T::FIELDS
+            .iter()
+            .find(|(field, _)| *field == rust)
+            .map_or(rust, |(_, serialized)| serialized)
+    }
+}
+
+/// The Rust name, for any other args type.
+pub trait ByFieldName {
+    /// `rust` itself.
+    fn key_name(&self, rust: &'static str) -> &'static str;
+}
+
+impl<T: ?Sized> ByFieldName for &KeyName<T> {
+    fn key_name(&self, rust: &'static str) -> &'static str {
+        rust
+    }
+}
 
 /// The arguments of a tool whose handler takes none: accepts `{}` (and `null`, which some
 /// clients send for "no arguments"), serializes as `{}`, and has the schema

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use idem::{tool, toolbox, ReadCtx, Registry, ToolError, WriteCtx};
+use idem::{toolbox, ReadCtx, Registry, ToolError, WriteCtx};
 use serde::{Deserialize, Serialize};
 
 #[derive(Deserialize, Serialize, schemars::JsonSchema)]

@@ -8,6 +8,12 @@ use crate::tool::schema::required_names;
 /// (`additionalProperties: false`) with every property required, properties that were
 /// optional made nullable instead, and `oneOf` written as the `anyOf` strict mode accepts.
 ///
+/// An optional property with a default value (`#[serde(default)] limit: u32`, whose schema
+/// says `"default": 0`) is required but not made nullable: serde fills in the default for an
+/// absent field, not for a `null`, so a nullable type would invite a value the tool refuses.
+/// The model then always sends a value. An `Option` field (no default, or `"default": null`)
+/// becomes nullable: serde reads `null` as `None`.
+///
 /// `None` when the schema cannot be strict without changing what it accepts: a map (an
 /// object whose other properties are open: closing it would leave the model only `{}`), or
 /// a root that is a choice (`oneOf`/`anyOf`) rather than one object. Such a tool is offered
@@ -55,7 +61,7 @@ fn strictify(v: &mut Value) {
                 let mut all = Vec::new();
                 if let Some(Value::Object(props)) = map.get_mut("properties") {
                     for (name, p) in props.iter_mut() {
-                        if !required.contains(name) {
+                        if !required.contains(name) && !has_value_default(p) {
                             make_nullable(p);
                         }
                         all.push(Value::String(name.clone()));
@@ -83,6 +89,11 @@ fn strictify(v: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(strictify),
         _ => {}
     }
+}
+
+/// A default other than `null`: the field is not an `Option`, so serde refuses `null` for it.
+fn has_value_default(p: &Value) -> bool {
+    p.get("default").is_some_and(|d| !d.is_null())
 }
 
 fn make_nullable(p: &mut Value) {

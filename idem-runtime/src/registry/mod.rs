@@ -280,7 +280,9 @@ fn check_key_fields(tool: &DynTool) -> Result<(), BuildError> {
             let known: Vec<&str> = props.keys().map(String::as_str).collect();
             return Err(invalid(format!(
                 "key field `{field}` is not a property of the arguments (they have: {}); \
-                 under #[serde(rename)] name the JSON property",
+                 if serde renames that field, derive the args type with `#[idem::args]`, \
+                 which tells `key(..)` the name serde writes (a hand-written spec names the \
+                 property)",
                 known.join(", ")
             )));
         }
