@@ -9,8 +9,11 @@
 //!   The original token may still settle an *unknown* record it left behind (a late result
 //!   is the best evidence there is), but never one that someone has since taken over.
 //! - Completed and failed results expire after the retention window, leaving a tombstone
-//!   (key, fingerprint, class, times) that outlives them; unknown, pending and escalated
-//!   records never expire.
+//!   (key, fingerprint, tool, class, times, downstream reference; no arguments, output,
+//!   messages or read-backs) that outlives them; unknown, pending and escalated records
+//!   never expire.
+//! - Evidence is bounded: a record keeps the first and last
+//!   [`rules::EVIDENCE_KEPT`] attempts and read-backs, and counts what it drops.
 //! - Listings apply lease expiry first and are ordered by `(created_at, key)`;
 //!   [`IdemStore::list_after`] resumes after a [`ListCursor`], so a walk page by page visits
 //!   every record of a state once, however many there are.

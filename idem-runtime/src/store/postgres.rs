@@ -294,9 +294,16 @@ impl Sql {
                    read_backs = {}, result_expired = false, updated_at = $8 \
                  WHERE key = $1 AND token = $2 AND state = 'running' AND lease_until > $8 \
                    AND NOT tx_effect \
+                   AND json_array_length(attempts::json) \
+                     + json_array_length(($7::text)::json) <= {cap} \
+                   AND json_array_length(read_backs::json) \
+                     + json_array_length(($9::text)::json) <= {cap} \
                  RETURNING {COLUMNS}",
                 append_json("attempts", 7),
                 append_json("read_backs", 9),
+                // Within the evidence cap the append is exactly what rules::settle does;
+                // past it, the locked path applies rules::cap_evidence.
+                cap = 2 * rules::EVIDENCE_KEPT,
             ),
             renew_fast: format!(
                 "UPDATE {t} SET lease_until = $3, updated_at = $4 \
@@ -327,7 +334,13 @@ impl Sql {
                  ORDER BY created_at, key LIMIT $4"
             ),
             expire_results: format!(
-                "UPDATE {t} SET result_expired = true, payload = NULL \
+                // rules::expire_result, in SQL: the tombstone keeps no arguments, output,
+                // messages or read-backs.
+                "UPDATE {t} SET result_expired = true, payload = NULL, message = NULL, \
+                   operation = NULL, read_backs = '[]', \
+                   attempts = COALESCE((SELECT jsonb_agg(a - 'message' ORDER BY n)::text \
+                     FROM jsonb_array_elements(attempts::jsonb) WITH ORDINALITY AS e(a, n)), \
+                     '[]') \
                  WHERE state IN ('completed', 'failed') AND NOT result_expired \
                    AND updated_at <= $1"
             ),

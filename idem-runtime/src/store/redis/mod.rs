@@ -17,6 +17,9 @@ use super::{
 };
 use crate::identity::{Fingerprint, IdemKey};
 
+/// How many expired leases one script call ages at most (see `RedisStore::age_leases`).
+const LEASE_PAGE: usize = 128;
+
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("script.lua")));
 
 /// The key prefix used when none is configured.
@@ -276,6 +279,32 @@ impl RedisStore {
         match reply {
             Value::Array(items) => Ok(items),
             other => Err(unexpected(op, &other)),
+        }
+    }
+
+    /// Turns every running record whose lease has passed into *unknown*, a page of
+    /// [`LEASE_PAGE`] per script call: a listing after a mass expiry (a fleet of workers
+    /// lost at once) costs several short calls, never one that blocks Redis for the lot.
+    async fn age_leases(&self) -> Result<(), StoreError> {
+        let page = LEASE_PAGE.to_string();
+        let mut skip = 0u64;
+        loop {
+            let skipped = skip.to_string();
+            let items = self
+                .run(
+                    &self.inner.index_keys[0],
+                    "age_leases",
+                    &[skipped.as_bytes(), page.as_bytes()],
+                )
+                .await?;
+            let (Some(Value::Int(more)), Some(Value::Int(next))) = (items.first(), items.get(1))
+            else {
+                return Err(unexpected("age_leases", &Value::Array(items)));
+            };
+            if *more == 0 {
+                return Ok(());
+            }
+            skip = u64::try_from(*next).unwrap_or(0);
         }
     }
 
@@ -612,6 +641,7 @@ impl IdemStore for RedisStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        self.age_leases().await?;
         let limit = limit.to_string();
         let cursor = after.map(|c| (c.created_at.as_millis().to_string(), c.key.as_str()));
         let mut args = vec![state.as_str().as_bytes(), limit.as_bytes()];
