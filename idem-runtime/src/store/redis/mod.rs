@@ -668,3 +668,113 @@ impl IdemStore for RedisStore {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::{KeyMaterial, Scope};
+    use crate::store::ManualClock;
+
+    /// A Redis from `IDEM_REDIS_URL`, or `None` after saying why (a failure under
+    /// `IDEM_REQUIRE_BACKENDS=1`).
+    fn url() -> Option<String> {
+        let url = std::env::var("IDEM_REDIS_URL")
+            .ok()
+            .filter(|s| !s.trim().is_empty());
+        if url.is_none() {
+            assert!(
+                std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() != Ok("1"),
+                "IDEM_REQUIRE_BACKENDS=1, but IDEM_REDIS_URL is not set"
+            );
+            eprintln!("skipping: IDEM_REDIS_URL is not set (start a Redis to run this test)");
+        }
+        url
+    }
+
+    async fn count(store: &RedisStore, index: usize) -> i64 {
+        let mut conn = store.inner.conn.clone();
+        ::redis::cmd("ZCARD")
+            .arg(&store.inner.index_keys[index])
+            .query_async(&mut conn)
+            .await
+            .expect("ZCARD")
+    }
+
+    /// After a mass lease expiry, one script call ages at most one page of leases (Redis
+    /// runs a script to its end before serving anyone else), and a listing still sees every
+    /// expired claim as unknown, paging through the script as many times as it takes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn expired_leases_are_aged_a_page_per_call() {
+        let Some(url) = url() else { return };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let prefix = format!("idem-test:pages-{}-{nanos}:", std::process::id());
+        let clock = ManualClock::starting_now();
+        let store = RedisStore::builder(url.as_str())
+            .prefix(prefix.as_str())
+            .clock(Arc::new(clock.clone()))
+            .connect()
+            .await
+            .expect("connect");
+        let claims = 2 * LEASE_PAGE + 17;
+        for i in 0..claims {
+            let req = ClaimRequest {
+                key: IdemKey::derive(
+                    &Scope::run("pages"),
+                    "t",
+                    KeyMaterial::Intent(&i.to_string()),
+                ),
+                fingerprint: Fingerprint::of_canonical(b"{}"),
+                tool: "t".into(),
+                lease: Duration::from_secs(10),
+                operation: None,
+            };
+            assert!(matches!(
+                store.claim(&req).await,
+                Ok(ClaimOutcome::Claimed(_))
+            ));
+        }
+        clock.advance(Duration::from_secs(11));
+        // index_keys: 0 running, 4 unknown (RecordState::ALL order, minus nothing).
+        let (running, unknown) = (0, 4);
+        let items = store
+            .run(&store.inner.index_keys[0], "age_leases", &[b"0", b"128"])
+            .await
+            .expect("age_leases");
+        assert_eq!(
+            items.first(),
+            Some(&Value::Int(1)),
+            "a full page: more to do"
+        );
+        assert_eq!(count(&store, unknown).await, LEASE_PAGE as i64);
+        assert_eq!(
+            count(&store, running).await,
+            (claims - LEASE_PAGE) as i64,
+            "one call aged one page, no more"
+        );
+
+        let listed = store
+            .list(RecordState::Unknown, usize::MAX)
+            .await
+            .expect("list");
+        assert_eq!(
+            listed.len(),
+            claims,
+            "the listing paged through every expired lease"
+        );
+        assert_eq!(count(&store, running).await, 0);
+
+        let mut conn = store.inner.conn.clone();
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        let _: () = ::redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+}
