@@ -44,7 +44,7 @@ pub use self::redis::{RedisStore, RedisStoreBuilder};
 pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
 pub(crate) use clock::deadline_after;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, DEFAULT_CAPACITY};
 pub use record::{
     AttemptKind, AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState,
     Settlement,
@@ -177,6 +177,10 @@ pub enum StoreError {
         /// What was wrong.
         detail: String,
     },
+    /// The store holds as many records as it may ([`MemoryStore::capacity`]) and none of
+    /// them may be dropped: the claim was refused, nothing ran.
+    #[error("store full: {0}")]
+    Full(String),
     /// Any other backend error.
     #[error("store error: {0}")]
     Backend(String),
