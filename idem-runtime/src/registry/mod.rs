@@ -47,6 +47,7 @@ struct Inner {
     order: Vec<String>,
     executor: Executor,
     max_args_bytes: usize,
+    require_tenant: bool,
 }
 
 /// Builds a [`Registry`]. See [`Registry::builder`].
@@ -59,6 +60,7 @@ pub struct RegistryBuilder {
     in_flight_wait: Option<Duration>,
     max_args_bytes: Option<usize>,
     sink: Option<Arc<dyn EscalationSink>>,
+    require_tenant: bool,
 }
 
 impl RegistryBuilder {
@@ -114,6 +116,22 @@ impl RegistryBuilder {
     /// [`crate::Reconciler`] built from this registry uses it too.
     pub fn escalation_sink(mut self, sink: Arc<dyn EscalationSink>) -> Self {
         self.sink = Some(sink);
+        self
+    }
+
+    /// Refuse every call whose scope names no tenant (default: `false`).
+    ///
+    /// The key is derived from the call's [`Scope`](crate::Scope): run id, tenant and
+    /// principal. [`ToolCall::new`] scopes by run id alone, so two tenants whose hosts happen
+    /// to use the same run id (a counter, a conversation number, a resumed checkpoint's id)
+    /// derive the same keys in a shared store: one tenant's repeat would be answered with the
+    /// other's saved result. With this set, a call without a tenant (or with an empty one) is
+    /// refused with [`CallError::InvalidCall`] before anything runs or is claimed, reads
+    /// included; give every call its tenant with [`ToolCall::tenant`] (or a whole
+    /// [`Scope`](crate::Scope) with [`ToolCall::scope`]). Set it whenever one store serves
+    /// several tenants.
+    pub fn require_tenant(mut self, require: bool) -> Self {
+        self.require_tenant = require;
         self
     }
 
@@ -200,6 +218,7 @@ impl RegistryBuilder {
                     sink: self.sink.unwrap_or_else(|| Arc::new(LogSink)),
                 },
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
+                require_tenant: self.require_tenant,
             }),
         })
     }
@@ -329,6 +348,13 @@ impl Registry {
         };
         if let Err(e) = validate_call(call) {
             return refused(e);
+        }
+        if self.inner.require_tenant && call.scope.tenant().is_none_or(str::is_empty) {
+            return refused(CallError::InvalidCall {
+                message: "this registry requires a tenant in every call's scope, and this \
+                          call has none; nothing was done"
+                    .to_owned(),
+            });
         }
         let limit = self.inner.max_args_bytes;
         let args = match &call.args {
