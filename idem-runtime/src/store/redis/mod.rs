@@ -182,6 +182,20 @@ impl RedisStoreBuilder {
     /// Connects. Fails with [`StoreError::Unavailable`] when Redis cannot be reached, and
     /// with [`StoreError::Backend`] when the URL is malformed.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        #[cfg(not(feature = "tls"))]
+        if self
+            .url
+            .trim_start()
+            .get(..9)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+        {
+            return Err(StoreError::Backend(
+                "the Redis URL asks for TLS (rediss://), but idem was built without it: \
+                 enable the `tls` feature (idem/tls, idem-runtime/tls), or use redis:// on a \
+                 trusted network"
+                    .into(),
+            ));
+        }
         let client = ::redis::Client::open(self.url.as_str())
             .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
         let config = ConnectionManagerConfig::new()
@@ -225,8 +239,10 @@ impl RedisStoreBuilder {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://[:password@]host:port[/db]`, `rediss://…` for TLS) with
-    /// the default prefix, the system clock and default retention.
+    /// Connects to `url` (`redis://[:password@]host:port[/db]`, or `rediss://…` for TLS,
+    /// which needs the `tls` feature: the server's certificate is verified against the
+    /// system's root certificates) with the default prefix, the system clock and default
+    /// retention.
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         RedisStore::builder(url).connect().await
     }
