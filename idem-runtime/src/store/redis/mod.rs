@@ -29,9 +29,10 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// # One round trip, atomic
 ///
-/// `claim`, `settle`, `renew`, `release`, `reclaim`, `get` and `list` (and each page of
-/// `list_after`) are each a single `EVALSHA` of one Lua script, which Redis runs
-/// atomically: of N workers racing for a key exactly one gets the token, and a settle is
+/// `claim`, `settle`, `renew`, `release`, `reclaim` and `get` are each a single `EVALSHA`
+/// of one Lua script, which Redis runs atomically (a listing is one more per page, after
+/// one per 128 expired leases it first turns *unknown*, so no single call blocks Redis for
+/// long): of N workers racing for a key exactly one gets the token, and a settle is
 /// fenced by the claim's token inside the same script that writes it. (After Redis restarts or its script cache is flushed, the first
 /// call pays one extra `SCRIPT LOAD`.) Time is read from the store's [`Clock`] on the worker
 /// and passed into the script, not taken from Redis `TIME`, so every backend ages records
