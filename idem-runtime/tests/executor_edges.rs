@@ -284,6 +284,9 @@ struct RenewalOutage {
 
 #[async_trait::async_trait]
 impl IdemStore for RenewalOutage {
+    fn clock(&self) -> Arc<dyn idem_runtime::store::Clock> {
+        self.store.clock()
+    }
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         self.store.claim(req).await
     }

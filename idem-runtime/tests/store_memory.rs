@@ -111,3 +111,176 @@ mod default_list_after {
         conformance::list_after_pages_exactly_once(&Factory).await;
     }
 }
+
+/// The capacity and the sweep: a full store refuses new keys (never evicting a record that
+/// still counts), makes room by dropping lapsed tombstones only, and sweeps them as claims
+/// go by.
+mod bounds {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use idem_runtime::store::conformance;
+    use idem_runtime::store::{
+        ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, ManualClock, MemoryStore, RecordState,
+        Retention, Settlement, StoreError, DEFAULT_CAPACITY,
+    };
+
+    const RETENTION: Retention = Retention {
+        results: Duration::from_secs(60),
+        tombstones: Duration::from_secs(600),
+    };
+
+    fn request(name: &str) -> ClaimRequest {
+        ClaimRequest {
+            key: conformance::key(name),
+            fingerprint: conformance::fingerprint("args"),
+            tool: "t".into(),
+            lease: Duration::from_secs(10),
+            operation: None,
+        }
+    }
+
+    async fn claim(store: &MemoryStore, name: &str) -> Result<ClaimToken, StoreError> {
+        match store.claim(&request(name)).await? {
+            ClaimOutcome::Claimed(t) => Ok(t),
+            other => panic!("{name}: expected a fresh claim, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_store_refuses_new_keys_and_evicts_nothing() {
+        let clock = ManualClock::starting_now();
+        let store = MemoryStore::with_clock(Arc::new(clock.clone()))
+            .retention(RETENTION)
+            .capacity(3);
+        assert_eq!(MemoryStore::new().max_records(), DEFAULT_CAPACITY);
+        assert_eq!(store.max_records(), 3);
+        let running = claim(&store, "running").await.expect("claim");
+        let unknown = claim(&store, "unknown").await.expect("claim");
+        store
+            .settle(
+                &request("unknown").key,
+                unknown,
+                Settlement::new(RecordState::Unknown),
+            )
+            .await
+            .expect("settle");
+        let done = claim(&store, "done").await.expect("claim");
+        store
+            .settle(
+                &request("done").key,
+                done,
+                Settlement::new(RecordState::Completed),
+            )
+            .await
+            .expect("settle");
+
+        match claim(&store, "one too many").await {
+            Err(e @ StoreError::Full(_)) => {
+                assert!(e.to_string().contains("maximum of 3 records"), "{e}");
+            }
+            other => panic!("a full store must refuse a new key, got {other:?}"),
+        }
+        assert_eq!(store.len(), 3, "nothing was evicted");
+        assert!(store
+            .get(&request("one too many").key)
+            .await
+            .expect("get")
+            .is_none());
+        // A repeat of a key it holds is still answered.
+        assert!(matches!(
+            store.claim(&request("done")).await,
+            Ok(ClaimOutcome::Existing(_))
+        ));
+
+        // Past the result window the tombstone still counts: still full.
+        clock.advance(RETENTION.results);
+        assert!(matches!(
+            claim(&store, "one too many").await,
+            Err(StoreError::Full(_))
+        ));
+        // Past the tombstone window (and long past the running claim's lease, which only
+        // makes it unknown), the lapsed tombstone is the one record dropped.
+        clock.advance(RETENTION.tombstones);
+        claim(&store, "one too many")
+            .await
+            .expect("a lapsed tombstone makes room");
+        assert_eq!(store.len(), 3);
+        assert!(store
+            .get(&request("done").key)
+            .await
+            .expect("get")
+            .is_none());
+        let r = store
+            .get(&request("running").key)
+            .await
+            .expect("get")
+            .expect("the lapsed lease's record is kept");
+        assert_eq!(r.state, RecordState::Unknown);
+        assert_eq!(r.token, running, "the same claim, kept as unknown");
+        let r = store
+            .get(&request("unknown").key)
+            .await
+            .expect("get")
+            .expect("unknown is kept");
+        assert_eq!(r.state, RecordState::Unknown);
+    }
+
+    #[tokio::test]
+    async fn lapsed_tombstones_are_swept_as_keys_are_claimed() {
+        let clock = ManualClock::starting_now();
+        let store = MemoryStore::with_clock(Arc::new(clock.clone())).retention(RETENTION);
+        for i in 0..200 {
+            let name = format!("old-{i}");
+            let t = claim(&store, &name).await.expect("claim");
+            store
+                .settle(
+                    &request(&name).key,
+                    t,
+                    Settlement::new(RecordState::Completed),
+                )
+                .await
+                .expect("settle");
+        }
+        clock.advance(RETENTION.tombstones);
+        // Nobody reads the old keys again; new claims alone sweep them, a shard at a time.
+        let fresh = 64 * 256;
+        for i in 0..fresh {
+            claim(&store, &format!("new-{i}")).await.expect("claim");
+        }
+        assert_eq!(store.len(), fresh, "every lapsed tombstone was swept");
+    }
+
+    #[tokio::test]
+    async fn sweep_drops_lapsed_tombstones_only() {
+        let clock = ManualClock::starting_now();
+        let store = MemoryStore::with_clock(Arc::new(clock.clone())).retention(RETENTION);
+        let t = claim(&store, "done").await.expect("claim");
+        store
+            .settle(
+                &request("done").key,
+                t,
+                Settlement::new(RecordState::Failed),
+            )
+            .await
+            .expect("settle");
+        let t = claim(&store, "unknown").await.expect("claim");
+        store
+            .settle(
+                &request("unknown").key,
+                t,
+                Settlement::new(RecordState::Unknown),
+            )
+            .await
+            .expect("settle");
+        assert_eq!(store.sweep(), 0);
+        clock.advance(RETENTION.tombstones);
+        assert_eq!(store.sweep(), 1);
+        assert_eq!(store.len(), 1);
+        assert!(store
+            .get(&request("unknown").key)
+            .await
+            .expect("get")
+            .is_some());
+    }
+}

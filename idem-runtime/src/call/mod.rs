@@ -18,6 +18,13 @@ pub(crate) enum CallArgs {
 /// One tool call: scope, tool name, arguments, and optionally the model's call id and an
 /// explicit intent id.
 ///
+/// **Scope.** The key is derived from the scope (run id, and the tenant and principal when
+/// set), the tool and the arguments or intent id. [`ToolCall::new`] scopes by run id alone:
+/// when one store serves several tenants and run ids are not unique across them, add the
+/// tenant with [`ToolCall::tenant`], or two tenants' equal calls share one key and one
+/// saved result. `RegistryBuilder::require_tenant(true)` makes the registry refuse calls
+/// without one. The run id, tenant and principal come from the host, never from the model.
+///
 /// ```
 /// # use idem_runtime::ToolCall;
 /// # use serde_json::json;
@@ -35,7 +42,8 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
-    /// A call of `tool` in run `run_id` with JSON arguments.
+    /// A call of `tool` in run `run_id` with JSON arguments, scoped by the run id alone (see
+    /// the type's docs on tenants).
     pub fn new(run_id: impl Into<String>, tool: impl Into<String>, args: Value) -> Self {
         ToolCall {
             scope: Scope::run(run_id),

@@ -12,6 +12,12 @@ use super::Fingerprint;
 ///
 /// Two calls in different scopes never share a key, so a saved result never crosses a run or
 /// a tenant boundary. Cheap to clone: every call's claim keeps a copy.
+///
+/// The boundary is only as good as the ids: a scope of a run id alone (what
+/// `ToolCall::new` builds) separates tenants only if run ids are unique across them. When
+/// one store serves several tenants, give every scope its tenant (and the registry
+/// `require_tenant(true)`, which refuses calls without one). The scope comes from the host
+/// (its session, its authenticated user), never from the model's arguments.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Scope {
     run_id: Arc<str>,

@@ -52,6 +52,7 @@ struct Inner {
     order: Vec<String>,
     executor: Executor,
     max_args_bytes: usize,
+    require_tenant: bool,
 }
 
 /// Builds a [`Registry`]. See [`Registry::builder`].
@@ -65,6 +66,7 @@ pub struct RegistryBuilder {
     max_args_bytes: Option<usize>,
     sink: Option<Arc<dyn EscalationSink>>,
     redact: Option<RedactHook>,
+    require_tenant: bool,
 }
 
 /// The builder's redaction hook, with a `Debug` that does not try to print a closure.
@@ -152,6 +154,22 @@ impl RegistryBuilder {
     /// ```
     pub fn redact(mut self, redact: impl Fn(&mut Escalation) + Send + Sync + 'static) -> Self {
         self.redact = Some(RedactHook(Arc::new(redact)));
+        self
+    }
+
+    /// Refuse every call whose scope names no tenant (default: `false`).
+    ///
+    /// The key is derived from the call's [`Scope`](crate::Scope): run id, tenant and
+    /// principal. [`ToolCall::new`] scopes by run id alone, so two tenants whose hosts happen
+    /// to use the same run id (a counter, a conversation number, a resumed checkpoint's id)
+    /// derive the same keys in a shared store: one tenant's repeat would be answered with the
+    /// other's saved result. With this set, a call without a tenant (or with an empty one) is
+    /// refused with [`CallError::InvalidCall`] before anything runs or is claimed, reads
+    /// included; give every call its tenant with [`ToolCall::tenant`] (or a whole
+    /// [`Scope`](crate::Scope) with [`ToolCall::scope`]). Set it whenever one store serves
+    /// several tenants.
+    pub fn require_tenant(mut self, require: bool) -> Self {
+        self.require_tenant = require;
         self
     }
 
@@ -247,6 +265,7 @@ impl RegistryBuilder {
                     notices: Arc::new(NoticeGate::new(CHANGED_PARAMS_NOTICE_WINDOW)),
                 },
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
+                require_tenant: self.require_tenant,
             }),
         })
     }
@@ -384,6 +403,13 @@ impl Registry {
         };
         if let Err(e) = validate_call(call) {
             return refused(e);
+        }
+        if self.inner.require_tenant && call.scope.tenant().is_none_or(str::is_empty) {
+            return refused(CallError::InvalidCall {
+                message: "this registry requires a tenant in every call's scope, and this \
+                          call has none; nothing was done"
+                    .to_owned(),
+            });
         }
         let limit = self.inner.max_args_bytes;
         let args = match &call.args {

@@ -154,6 +154,8 @@ macro_rules! store_conformance_tests {
             late_result_settles_unknown,
             late_result_refused_after_reclaim,
             results_expire_to_tombstones,
+            tombstones_keep_no_arguments_or_outputs,
+            evidence_is_capped,
             short_tombstone_retention_is_raised,
             unsettled_records_never_expire,
             release_frees_the_key,
@@ -192,6 +194,8 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     late_result_settles_unknown(f).await;
     late_result_refused_after_reclaim(f).await;
     results_expire_to_tombstones(f).await;
+    tombstones_keep_no_arguments_or_outputs(f).await;
+    evidence_is_capped(f).await;
     short_tombstone_retention_is_raised(f).await;
     unsettled_records_never_expire(f).await;
     release_frees_the_key(f).await;
@@ -910,6 +914,210 @@ pub async fn results_expire_to_tombstones<F: StoreFactory>(f: &F) {
     assert!(listed.is_empty(), "list must not show lapsed tombstones");
     claim(s, &done).await;
     claim(s, &failed).await;
+}
+
+/// When a result expires, its tombstone keeps what identifies the operation and nothing of
+/// what was asked or answered: no arguments (the saved operation, with its scope and intent
+/// id), no payload, no message, no read-backs, no attempt messages. The fingerprint, state,
+/// tool, times, downstream reference and the attempts' numbers, kinds and classes stay. Checked
+/// on a record aged by `get` and on one first seen by a listing (which ages in bulk on some
+/// backends).
+pub async fn tombstones_keep_no_arguments_or_outputs<F: StoreFactory>(f: &F) {
+    let Some(h) = harness(f, "tombstones_keep_no_arguments_or_outputs").await else {
+        return;
+    };
+    let s = &*h.store;
+    let with_op = |name: &str| ClaimRequest {
+        operation: Some(crate::store::Operation {
+            scope: Scope::run("run-secret").with_tenant("tenant-secret"),
+            intent: Some(format!("intent-{name}")),
+            args: json!({"card": "4242 4242 4242 4242", "cents": 4900}).into(),
+        }),
+        ..request(name)
+    };
+    let done = with_op("scrub-completed");
+    let failed = with_op("scrub-failed");
+    let mut expected_attempts = Vec::new();
+    for (req, settlement) in [
+        (&done, completed(json!({"receipt": "secret-output"}))),
+        (
+            &failed,
+            Settlement::new(RecordState::Failed).message("declined: secret reason"),
+        ),
+    ] {
+        let t = claim(s, req).await;
+        let a = attempt(1, OutcomeClass::Completed, &h.clock);
+        expected_attempts.push(AttemptRecord {
+            message: None,
+            ..a.clone()
+        });
+        let rb = ReadBackRecord {
+            at: h.clock.now(),
+            result: "found completed: secret detail".to_owned(),
+        };
+        settle(
+            s,
+            &req.key,
+            t,
+            settlement
+                .downstream_ref("ch_42")
+                .attempts(vec![a])
+                .read_backs(vec![rb]),
+        )
+        .await;
+        assert!(
+            get(s, &req.key).await.operation.is_some(),
+            "inside the window the operation is kept"
+        );
+    }
+    h.clock.advance(RETENTION.results);
+
+    let by_get = get(s, &done.key).await;
+    let listed = s
+        .list(RecordState::Failed, 10)
+        .await
+        .unwrap_or_else(|e| panic!("list failed: {e}"));
+    let by_list = listed
+        .into_iter()
+        .find(|r| r.key == failed.key)
+        .unwrap_or_else(|| panic!("list(failed) must show the tombstone"));
+    let by_get_after_list = get(s, &failed.key).await;
+    for (how, r, req, state, attempt) in [
+        (
+            "get",
+            by_get,
+            &done,
+            RecordState::Completed,
+            &expected_attempts[0],
+        ),
+        (
+            "list",
+            by_list,
+            &failed,
+            RecordState::Failed,
+            &expected_attempts[1],
+        ),
+        (
+            "get after list",
+            by_get_after_list,
+            &failed,
+            RecordState::Failed,
+            &expected_attempts[1],
+        ),
+    ] {
+        assert!(r.result_expired, "{how}: the result has expired");
+        assert_eq!(r.state, state, "{how}: a tombstone keeps the class");
+        assert_eq!(
+            r.fingerprint, req.fingerprint,
+            "{how}: it keeps the fingerprint"
+        );
+        assert_eq!(r.tool, req.tool, "{how}: it keeps the tool");
+        assert_eq!(r.payload, None, "{how}: the output is dropped");
+        assert_eq!(r.message, None, "{how}: the message is dropped");
+        assert_eq!(
+            r.operation, None,
+            "{how}: the arguments, scope and intent are dropped"
+        );
+        assert!(
+            r.read_backs.is_empty(),
+            "{how}: read-backs are dropped: {:?}",
+            r.read_backs
+        );
+        assert_eq!(
+            r.attempts,
+            vec![attempt.clone()],
+            "{how}: attempts keep their numbers, times, kinds and classes, not their messages"
+        );
+        assert_eq!(
+            r.downstream_ref.as_deref(),
+            Some("ch_42"),
+            "{how}: the downstream's id for the effect stays"
+        );
+        let text = format!("{r:?}");
+        assert!(
+            !text.contains("secret"),
+            "{how}: nothing saved from the call remains: {text}"
+        );
+    }
+    let changed = ClaimRequest {
+        fingerprint: fingerprint("changed"),
+        ..done.clone()
+    };
+    assert!(
+        matches!(s.claim(&changed).await, Ok(ClaimOutcome::Mismatch(_))),
+        "a scrubbed tombstone still detects changed parameters"
+    );
+}
+
+/// Evidence is capped: a record keeps the first and the last
+/// [`EVIDENCE_KEPT`](super::rules::EVIDENCE_KEPT) attempts and read-backs, and one marker
+/// read-back counts what was dropped between them, across many settles.
+pub async fn evidence_is_capped<F: StoreFactory>(f: &F) {
+    use super::rules::{EVIDENCE_KEPT as N, EVIDENCE_MARKER};
+    let Some(h) = harness(f, "evidence_is_capped").await else {
+        return;
+    };
+    let s = &*h.store;
+    let req = request("capped");
+    let token = claim(s, &req).await;
+    let mut all_attempts = Vec::new();
+    let mut all_read_backs = Vec::new();
+    // One settle far over the cap, then many small ones (a reconciler pass each).
+    let mut batches = vec![3 * N];
+    batches.extend(std::iter::repeat_n(1, 2 * N + 3));
+    for (i, n) in batches.into_iter().enumerate() {
+        let mut attempts = Vec::new();
+        let mut read_backs = Vec::new();
+        for _ in 0..n {
+            h.clock.advance(Duration::from_millis(7));
+            let k = u32::try_from(all_attempts.len() + 1).unwrap_or(u32::MAX);
+            attempts.push(attempt(k, OutcomeClass::Unknown, &h.clock));
+            read_backs.push(ReadBackRecord {
+                at: h.clock.now(),
+                result: format!("error: read-back {k} failed"),
+            });
+        }
+        all_attempts.extend(attempts.clone());
+        all_read_backs.extend(read_backs.clone());
+        let mut settlement = Settlement::new(RecordState::Unknown)
+            .attempts(attempts)
+            .read_backs(read_backs);
+        if i == 0 {
+            settlement = settlement.message("timed out");
+        }
+        settle(s, &req.key, token, settlement).await;
+    }
+    let total = all_attempts.len();
+    let dropped = total - 2 * N;
+    let r = get(s, &req.key).await;
+    let mut expected_attempts = all_attempts[..N].to_vec();
+    expected_attempts.extend_from_slice(&all_attempts[total - N..]);
+    assert_eq!(
+        r.attempts, expected_attempts,
+        "the first and last {N} attempts are kept, in order"
+    );
+    assert_eq!(
+        r.read_backs.len(),
+        2 * N + 1,
+        "2×{N} read-backs and one marker"
+    );
+    assert_eq!(
+        &r.read_backs[..N],
+        &all_read_backs[..N],
+        "the first read-backs stay"
+    );
+    assert_eq!(
+        &r.read_backs[N + 1..],
+        &all_read_backs[total - N..],
+        "the last read-backs stay"
+    );
+    assert_eq!(
+        r.read_backs[N].result,
+        format!("{EVIDENCE_MARKER}{dropped} attempts and {dropped} read-backs dropped"),
+        "the marker counts everything dropped, over every settle"
+    );
+    assert_eq!(r.state, RecordState::Unknown);
+    assert_eq!(r.message.as_deref(), Some("timed out"));
 }
 
 /// Unknown, pending and escalated records never expire: they keep their payload and block

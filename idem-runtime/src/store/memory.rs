@@ -3,6 +3,7 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,6 +17,14 @@ use super::{
 use crate::identity::IdemKey;
 
 const SHARDS: usize = 64;
+
+/// How many records a [`MemoryStore`] holds at most unless told otherwise
+/// ([`MemoryStore::capacity`]).
+pub const DEFAULT_CAPACITY: usize = 100_000;
+
+/// Every this many new claims, one shard is swept of lapsed tombstones, in turn: the whole
+/// store every `SWEEP_EVERY * SHARDS` claims.
+const SWEEP_EVERY: usize = 256;
 
 #[derive(Debug)]
 struct Slot {
@@ -72,6 +81,14 @@ impl Hasher for KeyHasher {
 /// keys never contend on one lock; each lock is held only for a map operation, never across
 /// an `.await`. It survives nothing: a crashed process forgets its claims, so a resumed run
 /// may re-execute. Use a durable store (SQLite, Redis, Postgres) when that matters.
+///
+/// **Bounded.** It holds at most [`DEFAULT_CAPACITY`] records (100 000; set another with
+/// [`MemoryStore::capacity`]), every state and tombstones included. A claim of a new key
+/// when the store is full first drops every lapsed tombstone; if that frees nothing it is
+/// refused with [`StoreError::Full`] (the call fails before its handler runs). No record is
+/// ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
+/// only thing standing between a repeat and a second effect. Lapsed tombstones are also
+/// swept a shard at a time as new keys are claimed, and by [`MemoryStore::sweep`].
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
@@ -82,6 +99,43 @@ struct Inner {
     shards: Box<[Shard]>,
     clock: Arc<dyn Clock>,
     retention: Retention,
+    capacity: usize,
+    /// Records held, all shards: kept alongside the maps so a claim can check the capacity
+    /// without visiting every shard.
+    len: AtomicUsize,
+    /// New claims so far, to pick when and which shard to sweep.
+    claims: AtomicUsize,
+}
+
+impl Inner {
+    fn new(clock: Arc<dyn Clock>, retention: Retention, capacity: usize) -> Inner {
+        Inner {
+            shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
+            clock,
+            retention,
+            capacity,
+            len: AtomicUsize::new(0),
+            claims: AtomicUsize::new(0),
+        }
+    }
+
+    /// Applies time to every record of `shard`, dropping lapsed tombstones; returns how
+    /// many it dropped.
+    fn sweep_shard(&self, shard: &Shard) -> usize {
+        let now = self.clock.now();
+        let mut map = lock(shard);
+        let before = map.len();
+        map.retain(|_, slot| {
+            let aged = rules::age(&mut slot.record, now, &self.retention);
+            if aged == Aged::Changed && slot.record.state != RecordState::Running {
+                wake(slot);
+            }
+            aged != Aged::Gone
+        });
+        let dropped = before - map.len();
+        self.len.fetch_sub(dropped, AtomicOrdering::Relaxed);
+        dropped
+    }
 }
 
 impl Default for MemoryStore {
@@ -99,24 +153,51 @@ impl MemoryStore {
     /// An empty store reading time from `clock` (a [`super::ManualClock`] in tests).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
-            inner: Arc::new(Inner {
-                shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
-                clock,
-                retention: Retention::default(),
-            }),
+            inner: Arc::new(Inner::new(clock, Retention::default(), DEFAULT_CAPACITY)),
         }
     }
 
-    /// Sets the retention windows. Call before sharing the store.
+    /// Sets the retention windows. Call before sharing the store (the store returned is a
+    /// new, empty one).
     pub fn retention(self, retention: Retention) -> Self {
-        let inner = Inner {
-            shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
-            clock: self.inner.clock.clone(),
-            retention: retention.normalized(),
-        };
         MemoryStore {
-            inner: Arc::new(inner),
+            inner: Arc::new(Inner::new(
+                self.inner.clock.clone(),
+                retention.normalized(),
+                self.inner.capacity,
+            )),
         }
+    }
+
+    /// Sets how many records the store holds at most (at least 1; default
+    /// [`DEFAULT_CAPACITY`]). Call before sharing the store (the store returned is a new,
+    /// empty one). Size it for the records of a tombstone window: every completed or failed
+    /// call stays a record that long.
+    pub fn capacity(self, records: usize) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner::new(
+                self.inner.clock.clone(),
+                self.inner.retention,
+                records.max(1),
+            )),
+        }
+    }
+
+    /// How many records the store holds at most.
+    pub fn max_records(&self) -> usize {
+        self.inner.capacity
+    }
+
+    /// Applies time to every record: expired leases become unknown, expired results
+    /// tombstones, and lapsed tombstones are deleted. Returns how many records were deleted.
+    /// Claims do this a shard at a time, and all at once when the store is full; call it
+    /// on an interval to give memory back sooner in a store that takes few new keys.
+    pub fn sweep(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|shard| self.inner.sweep_shard(shard))
+            .sum()
     }
 
     /// Number of records held (all states, tombstones included).
@@ -153,6 +234,7 @@ impl MemoryStore {
         };
         if gone {
             map.remove(key);
+            self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
             return None;
         }
         map.get_mut(key).map(|slot| &mut **slot)
@@ -210,21 +292,50 @@ impl IdemStore for MemoryStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        let mut map = self.shard(&req.key);
-        if let Some(outcome) =
-            rules::claim_against(self.aged(&mut map, &req.key).map(|s| &s.record), req)
-        {
-            return Ok(outcome);
+        let inner = &*self.inner;
+        let mut swept = false;
+        let token = loop {
+            let mut map = self.shard(&req.key);
+            if let Some(outcome) =
+                rules::claim_against(self.aged(&mut map, &req.key).map(|s| &s.record), req)
+            {
+                return Ok(outcome);
+            }
+            // Reserve a place first, so concurrent claims never overshoot the capacity.
+            if inner.len.fetch_add(1, AtomicOrdering::Relaxed) >= inner.capacity {
+                inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                drop(map);
+                if swept {
+                    return Err(StoreError::Full(format!(
+                        "the in-memory store holds its maximum of {} records (unsettled \
+                         records and tombstones inside their window are never evicted); \
+                         raise MemoryStore::capacity, shorten Retention, or use a durable \
+                         store",
+                        inner.capacity
+                    )));
+                }
+                // Full: drop every lapsed tombstone (with no shard lock held), then look again.
+                self.sweep();
+                swept = true;
+                continue;
+            }
+            let token = ClaimToken::fresh();
+            let record = rules::new_claim(req, token, inner.clock.now());
+            map.insert(
+                req.key.clone(),
+                Box::new(Slot {
+                    record,
+                    settled: None,
+                }),
+            );
+            break token;
+        };
+        // Now and then, with no lock held, sweep one shard of lapsed tombstones, so keys
+        // never seen again do not stay for ever.
+        let n = inner.claims.fetch_add(1, AtomicOrdering::Relaxed);
+        if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            inner.sweep_shard(&inner.shards[(n / SWEEP_EVERY) % SHARDS]);
         }
-        let token = ClaimToken::fresh();
-        let record = rules::new_claim(req, token, self.inner.clock.now());
-        map.insert(
-            req.key.clone(),
-            Box::new(Slot {
-                record,
-                settled: None,
-            }),
-        );
         Ok(ClaimOutcome::Claimed(token))
     }
 
@@ -266,6 +377,7 @@ impl IdemStore for MemoryStore {
         rules::release(&slot.record, token)?;
         wake(slot);
         map.remove(key);
+        self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
         Ok(())
     }
 
@@ -300,19 +412,12 @@ impl IdemStore for MemoryStore {
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
-        let now = self.inner.clock.now();
         // The `limit` smallest records after the cursor, largest on top: a page costs one
         // scan and clones only records that may make the page, not the whole state.
         let mut page: BinaryHeap<Listed> = BinaryHeap::new();
         for shard in self.inner.shards.iter() {
-            let mut map = lock(shard);
-            map.retain(|_, slot| {
-                let aged = rules::age(&mut slot.record, now, &self.inner.retention);
-                if aged == Aged::Changed && slot.record.state != RecordState::Running {
-                    wake(slot);
-                }
-                aged != Aged::Gone
-            });
+            self.inner.sweep_shard(shard);
+            let map = lock(shard);
             if limit == 0 {
                 continue;
             }

@@ -9,8 +9,11 @@
 //!   The original token may still settle an *unknown* record it left behind (a late result
 //!   is the best evidence there is), but never one that someone has since taken over.
 //! - Completed and failed results expire after the retention window, leaving a tombstone
-//!   (key, fingerprint, class, times) that outlives them; unknown, pending and escalated
-//!   records never expire.
+//!   (key, fingerprint, tool, class, times, downstream reference; no arguments, output,
+//!   messages or read-backs) that outlives them; unknown, pending and escalated records
+//!   never expire.
+//! - Evidence is bounded: a record keeps the first and last
+//!   [`rules::EVIDENCE_KEPT`] attempts and read-backs, and counts what it drops.
 //! - Listings apply lease expiry first and are ordered by `(created_at, key)`;
 //!   [`IdemStore::list_after`] resumes after a [`ListCursor`], so a walk page by page visits
 //!   every record of a state once, however many there are.
@@ -41,7 +44,7 @@ pub use self::redis::{RedisStore, RedisStoreBuilder};
 pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
 pub(crate) use clock::deadline_after;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, DEFAULT_CAPACITY};
 pub use record::{
     AttemptKind, AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState,
     Settlement,
@@ -174,6 +177,10 @@ pub enum StoreError {
         /// What was wrong.
         detail: String,
     },
+    /// The store holds as many records as it may ([`MemoryStore::capacity`]) and none of
+    /// them may be dropped: the claim was refused, nothing ran.
+    #[error("store full: {0}")]
+    Full(String),
     /// Any other backend error.
     #[error("store error: {0}")]
     Backend(String),

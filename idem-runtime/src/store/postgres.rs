@@ -8,7 +8,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use futures_util::future::BoxFuture;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{NoTls, Row, Transaction};
+use tokio_postgres::{Row, Transaction};
 
 use super::rules::{self, Aged};
 use super::{
@@ -111,6 +111,8 @@ pub struct PostgresStoreBuilder {
     retention: Retention,
     max_connections: usize,
     lock_timeout: Duration,
+    #[cfg(feature = "tls")]
+    tls: Option<rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for PostgresStoreBuilder {
@@ -124,6 +126,17 @@ impl std::fmt::Debug for PostgresStoreBuilder {
 }
 
 impl PostgresStoreBuilder {
+    /// The TLS client configuration for a URL store (feature `tls`), e.g. with the root
+    /// certificate of a private CA, or a client certificate. By default: the system's root
+    /// certificates and full verification (chain and host name). Used when the URL's
+    /// `sslmode` is `prefer` (the default: TLS when the server offers it, else clear text),
+    /// `require`, `verify-ca` or `verify-full` (TLS or nothing); never with `disable`.
+    #[cfg(feature = "tls")]
+    pub fn tls_config(mut self, config: rustls::ClientConfig) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
     /// The schema holding the store's tables (default `idem`): a lowercase SQL identifier
     /// (`[a-z_][a-z0-9_]*`, at most 63 characters). Created if missing.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
@@ -172,19 +185,41 @@ impl PostgresStoreBuilder {
         let pool = match self.source {
             Source::Pool(pool) => pool,
             Source::Url(url) => {
+                let url = strict_sslmode(&url);
                 let mut config: tokio_postgres::Config = url
                     .parse()
                     .map_err(|e| StoreError::Backend(format!("invalid Postgres URL: {e}")))?;
                 if config.get_connect_timeout().is_none() {
                     config.connect_timeout(Duration::from_secs(5));
                 }
-                let manager = Manager::from_config(
-                    config,
-                    NoTls,
-                    ManagerConfig {
-                        recycling_method: RecyclingMethod::Fast,
-                    },
-                );
+                let manager_config = ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                };
+                #[cfg(feature = "tls")]
+                let manager = {
+                    let tls = match self.tls {
+                        Some(tls) => tls,
+                        None => default_tls(),
+                    };
+                    Manager::from_config(
+                        config,
+                        tokio_postgres_rustls::MakeRustlsConnect::new(tls),
+                        manager_config,
+                    )
+                };
+                #[cfg(not(feature = "tls"))]
+                let manager = {
+                    if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+                        return Err(StoreError::Backend(
+                            "the Postgres URL asks for TLS (sslmode=require, verify-ca or \
+                             verify-full), but idem was built without it: enable the `tls` \
+                             feature (idem/tls, idem-runtime/tls)"
+                                .into(),
+                        ));
+                    }
+                    // sslmode=prefer (tokio-postgres's default) falls back to clear text here.
+                    Manager::from_config(config, tokio_postgres::NoTls, manager_config)
+                };
                 Pool::builder(manager)
                     .max_size(self.max_connections)
                     .wait_timeout(Some(Duration::from_secs(10)))
@@ -207,6 +242,34 @@ impl PostgresStoreBuilder {
         store.migrate().await?;
         Ok(store)
     }
+}
+
+/// `sslmode=verify-ca` and `sslmode=verify-full` (libpq's names, which tokio-postgres does
+/// not parse) as `sslmode=require`. With the `tls` feature every TLS connection verifies
+/// the server's certificate chain and host name, so `require` here is `verify-full`; without
+/// it, `require` is refused like the other two.
+fn strict_sslmode(url: &str) -> String {
+    url.replace("sslmode=verify-full", "sslmode=require")
+        .replace("sslmode=verify-ca", "sslmode=require")
+}
+
+/// The TLS configuration used unless [`PostgresStoreBuilder::tls_config`] gives one: the
+/// operating system's root certificates (honouring `SSL_CERT_FILE` and `SSL_CERT_DIR`),
+/// full verification of the chain and the host name, no client certificate.
+#[cfg(feature = "tls")]
+fn default_tls() -> rustls::ClientConfig {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in found.certs {
+        // A certificate the OS store holds but rustls cannot parse is skipped, as browsers do.
+        let _ = roots.add(cert);
+    }
+    for e in &found.errors {
+        tracing::warn!(error = %e, "reading the system's root certificates");
+    }
+    rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
 
 fn valid_identifier(s: &str) -> bool {
@@ -294,9 +357,16 @@ impl Sql {
                    read_backs = {}, result_expired = false, updated_at = $8 \
                  WHERE key = $1 AND token = $2 AND state = 'running' AND lease_until > $8 \
                    AND NOT tx_effect \
+                   AND json_array_length(attempts::json) \
+                     + json_array_length(($7::text)::json) <= {cap} \
+                   AND json_array_length(read_backs::json) \
+                     + json_array_length(($9::text)::json) <= {cap} \
                  RETURNING {COLUMNS}",
                 append_json("attempts", 7),
                 append_json("read_backs", 9),
+                // Within the evidence cap the append is exactly what rules::settle does;
+                // past it, the locked path applies rules::cap_evidence.
+                cap = 2 * rules::EVIDENCE_KEPT,
             ),
             renew_fast: format!(
                 "UPDATE {t} SET lease_until = $3, updated_at = $4 \
@@ -327,7 +397,13 @@ impl Sql {
                  ORDER BY created_at, key LIMIT $4"
             ),
             expire_results: format!(
-                "UPDATE {t} SET result_expired = true, payload = NULL \
+                // rules::expire_result, in SQL: the tombstone keeps no arguments, output,
+                // messages or read-backs.
+                "UPDATE {t} SET result_expired = true, payload = NULL, message = NULL, \
+                   operation = NULL, read_backs = '[]', \
+                   attempts = COALESCE((SELECT jsonb_agg(a - 'message' ORDER BY n)::text \
+                     FROM jsonb_array_elements(attempts::jsonb) WITH ORDINALITY AS e(a, n)), \
+                     '[]') \
                  WHERE state IN ('completed', 'failed') AND NOT result_expired \
                    AND updated_at <= $1"
             ),
@@ -576,6 +652,8 @@ impl PostgresStore {
             retention: Retention::default(),
             max_connections: 16,
             lock_timeout: Duration::from_secs(2),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 

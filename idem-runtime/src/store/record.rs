@@ -319,14 +319,21 @@ pub struct Record {
     /// The downstream's id for the effect, when known.
     pub downstream_ref: Option<String>,
     /// Set once a terminal record's result has passed the retention window: only the
-    /// tombstone (key, fingerprint, class, times) is left.
+    /// tombstone is left (key, fingerprint, tool, class, times, downstream reference, and
+    /// the attempts without their messages); payload, message, operation and read-backs are
+    /// dropped (see [`rules::expire_result`](super::rules::expire_result)).
     pub result_expired: bool,
-    /// Every attempt, in order.
+    /// The attempts, in order: the first and last
+    /// [`EVIDENCE_KEPT`](super::rules::EVIDENCE_KEPT) when there were more (a marker
+    /// read-back counts the dropped ones).
     pub attempts: Vec<AttemptRecord>,
     /// What was asked for (absent only in records written without it).
     #[serde(default)]
     pub operation: Option<Operation>,
-    /// Every read-back of the downstream, in order.
+    /// The read-backs of the downstream, in order: the first and last
+    /// [`EVIDENCE_KEPT`](super::rules::EVIDENCE_KEPT) when there were more, with one marker
+    /// read-back ([`EVIDENCE_MARKER`](super::rules::EVIDENCE_MARKER)) where the dropped ones
+    /// were.
     #[serde(default)]
     pub read_backs: Vec<ReadBackRecord>,
 }

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use super::{
-    ClaimOutcome, ClaimRequest, ClaimToken, Record, RecordState, Retention, Settlement, StoreError,
-    Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimToken, ReadBackRecord, Record, RecordState, Retention,
+    Settlement, StoreError, Timestamp,
 };
 use crate::identity::IdemKey;
 use crate::outcome::OutcomeClass;
@@ -44,8 +44,7 @@ pub fn age(record: &mut Record, now: Timestamp, retention: &Retention) -> Aged {
             if record.updated_at.plus(retention.normalized().tombstones) <= now {
                 Aged::Gone
             } else if !record.result_expired && record.updated_at.plus(retention.results) <= now {
-                record.result_expired = true;
-                record.payload = None;
+                expire_result(record);
                 Aged::Changed
             } else {
                 Aged::Unchanged
@@ -53,6 +52,92 @@ pub fn age(record: &mut Record, now: Timestamp, retention: &Retention) -> Aged {
         }
         RecordState::Pending | RecordState::Unknown | RecordState::Escalated => Aged::Unchanged,
     }
+}
+
+/// Turns a completed or failed record into its tombstone: what the call was asked and what
+/// it returned are dropped, what identifies it stays.
+///
+/// Kept: key, fingerprint (so a repeat with other arguments is still refused), tool, state,
+/// token, times, the downstream reference (the downstream's id for the effect, which a
+/// person needs to find it) and each attempt's number, times, kind and class. Dropped: the
+/// payload (the output), the message (a failure reason may quote the output), the saved
+/// operation (scope, intent id and arguments), each attempt's message and every read-back.
+pub fn expire_result(record: &mut Record) {
+    record.result_expired = true;
+    record.payload = None;
+    record.message = None;
+    record.operation = None;
+    for attempt in &mut record.attempts {
+        attempt.message = None;
+    }
+    record.read_backs.clear();
+}
+
+/// How many entries of each kind of evidence (attempts, read-backs) a record keeps at each
+/// end: the first `EVIDENCE_KEPT` and the last `EVIDENCE_KEPT`. What falls between is
+/// dropped and counted in one marker read-back (see [`EVIDENCE_MARKER`]).
+///
+/// An unknown record whose read-back keeps failing gains an entry on every reconciler pass;
+/// without a cap it would grow for as long as nobody settles it. The first entries say how
+/// it started, the last ones what is happening now.
+pub const EVIDENCE_KEPT: usize = 16;
+
+/// The start of the read-back that counts dropped evidence:
+/// `idem evidence cap: A attempts and R read-backs dropped`. It stands where the dropped
+/// entries were (after the first [`EVIDENCE_KEPT`] read-backs, or at the end while there are
+/// fewer), and there is at most one per record.
+pub const EVIDENCE_MARKER: &str = "idem evidence cap: ";
+
+/// The counts of a marker read-back, if `result` is one.
+fn marker_counts(result: &str) -> Option<(u64, u64)> {
+    let rest = result.strip_prefix(EVIDENCE_MARKER)?;
+    let mut words = rest.split_whitespace();
+    let attempts = words.next()?.parse().ok()?;
+    let read_backs = words.nth(2)?.parse().ok()?;
+    Some((attempts, read_backs))
+}
+
+/// Applies [`EVIDENCE_KEPT`] to `record`: keeps the first and last entries of its attempts
+/// and of its read-backs, and counts what it drops in the marker read-back (stamped `now`).
+/// A record within the cap is left exactly as it is.
+pub fn cap_evidence(record: &mut Record, now: Timestamp) {
+    let limit = 2 * EVIDENCE_KEPT;
+    let marker = record
+        .read_backs
+        .iter()
+        .position(|rb| marker_counts(&rb.result).is_some());
+    let read_backs = record.read_backs.len() - usize::from(marker.is_some());
+    if record.attempts.len() <= limit && read_backs <= limit {
+        return;
+    }
+    let (mut dropped_attempts, mut dropped_read_backs) = (0u64, 0u64);
+    let mut at = now;
+    if let Some(i) = marker {
+        let old = record.read_backs.remove(i);
+        (dropped_attempts, dropped_read_backs) = marker_counts(&old.result).unwrap_or((0, 0));
+        at = old.at;
+    }
+    let over = record.attempts.len().saturating_sub(limit);
+    if over > 0 {
+        record.attempts.drain(EVIDENCE_KEPT..EVIDENCE_KEPT + over);
+        dropped_attempts += over as u64;
+    }
+    let over = record.read_backs.len().saturating_sub(limit);
+    if over > 0 {
+        record.read_backs.drain(EVIDENCE_KEPT..EVIDENCE_KEPT + over);
+        dropped_read_backs += over as u64;
+    }
+    let place = record.read_backs.len().min(EVIDENCE_KEPT);
+    record.read_backs.insert(
+        place,
+        ReadBackRecord {
+            at,
+            result: format!(
+                "{EVIDENCE_MARKER}{dropped_attempts} attempts and {dropped_read_backs} \
+                 read-backs dropped"
+            ),
+        },
+    );
 }
 
 /// A new running record for a granted claim.
@@ -136,6 +221,7 @@ pub fn settle(
         state if state == s.state && state != RecordState::Unknown => {
             record.attempts.extend(s.attempts);
             record.read_backs.extend(s.read_backs);
+            cap_evidence(record, now);
             record.updated_at = now;
             return Ok(());
         }
@@ -143,6 +229,7 @@ pub fn settle(
             if s.state == RecordState::Unknown {
                 record.attempts.extend(s.attempts);
                 record.read_backs.extend(s.read_backs);
+                cap_evidence(record, now);
                 record.updated_at = now;
                 return Ok(());
             }
@@ -158,6 +245,7 @@ pub fn settle(
     }
     record.attempts.extend(s.attempts);
     record.read_backs.extend(s.read_backs);
+    cap_evidence(record, now);
     record.result_expired = false;
     record.updated_at = now;
     Ok(())

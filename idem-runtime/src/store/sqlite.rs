@@ -90,6 +90,9 @@ impl SqliteSync {
 /// - **Schema.** One table `idem_records` (and `idem_meta`, holding the schema version),
 ///   created on first open. A file whose schema version this build does not know is refused,
 ///   never rewritten. Rows that do not decode are [`StoreError::Corrupt`].
+/// - **Files.** A new database file is created owner-only (0600, whatever the umask), and
+///   its `-wal` and `-shm` files inherit that; a path that is a symbolic link is refused.
+///   The records hold the saved arguments and outputs: keep the directory private too.
 /// - **Housekeeping.** Expired leases and retention are applied whenever a record is read
 ///   or listed; [`SqliteStore::sweep`] applies them to every record at once (deleting
 ///   lapsed tombstones). [`IdemStore::list`] sweeps first.
@@ -208,6 +211,7 @@ impl SqliteStoreBuilder {
             readers: Pool::new(self.readers),
             changed: Notify::new(),
         };
+        create_private(&inner.path)?;
         let mut conn = inner.connect()?;
         migrate(&mut conn, &inner.path)?;
         inner.writer.idle().push(conn);
@@ -217,9 +221,47 @@ impl SqliteStoreBuilder {
     }
 }
 
+/// Creates the database file, if it does not exist yet, readable and writable by its owner
+/// alone (0600, whatever the process umask), and refuses a path whose last component is a
+/// symbolic link. SQLite creates the `-wal` and `-shm` files with the database file's
+/// permissions, so they are owner-only too. An existing file keeps the permissions it has.
+///
+/// Paths SQLite gives a meaning of its own (`:memory:`, the empty path, `file:` URIs) are
+/// left to SQLite.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    let special = path.as_os_str().is_empty()
+        || path.as_os_str() == ":memory:"
+        || path.to_str().is_some_and(|p| p.starts_with("file:"));
+    if special {
+        return Ok(());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    }
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(StoreError::Backend(format!(
+            "SQLite database {} is a symbolic link; refusing to follow it (give the real path)",
+            path.display()
+        ))),
+        Err(e) => Err(StoreError::Unavailable(format!(
+            "cannot create SQLite database {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
 impl Inner {
     fn connect(&self) -> Result<Connection, StoreError> {
-        let conn = Connection::open(&self.path).map_err(|e| {
+        // NOFOLLOW: SQLite too refuses a symbolic link in place of the file (checked above
+        // on first open; every later connection checks again).
+        let flags = rusqlite::OpenFlags::default() | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW;
+        let conn = Connection::open_with_flags(&self.path, flags).map_err(|e| {
             StoreError::Unavailable(format!(
                 "cannot open SQLite database {}: {e}",
                 self.path.display()

@@ -17,6 +17,9 @@ use super::{
 };
 use crate::identity::{Fingerprint, IdemKey};
 
+/// How many expired leases one script call ages at most (see `RedisStore::age_leases`).
+const LEASE_PAGE: usize = 128;
+
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("script.lua")));
 
 /// The key prefix used when none is configured.
@@ -26,9 +29,10 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// # One round trip, atomic
 ///
-/// `claim`, `settle`, `renew`, `release`, `reclaim`, `get` and `list` (and each page of
-/// `list_after`) are each a single `EVALSHA` of one Lua script, which Redis runs
-/// atomically: of N workers racing for a key exactly one gets the token, and a settle is
+/// `claim`, `settle`, `renew`, `release`, `reclaim` and `get` are each a single `EVALSHA`
+/// of one Lua script, which Redis runs atomically (a listing is one more per page, after
+/// one per 128 expired leases it first turns *unknown*, so no single call blocks Redis for
+/// long): of N workers racing for a key exactly one gets the token, and a settle is
 /// fenced by the claim's token inside the same script that writes it. (After Redis restarts or its script cache is flushed, the first
 /// call pays one extra `SCRIPT LOAD`.) Time is read from the store's [`Clock`] on the worker
 /// and passed into the script, not taken from Redis `TIME`, so every backend ages records
@@ -179,6 +183,20 @@ impl RedisStoreBuilder {
     /// Connects. Fails with [`StoreError::Unavailable`] when Redis cannot be reached, and
     /// with [`StoreError::Backend`] when the URL is malformed.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
+        #[cfg(not(feature = "tls"))]
+        if self
+            .url
+            .trim_start()
+            .get(..9)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+        {
+            return Err(StoreError::Backend(
+                "the Redis URL asks for TLS (rediss://), but idem was built without it: \
+                 enable the `tls` feature (idem/tls, idem-runtime/tls), or use redis:// on a \
+                 trusted network"
+                    .into(),
+            ));
+        }
         let client = ::redis::Client::open(self.url.as_str())
             .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
         let config = ConnectionManagerConfig::new()
@@ -222,8 +240,10 @@ impl RedisStoreBuilder {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://[:password@]host:port[/db]`, `rediss://…` for TLS) with
-    /// the default prefix, the system clock and default retention.
+    /// Connects to `url` (`redis://[:password@]host:port[/db]`, or `rediss://…` for TLS,
+    /// which needs the `tls` feature: the server's certificate is verified against the
+    /// system's root certificates) with the default prefix, the system clock and default
+    /// retention.
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         RedisStore::builder(url).connect().await
     }
@@ -276,6 +296,32 @@ impl RedisStore {
         match reply {
             Value::Array(items) => Ok(items),
             other => Err(unexpected(op, &other)),
+        }
+    }
+
+    /// Turns every running record whose lease has passed into *unknown*, a page of
+    /// [`LEASE_PAGE`] per script call: a listing after a mass expiry (a fleet of workers
+    /// lost at once) costs several short calls, never one that blocks Redis for the lot.
+    async fn age_leases(&self) -> Result<(), StoreError> {
+        let page = LEASE_PAGE.to_string();
+        let mut skip = 0u64;
+        loop {
+            let skipped = skip.to_string();
+            let items = self
+                .run(
+                    &self.inner.index_keys[0],
+                    "age_leases",
+                    &[skipped.as_bytes(), page.as_bytes()],
+                )
+                .await?;
+            let (Some(Value::Int(more)), Some(Value::Int(next))) = (items.first(), items.get(1))
+            else {
+                return Err(unexpected("age_leases", &Value::Array(items)));
+            };
+            if *more == 0 {
+                return Ok(());
+            }
+            skip = u64::try_from(*next).unwrap_or(0);
         }
     }
 
@@ -612,6 +658,7 @@ impl IdemStore for RedisStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        self.age_leases().await?;
         let limit = limit.to_string();
         let cursor = after.map(|c| (c.created_at.as_millis().to_string(), c.key.as_str()));
         let mut args = vec![state.as_str().as_bytes(), limit.as_bytes()];
@@ -636,5 +683,115 @@ impl IdemStore for RedisStore {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::{KeyMaterial, Scope};
+    use crate::store::ManualClock;
+
+    /// A Redis from `IDEM_REDIS_URL`, or `None` after saying why (a failure under
+    /// `IDEM_REQUIRE_BACKENDS=1`).
+    fn url() -> Option<String> {
+        let url = std::env::var("IDEM_REDIS_URL")
+            .ok()
+            .filter(|s| !s.trim().is_empty());
+        if url.is_none() {
+            assert!(
+                std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() != Ok("1"),
+                "IDEM_REQUIRE_BACKENDS=1, but IDEM_REDIS_URL is not set"
+            );
+            eprintln!("skipping: IDEM_REDIS_URL is not set (start a Redis to run this test)");
+        }
+        url
+    }
+
+    async fn count(store: &RedisStore, index: usize) -> i64 {
+        let mut conn = store.inner.conn.clone();
+        ::redis::cmd("ZCARD")
+            .arg(&store.inner.index_keys[index])
+            .query_async(&mut conn)
+            .await
+            .expect("ZCARD")
+    }
+
+    /// After a mass lease expiry, one script call ages at most one page of leases (Redis
+    /// runs a script to its end before serving anyone else), and a listing still sees every
+    /// expired claim as unknown, paging through the script as many times as it takes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn expired_leases_are_aged_a_page_per_call() {
+        let Some(url) = url() else { return };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let prefix = format!("idem-test:pages-{}-{nanos}:", std::process::id());
+        let clock = ManualClock::starting_now();
+        let store = RedisStore::builder(url.as_str())
+            .prefix(prefix.as_str())
+            .clock(Arc::new(clock.clone()))
+            .connect()
+            .await
+            .expect("connect");
+        let claims = 2 * LEASE_PAGE + 17;
+        for i in 0..claims {
+            let req = ClaimRequest {
+                key: IdemKey::derive(
+                    &Scope::run("pages"),
+                    "t",
+                    KeyMaterial::Intent(&i.to_string()),
+                ),
+                fingerprint: Fingerprint::of_canonical(b"{}"),
+                tool: "t".into(),
+                lease: Duration::from_secs(10),
+                operation: None,
+            };
+            assert!(matches!(
+                store.claim(&req).await,
+                Ok(ClaimOutcome::Claimed(_))
+            ));
+        }
+        clock.advance(Duration::from_secs(11));
+        // index_keys: 0 running, 4 unknown (RecordState::ALL order, minus nothing).
+        let (running, unknown) = (0, 4);
+        let items = store
+            .run(&store.inner.index_keys[0], "age_leases", &[b"0", b"128"])
+            .await
+            .expect("age_leases");
+        assert_eq!(
+            items.first(),
+            Some(&Value::Int(1)),
+            "a full page: more to do"
+        );
+        assert_eq!(count(&store, unknown).await, LEASE_PAGE as i64);
+        assert_eq!(
+            count(&store, running).await,
+            (claims - LEASE_PAGE) as i64,
+            "one call aged one page, no more"
+        );
+
+        let listed = store
+            .list(RecordState::Unknown, usize::MAX)
+            .await
+            .expect("list");
+        assert_eq!(
+            listed.len(),
+            claims,
+            "the listing paged through every expired lease"
+        );
+        assert_eq!(count(&store, running).await, 0);
+
+        let mut conn = store.inner.conn.clone();
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        let _: () = ::redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
     }
 }

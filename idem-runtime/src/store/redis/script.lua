@@ -135,8 +135,17 @@ local function age(rk)
       redis.call('ZREM', EXPIRY, r.k)
       return nil
     elseif r.rx ~= '1' and r.ua + RESULTS <= NOW then
-      redis.call('HSET', rk, 'rx', '1')
-      redis.call('HDEL', rk, 'pl')
+      -- rules::expire_result: the tombstone keeps no arguments, output, messages or
+      -- read-backs; attempts keep their numbers, times, kinds and classes.
+      redis.call('HSET', rk, 'rx', '1', 'rb', '[]')
+      redis.call('HDEL', rk, 'pl', 'msg', 'op')
+      if f[9] ~= '[]' then
+        local atts = cjson.decode(f[9])
+        for _, a in ipairs(atts) do
+          a.message = cjson.null
+        end
+        redis.call('HSET', rk, 'att', cjson.encode(atts))
+      end
       r.rx = '1'
     end
   end
@@ -175,10 +184,79 @@ local function append_to(rk, field, new)
   end
 end
 
+-- rules::cap_evidence: keeps the first and last KEPT attempts and read-backs, and counts
+-- what it drops in one marker read-back. KEPT is rules::EVIDENCE_KEPT.
+local KEPT = 16
+local MARKER = 'idem evidence cap: '
+
+local function marker_counts(result)
+  if type(result) ~= 'string' or string.sub(result, 1, #MARKER) ~= MARKER then
+    return nil
+  end
+  local a, r = string.match(string.sub(result, #MARKER + 1), '^(%d+) attempts and (%d+) read%-backs')
+  if not a then
+    return nil
+  end
+  return tonumber(a), tonumber(r)
+end
+
+-- The first and last KEPT entries of list, and how many were dropped between them.
+local function ends(list)
+  local over = #list - 2 * KEPT
+  if over <= 0 then
+    return list, 0
+  end
+  local out = {}
+  for i = 1, KEPT do
+    out[#out + 1] = list[i]
+  end
+  for i = KEPT + over + 1, #list do
+    out[#out + 1] = list[i]
+  end
+  return out, over
+end
+
+local function cap(rk)
+  local att, rb = redis.call('HGET', rk, 'att'), redis.call('HGET', rk, 'rb')
+  -- Every entry is at least 20 bytes of JSON, so shorter arrays cannot be over the cap:
+  -- the common settle decodes nothing.
+  local fits = 2 * KEPT * 20 + 2
+  if #att <= fits and #rb <= fits then
+    return
+  end
+  local atts, rbs = cjson.decode(att), cjson.decode(rb)
+  local da, dr, at = 0, 0, NOW
+  local marker
+  for i, x in ipairs(rbs) do
+    if marker_counts(x.result) then
+      marker = i
+      break
+    end
+  end
+  if #atts <= 2 * KEPT and #rbs - (marker and 1 or 0) <= 2 * KEPT then
+    return
+  end
+  if marker then
+    local m = table.remove(rbs, marker)
+    da, dr = marker_counts(m.result)
+    at = m.at
+  end
+  local kept_atts, oa = ends(atts)
+  local kept_rbs, orb = ends(rbs)
+  da, dr = da + oa, dr + orb
+  table.insert(kept_rbs, math.min(#kept_rbs, KEPT) + 1, { at = at,
+    result = MARKER .. num(da) .. ' attempts and ' .. num(dr) .. ' read-backs dropped' })
+  if oa > 0 then
+    redis.call('HSET', rk, 'att', cjson.encode(kept_atts))
+  end
+  redis.call('HSET', rk, 'rb', cjson.encode(kept_rbs))
+end
+
 -- Appends a settlement's evidence: ARGV[11] attempts, ARGV[12] read-backs.
 local function append(rk)
   append_to(rk, 'att', ARGV[11])
   append_to(rk, 'rb', ARGV[12])
+  cap(rk)
 end
 
 -- "+value" sets a field, "-" removes it.
@@ -353,33 +431,35 @@ elseif OP == 'get' then
     return { 'absent' }
   end
   return { 'record', redis.call('HGETALL', rk) }
+elseif OP == 'age_leases' then
+  -- KEYS[1] is unused; ARGV: 6 how many expired leases earlier pages found corrupt (they
+  -- stay in the index and are skipped), 7 the page size. Ages at most one page of expired
+  -- leases, so one call never holds Redis for long however many leases lapsed at once.
+  -- Returns { 1 when a full page was aged (call again), the new skip count }.
+  local offset, page = tonumber(ARGV[6]), tonumber(ARGV[7])
+  local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', num(NOW), 'LIMIT', offset, page)
+  for _, k in ipairs(due) do
+    local ok, r = pcall(age, RPREFIX .. k)
+    if not ok then
+      offset = offset + 1
+    elseif r == nil then
+      forget(k)
+    elseif r.st ~= 'running' then
+      redis.call('ZREM', LEASES, k)
+    else
+      redis.call('ZADD', LEASES, num(r.lease), k)
+    end
+  end
+  return { #due == page and 1 or 0, offset }
 elseif OP == 'list' then
   -- KEYS[1] is unused; ARGV: 6 state, 7 limit, then optionally the cursor to list strictly
   -- after: 8 its created_at (ms), 9 its key. Returns { records, corrupt keys }.
+  -- The caller has aged expired leases first (`age_leases`), so list(unknown) includes
+  -- them and list(running) does not.
   local state, limit = ARGV[6], tonumber(ARGV[7])
   local out, bad = {}, {}
-  -- Expired leases first, so list(unknown) includes them and list(running) does not.
-  local offset = 0
-  while true do
-    local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', num(NOW), 'LIMIT', offset, 128)
-    if #due == 0 then
-      break
-    end
-    for _, k in ipairs(due) do
-      local ok, r = pcall(age, RPREFIX .. k)
-      if not ok then
-        offset = offset + 1
-      elseif r == nil then
-        forget(k)
-      elseif r.st ~= 'running' then
-        redis.call('ZREM', LEASES, k)
-      else
-        redis.call('ZADD', LEASES, num(r.lease), k)
-      end
-    end
-  end
   local idx = KEYS[IDX[state]]
-  offset = 0
+  local offset = 0
   if ARGV[8] then
     offset = rank_after(idx, tonumber(ARGV[8]), ARGV[9])
   end
