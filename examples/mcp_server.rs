@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use idem::mcp::McpServer;
-use idem::{tool, toolbox, IdemStore, ReadCtx, Registry, ToolError, WriteCtx};
+use idem::{toolbox, IdemStore, ReadCtx, Registry, ToolError, WriteCtx};
 
 /// Arguments of `charge`.
 #[idem::args]

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use idem::providers::{anthropic, call_all, is_error, openai};
-use idem::{tool, toolbox, Format, ReadCtx, Registry, Scope, ToolError, ToolResult, WriteCtx};
+use idem::{toolbox, Format, ReadCtx, Registry, Scope, ToolError, ToolResult, WriteCtx};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
