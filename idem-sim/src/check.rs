@@ -215,7 +215,14 @@ pub async fn check(
                         v("escalated without evidence (no attempt, no read-back)".to_owned());
                     }
                     if !world.was_escalated(&r.key) {
-                        v("escalated, but no escalation reached the sink".to_owned());
+                        v(format!(
+                            "escalated ({}), but no escalation reached the sink; attempts: {:?}",
+                            r.message.as_deref().unwrap_or("no reason"),
+                            r.attempts
+                                .iter()
+                                .map(|a| format!("{:?}/{}", a.kind, a.class))
+                                .collect::<Vec<_>>()
+                        ));
                     }
                     Final::Escalated
                 }
@@ -252,6 +259,7 @@ pub async fn check(
             fired,
             duplicate,
             exactly_once,
+            effects: mine.len(),
             fin,
         });
     }

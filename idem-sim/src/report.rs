@@ -32,6 +32,8 @@ pub struct IntentReport {
     pub duplicate: bool,
     /// Ended completed (or failed) with exactly one effect.
     pub exactly_once: bool,
+    /// Effects in the ledger for it.
+    pub effects: usize,
     /// How it ended.
     pub fin: Final,
 }
@@ -93,6 +95,7 @@ struct Row {
     exactly_once: u64,
     escalated: u64,
     not_executed: u64,
+    freed_with_effect: u64,
 }
 
 impl Row {
@@ -101,7 +104,8 @@ impl Row {
         self.duplicates += u64::from(r.duplicate);
         self.exactly_once += u64::from(r.exactly_once);
         self.escalated += u64::from(r.fin == Final::Escalated);
-        self.not_executed += u64::from(r.fin == Final::NotExecuted);
+        self.not_executed += u64::from(r.fin == Final::NotExecuted && r.effects == 0);
+        self.freed_with_effect += u64::from(r.fin == Final::NotExecuted && r.effects > 0);
     }
 }
 
@@ -169,21 +173,27 @@ impl Totals {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "| fault fired on the intent | keyed: intents | keyed: duplicate rate | keyed: exactly-once | keyed: escalated | unkeyed: intents | unkeyed: duplicate rate | unkeyed: exactly-once | unkeyed: escalated |"
+            "| fault fired on the intent | keyed: intents | duplicate | exactly-once | escalated | not run | unkeyed: intents | duplicate | exactly-once | escalated | not run | key freed, effect landed |"
         );
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            s,
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
         let mut line = |name: &str, k: &Row, u: &Row| {
             let _ = writeln!(
                 s,
-                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 k.intents,
                 pct(k.duplicates, k.intents),
                 pct(k.exactly_once, k.intents),
                 pct(k.escalated, k.intents),
+                pct(k.not_executed + k.freed_with_effect, k.intents),
                 u.intents,
                 pct(u.duplicates, u.intents),
                 pct(u.exactly_once, u.intents),
                 pct(u.escalated, u.intents),
+                pct(u.not_executed, u.intents),
+                pct(u.freed_with_effect, u.intents),
             );
         };
         line("(none)", &self.rows[0][0], &self.rows[1][0]);

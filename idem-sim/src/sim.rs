@@ -188,7 +188,12 @@ async fn simulate(cfg: &Config) -> SeedReport {
     }
     let reconciler_registry = registries.pop().expect("one reconciler registry");
     workers.pop();
-    let background = Reconciler::new(&reconciler_registry).spawn(Duration::from_secs(5));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let background = tokio::spawn(background_reconciler(
+        Arc::clone(&world),
+        Reconciler::new(&reconciler_registry),
+        Arc::clone(&stop),
+    ));
 
     let mut stalls = Vec::new();
     if faults.has(Fault::WorkerStall) {
@@ -235,7 +240,9 @@ async fn simulate(cfg: &Config) -> SeedReport {
     for s in stalls {
         s.abort();
     }
-    background.abort();
+    // Stopped between passes: a reconciler killed mid-pass is its own fault mode.
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = background.await;
     tokio::time::sleep(Duration::from_secs(2 * 3600)).await;
     let reconciler = Reconciler::new(&reconciler_registry);
     let mut reconcile_error = None;
@@ -275,6 +282,28 @@ async fn simulate(cfg: &Config) -> SeedReport {
     drop(reconciler_registry);
     remove_sqlite(&sqlite_path);
     report
+}
+
+/// The reconciler a deployment runs beside its workers: a pass every 5 s. With
+/// `reconciler-kill` on, a pass is now and then dropped part-way (the process died) and the
+/// next pass starts afresh.
+async fn background_reconciler(
+    world: Arc<World>,
+    reconciler: Reconciler,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let pass = reconciler.run_once();
+        if world.roll(Fault::ReconcilerKill, 0.2) {
+            let after = world
+                .rng()
+                .millis(Duration::ZERO, Duration::from_millis(100));
+            let _ = tokio::time::timeout(after, pass).await;
+        } else {
+            let _ = pass.await;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
 }
 
 /// The model's side of one intent: call, react to the answer as an agent would, and

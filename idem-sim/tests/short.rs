@@ -50,7 +50,8 @@ fn short_mode_over_sqlite() {
     assert_eq!(totals.keyed_duplicates(), 0);
 }
 
-/// The figures only mean something if the faults happen: with every mode on, each one
+/// The figures only mean something if the faults happen: with every mode on (but the known
+/// failing one, which is left out of `all` and attributed to no intent), each one
 /// fires on some intent (store reopening needs a durable store), and an unkeyed
 /// downstream that receives a request twice does charge twice.
 #[test]
@@ -60,7 +61,7 @@ fn every_fault_mode_fires() {
     let totals = run_many(&cfg, first_seed(), Budget::Seeds(3), 1, &|report| {
         assert!(report.failure().is_none(), "{}", report.failure().unwrap());
     });
-    for f in Fault::ALL {
+    for f in Fault::ALL.into_iter().filter(|f| !f.known_failing()) {
         assert!(totals.intents_with(f) > 0, "{f} never fired");
     }
     assert!(totals.unkeyed_duplicates() > 0);
@@ -77,4 +78,29 @@ fn a_seed_replays_the_same_run() {
     assert_eq!(a.calls, b.calls);
     assert_eq!(format!("{:?}", a.intents), format!("{:?}", b.intents));
     assert_eq!(a.violations, b.violations);
+}
+
+/// Seeds that once broke an invariant, each replayed with the fault modes it drew.
+/// Seed 160 (memory): the reconciler escalated a record, the settle's reply was lost after
+/// it landed, and the escalation never reached the sink (the record, escalated, is never
+/// walked again). Fixed in `Reconciler`'s escalate: it reads the record back.
+const FOUND_BUGS: &[(u64, StoreKind)] = &[(160, StoreKind::Memory)];
+
+#[test]
+fn seeds_that_found_bugs_stay_fixed() {
+    for &(seed, store) in FOUND_BUGS {
+        let report = run_seed(&Config::new(seed, store));
+        assert!(report.failure().is_none(), "{}", report.failure().unwrap());
+    }
+}
+
+/// A known failing mode (RELIABILITY.md): a reconciler that dies after settling a record as
+/// escalated and before delivering the escalation leaves a record nobody is told about.
+#[test]
+#[ignore = "known failing: a reconciler killed between the escalated settle and the sink"]
+fn reconciler_killed_mid_escalation_still_tells_a_person() {
+    let mut cfg = Config::new(71, StoreKind::Memory);
+    cfg.faults = Some(FaultSet::parse("all,reconciler-kill").unwrap());
+    let report = run_seed(&cfg);
+    assert!(report.failure().is_none(), "{}", report.failure().unwrap());
 }
