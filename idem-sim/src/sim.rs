@@ -440,21 +440,24 @@ impl IntentPlan {
     }
 }
 
+/// A fresh file per run (on tmpfs where there is one): no two runs share a store, even
+/// two runs of one seed at once in one process (tests run in parallel).
 #[cfg(feature = "sqlite")]
 fn sqlite_path(cfg: &Config) -> std::path::PathBuf {
+    if cfg.store != StoreKind::Sqlite {
+        return std::path::PathBuf::new();
+    }
     let dir = if std::path::Path::new("/dev/shm").is_dir() {
         std::path::PathBuf::from("/dev/shm")
     } else {
         std::env::temp_dir()
     };
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     dir.join(format!(
-        "idem-sim-{}-{}-{}.db",
+        "idem-sim-{}-{}-{run}.db",
         std::process::id(),
-        cfg.seed,
-        std::thread::current()
-            .name()
-            .unwrap_or("main")
-            .replace(['/', ' '], "_")
+        cfg.seed
     ))
 }
 
