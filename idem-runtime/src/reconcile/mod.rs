@@ -507,14 +507,34 @@ impl Reconciler {
         let s = Settlement::new(RecordState::Escalated)
             .message(reason)
             .read_backs(read_backs);
-        self.store()
-            .settle(&record.key, token, s)
-            .await
-            .map_err(|e| {
-                Decision::on(record, Action::Waiting, format!("could not escalate: {e}"))
-            })?;
+        let settled = self.store().settle(&record.key, token, s).await;
         let now = self.now();
-        let escalated = self.store().get(&record.key).await.ok().flatten();
+        let read = self.store().get(&record.key).await;
+        if let Err(e) = settled {
+            // A settle whose reply was lost may still have landed, and an escalated record
+            // is never walked again: unless the sink hears of it now, no person ever does.
+            // Only a record still running under this token (it turns unknown and is walked
+            // again) or settled otherwise shows the escalation did not land or is moot; a
+            // record taken over by someone else (the late-result watcher puts an escalated
+            // record back as it was) or one that cannot be read is delivered: a person may
+            // be told twice, never not at all.
+            let landed = match &read {
+                Err(_) => true,
+                Ok(Some(r)) => {
+                    r.state == RecordState::Escalated
+                        || (r.state == RecordState::Running && r.token != token)
+                }
+                Ok(None) => false,
+            };
+            if !landed {
+                return Err(Decision::on(
+                    record,
+                    Action::Waiting,
+                    format!("could not escalate: {e}"),
+                ));
+            }
+        }
+        let escalated = read.ok().flatten();
         let escalation = Escalation::from_record(escalated.as_ref().unwrap_or(record), reason, now);
         if let Err(e) = self.sink.deliver(&escalation).await {
             tracing::error!(key = %record.key, error = %e, "escalation sink failed; the record stays escalated");

@@ -1,0 +1,249 @@
+//! A store wrapper that injects the store's faults: an error before the operation is
+//! applied, an error after it was applied (the reply is lost), latency spikes, and for
+//! SQLite a close and reopen mid-run. It also freezes with its worker.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem::store::{ClaimOutcome, ClaimRequest, ClaimToken, ListCursor, Settlement};
+use idem::{Clock, IdemKey, IdemStore, Record, RecordState, StoreError};
+
+use crate::faults::Fault;
+use crate::tools::Worker;
+use crate::world::{lock, World};
+
+/// How to open the store again after a simulated close.
+#[derive(Clone, Debug)]
+pub enum Reopen {
+    /// Not a durable store: nothing to reopen.
+    Never,
+    /// A SQLite file, opened with this clock.
+    #[cfg(feature = "sqlite")]
+    Sqlite(std::path::PathBuf, Arc<dyn Clock>),
+}
+
+impl Reopen {
+    /// Opens the store this describes.
+    pub async fn open(&self) -> Result<Option<Arc<dyn IdemStore>>, StoreError> {
+        match self {
+            Reopen::Never => Ok(None),
+            #[cfg(feature = "sqlite")]
+            Reopen::Sqlite(path, clock) => {
+                let store = idem::SqliteStore::builder(path)
+                    .clock(Arc::clone(clock))
+                    .sync(idem::SqliteSync::Normal)
+                    .open()
+                    .await?;
+                Ok(Some(Arc::new(store)))
+            }
+        }
+    }
+}
+
+/// One worker's view of the shared store, with faults.
+#[derive(Debug)]
+pub struct SimStore {
+    world: Arc<World>,
+    worker: Arc<Worker>,
+    inner: Mutex<Arc<dyn IdemStore>>,
+    clock: Arc<dyn Clock>,
+    reopen: Reopen,
+}
+
+enum Fate {
+    Ok,
+    ErrorBefore,
+    ErrorAfter,
+}
+
+fn lost(op: &str) -> StoreError {
+    StoreError::Unavailable(format!("simulated: {op} failed"))
+}
+
+impl SimStore {
+    /// Wraps `inner` for `worker`; `clock` is the worker's (possibly skewed) clock.
+    pub fn new(
+        world: Arc<World>,
+        worker: Arc<Worker>,
+        inner: Arc<dyn IdemStore>,
+        clock: Arc<dyn Clock>,
+        reopen: Reopen,
+    ) -> Self {
+        SimStore {
+            world,
+            worker,
+            inner: Mutex::new(inner),
+            clock,
+            reopen,
+        }
+    }
+
+    fn inner(&self) -> Arc<dyn IdemStore> {
+        Arc::clone(&lock(&self.inner))
+    }
+
+    async fn enter(&self, key: Option<&IdemKey>) -> Fate {
+        let w = &*self.world;
+        let fire = |f: Fault| {
+            if let Some(k) = key {
+                w.fired_on_key(k, f);
+            }
+        };
+        if self.worker.gate().await {
+            fire(Fault::WorkerStall);
+        }
+        if w.roll(Fault::StoreLatency, 0.01) {
+            fire(Fault::StoreLatency);
+            let d = w
+                .rng()
+                .millis(Duration::from_millis(500), Duration::from_secs(6));
+            tokio::time::sleep(d).await;
+        }
+        if !matches!(self.reopen, Reopen::Never) && w.roll(Fault::StoreReopen, 0.003) {
+            fire(Fault::StoreReopen);
+            // Ops already under way finish on the old handle; new ones use the new one.
+            if let Ok(Some(fresh)) = self.reopen.open().await {
+                *lock(&self.inner) = fresh;
+            }
+        }
+        if w.roll(Fault::StoreErrorBefore, 0.02) {
+            fire(Fault::StoreErrorBefore);
+            Fate::ErrorBefore
+        } else if w.roll(Fault::StoreErrorAfter, 0.02) {
+            fire(Fault::StoreErrorAfter);
+            Fate::ErrorAfter
+        } else {
+            Fate::Ok
+        }
+    }
+}
+
+macro_rules! faulty {
+    ($self:ident, $key:expr, $op:literal, $call:expr) => {{
+        match $self.enter($key).await {
+            Fate::ErrorBefore => Err(lost($op)),
+            Fate::ErrorAfter => {
+                let _applied = $call.await;
+                Err(lost(concat!($op, " reply")))
+            }
+            Fate::Ok => $call.await,
+        }
+    }};
+}
+
+#[async_trait::async_trait]
+impl IdemStore for SimStore {
+    fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        if let Some(order) = req
+            .operation
+            .as_ref()
+            .and_then(|op| op.args.get("order"))
+            .and_then(|o| o.as_u64())
+        {
+            self.world.own(&req.key, order as usize);
+        }
+        let inner = self.inner();
+        faulty!(self, Some(&req.key), "claim", inner.claim(req))
+    }
+
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let inner = self.inner();
+        faulty!(self, Some(key), "renew", inner.renew(key, token, lease))
+    }
+
+    async fn settle(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        let inner = self.inner();
+        faulty!(
+            self,
+            Some(key),
+            "settle",
+            inner.settle(key, token, settlement)
+        )
+    }
+
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        let inner = self.inner();
+        faulty!(self, Some(key), "release", inner.release(key, token))
+    }
+
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError> {
+        let inner = self.inner();
+        faulty!(
+            self,
+            Some(key),
+            "reclaim",
+            inner.reclaim(key, expected, lease)
+        )
+    }
+
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+        let inner = self.inner();
+        faulty!(self, Some(key), "get", inner.get(key))
+    }
+
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        let inner = self.inner();
+        faulty!(self, None, "list", inner.list(state, limit))
+    }
+
+    async fn list_after(
+        &self,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let inner = self.inner();
+        faulty!(self, None, "list", inner.list_after(state, after, limit))
+    }
+
+    async fn wait_settled(
+        &self,
+        key: &IdemKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        if self.worker.gate().await {
+            self.world.fired_on_key(key, Fault::WorkerStall);
+        }
+        self.inner().wait_settled(key, timeout).await
+    }
+}
+
+/// A worker's clock: the shared one, off by a fixed skew.
+#[derive(Debug)]
+pub struct SkewedClock {
+    base: Arc<dyn Clock>,
+    skew_ms: i64,
+}
+
+impl SkewedClock {
+    /// `base` shifted by `skew_ms` milliseconds (either way).
+    pub fn new(base: Arc<dyn Clock>, skew_ms: i64) -> Self {
+        SkewedClock { base, skew_ms }
+    }
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> idem::Timestamp {
+        let t = self.base.now().0;
+        idem::Timestamp(t.saturating_add_signed(self.skew_ms))
+    }
+}
