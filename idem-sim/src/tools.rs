@@ -26,11 +26,10 @@ pub struct ChargeArgs {
     pub items: Vec<u64>,
 }
 
-/// What a 503/429 that guarantees nothing ran becomes. The one line to change when the
-/// outcome class "unavailable, not executed" exists: until then the claim is released and
-/// the model told nothing was done, which is what `rejected` does.
+/// What a 503/429 that guarantees nothing ran becomes: "unavailable, not executed", which
+/// the executor asks again within the call's budget and then releases.
 pub fn not_executed_try_later(code: u16) -> ToolError {
-    ToolError::rejected(format!("{code}: not executed, try again later"))
+    ToolError::unavailable(format!("{code}: not executed, try again later"))
 }
 
 /// One worker process: it can freeze (a stop-the-world pause, a suspended VM), and then its
