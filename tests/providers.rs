@@ -13,7 +13,7 @@ use idem::providers::openai::{
 };
 use idem::providers::{call_all, is_error};
 use idem::{
-    tool, toolbox, CallError, DefinitionOptions, Format, ReadCtx, Registry, Scope, ToolCall,
+    toolbox, CallError, DefinitionOptions, Format, ReadCtx, Registry, Scope, ToolCall,
     ToolError, WriteCtx,
 };
 use serde_json::{json, Value};
