@@ -130,6 +130,65 @@ async fn rejected_before_execution() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn unavailable_twice_then_served() {
+    let w = World::new(Keys::Honoured);
+    let retry_after = Duration::from_secs(2);
+    w.payments.script(Misstep::Unavailable(retry_after));
+    w.payments.script(Misstep::Unavailable(retry_after));
+
+    let call = tokio::spawn({
+        let registry = w.registry.clone();
+        async move { registry.call(charge(4900)).await }
+    });
+    // Just before the second Retry-After has passed (the default backoff alone would have
+    // sent twice more by now): two requests turned away, nothing sent again yet.
+    tokio::time::sleep(retry_after * 2 - Duration::from_millis(100)).await;
+    assert_eq!(
+        w.payments.requests(),
+        2,
+        "not sent again before Retry-After"
+    );
+    assert_eq!(w.charges(), 0, "a 503 executes nothing");
+
+    let result = call.await.expect("the call task ends");
+    assert_eq!(w.charges(), 1, "charged once, by the third request");
+    assert_eq!(w.payments.requests(), 3);
+    assert_eq!(result.class(), Some(OutcomeClass::Completed));
+    assert_eq!(result.attempts(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unavailable_past_the_budget_then_a_later_call() {
+    let w = World::new(Keys::Honoured);
+    // Asked to wait 20 s twice: a second pause would end 40 s in, past the 30 s budget.
+    let retry_after = Duration::from_secs(20);
+    w.payments.script(Misstep::Unavailable(retry_after));
+    w.payments.script(Misstep::Unavailable(retry_after));
+
+    let result = w.registry.call(charge(4900)).await;
+    assert_eq!(w.charges(), 0, "nothing was done");
+    assert_eq!(
+        w.payments.requests(),
+        2,
+        "asked again once, within the budget"
+    );
+    assert_eq!(result.class(), Some(OutcomeClass::Unavailable));
+    let key = result.key().expect("a write has a key");
+    assert!(
+        w.store.get(key).await.unwrap().is_none(),
+        "the claim is released, not kept"
+    );
+
+    // The model calls again later: the same intent runs, once.
+    tokio::time::sleep(retry_after).await;
+    let later = w.registry.call(charge(4900).call_id("toolu_2")).await;
+    assert_eq!(w.charges(), 1);
+    assert_eq!(w.payments.requests(), 3);
+    assert_eq!(later.class(), Some(OutcomeClass::Completed));
+    assert!(!later.replayed());
+}
+
+#[tokio::test(start_paused = true)]
 async fn response_lost_after_commit() {
     let w = World::new(Keys::Honoured);
     w.proxy.then(Leg::DropResponse);

@@ -20,6 +20,12 @@ struct Run {
     strategy: String,
     /// The service's ledger for this run: each committed charge's customer and amount.
     ledger: Vec<(String, u64)>,
+    /// When each of those charges committed, in simulated milliseconds since the run began.
+    committed_at_ms: Vec<u64>,
+    /// The ledger's size when each of the agent's turns ended.
+    charges_after_turn: Vec<u64>,
+    /// What the agent was told, turn by turn.
+    report: String,
     reported_completed: bool,
 }
 
@@ -42,6 +48,18 @@ fn parse(line: &str) -> Run {
             )
         })
         .collect();
+    let committed_at_ms = v["ledger"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| c["at_ms"].as_u64().expect("a commit time"))
+        .collect();
+    let charges_after_turn = v["charges_after_turn"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no charges_after_turn in {line}"))
+        .iter()
+        .map(|n| n.as_u64().expect("a count"))
+        .collect();
     // The summary column must agree with the ledger it summarises.
     assert_eq!(
         v["charges"].as_u64(),
@@ -53,6 +71,9 @@ fn parse(line: &str) -> Run {
         fault: text("fault"),
         strategy: text("strategy"),
         ledger,
+        committed_at_ms,
+        charges_after_turn,
+        report: text("report"),
         reported_completed: v["reported_completed"].as_bool().expect("a bool"),
     }
 }
@@ -63,7 +84,7 @@ async fn seed_block_reproduces_7_duplicates_of_16_and_idem_charges_once_everywhe
     let runs: Vec<Run> = out.lines().map(parse).collect();
     assert_eq!(
         runs.len(),
-        4 * 5 + 8 * 5 + 1,
+        4 * 5 + 10 * 5 + 1,
         "every fault x strategy, and the key reuse"
     );
 
@@ -93,8 +114,8 @@ async fn seed_block_reproduces_7_duplicates_of_16_and_idem_charges_once_everywhe
     );
     assert_eq!(
         idem.iter().filter(|r| r.block == "extended").count(),
-        8,
-        "idem runs under each of the 8 extended faults"
+        10,
+        "idem runs under each of the 10 extended faults"
     );
     for r in &idem {
         assert_eq!(
@@ -110,4 +131,77 @@ async fn seed_block_reproduces_7_duplicates_of_16_and_idem_charges_once_everywhe
     let reuse: Vec<&Run> = runs.iter().filter(|r| r.block == "seed-check").collect();
     assert_eq!(reuse.len(), 1);
     assert_eq!(reuse[0].ledger, vec![("acme".to_owned(), 4900)]);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_503_without_execution_never_duplicates_and_idem_waits_out_retry_after() {
+    let out = retry_matrix::render(true).await;
+    let runs: Vec<Run> = out.lines().map(parse).collect();
+    let block = |fault: &str| -> Vec<&Run> { runs.iter().filter(|r| r.fault == fault).collect() };
+
+    // The service turns its first two requests away (503, Retry-After: 2) and executes
+    // nothing for them: no strategy can end with two charges.
+    let brief = block("unavailable-503");
+    assert_eq!(brief.len(), 5, "every strategy runs the block");
+    for r in &brief {
+        assert!(
+            r.ledger.len() <= 1,
+            "{} charged {} times after 503s that executed nothing",
+            r.strategy,
+            r.ledger.len()
+        );
+    }
+    // The loops that retry on any error get through on their third request.
+    for name in ["naive", "verify-then-retry", "new-key-per-attempt"] {
+        let r = brief.iter().find(|r| r.strategy == name).expect("a row");
+        assert_eq!(r.ledger, vec![("acme".to_owned(), 4900)], "{name}");
+    }
+    // idem charges once, and only after waiting out both Retry-Afters (2 s each): its third
+    // attempt goes out at t+4 s, not at t+2 s as the 1 s backoff alone would have it.
+    let idem = brief
+        .iter()
+        .find(|r| r.strategy == "idem")
+        .expect("an idem row");
+    assert_eq!(idem.ledger, vec![("acme".to_owned(), 4900)]);
+    assert_eq!(
+        idem.charges_after_turn,
+        vec![1],
+        "charged within its one turn"
+    );
+    assert!(
+        idem.committed_at_ms[0] >= 4000,
+        "idem sent again before Retry-After: charge committed at {} ms",
+        idem.committed_at_ms[0]
+    );
+
+    // The service stays unavailable for 35 s, past idem's 30 s budget; the model calls again
+    // a minute after its first turn.
+    let outage = block("outage-503");
+    assert_eq!(outage.len(), 5, "every strategy runs the block");
+    for r in &outage {
+        assert_eq!(
+            r.charges_after_turn,
+            vec![0, 1],
+            "{}: nothing charged during the outage, one charge on the later call",
+            r.strategy
+        );
+        assert_eq!(r.ledger, vec![("acme".to_owned(), 4900)], "{}", r.strategy);
+        assert!(
+            r.committed_at_ms[0] >= 35_000,
+            "{}: a charge committed during the outage",
+            r.strategy
+        );
+    }
+    // idem gave up within its budget and said so: nothing was done, try later.
+    let idem = outage
+        .iter()
+        .find(|r| r.strategy == "idem")
+        .expect("an idem row");
+    let first_turn = idem.report.split(" | ").next().unwrap_or_default();
+    assert!(
+        first_turn.starts_with("unavailable, not executed")
+            && first_turn.contains("nothing was done"),
+        "idem's first turn: {first_turn}"
+    );
+    assert!(!idem.reported_completed);
 }

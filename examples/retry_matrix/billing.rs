@@ -43,11 +43,27 @@ pub struct ApiError {
     pub status: u16,
     /// What the service said.
     pub message: String,
+    /// The `Retry-After` header: how long the service asks the client to wait.
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    fn new(status: u16, message: &str) -> Self {
+        ApiError {
+            status,
+            message: message.to_owned(),
+            retry_after: None,
+        }
+    }
 }
 
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.status, self.message)
+        write!(f, "{} {}", self.status, self.message)?;
+        match self.retry_after {
+            Some(wait) => write!(f, " (Retry-After: {})", wait.as_secs()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -137,16 +153,16 @@ impl BillingService {
             let mut ledger = self.ledger();
             match ledger.keys.get(key) {
                 Some(KeyEntry::Executing(p) | KeyEntry::Done(p, _)) if *p != params => {
-                    return Err(ApiError {
-                        status: 400,
-                        message: "idempotency key reused with different parameters".into(),
-                    });
+                    return Err(ApiError::new(
+                        400,
+                        "idempotency key reused with different parameters",
+                    ));
                 }
                 Some(KeyEntry::Executing(_)) => {
-                    return Err(ApiError {
-                        status: 409,
-                        message: "another request with this key is in progress".into(),
-                    });
+                    return Err(ApiError::new(
+                        409,
+                        "another request with this key is in progress",
+                    ));
                 }
                 Some(KeyEntry::Done(_, saved)) => return saved.clone(),
                 None => {
@@ -170,10 +186,7 @@ impl BillingService {
         };
         self.commits.send_modify(|n| *n += 1);
         let response = if fail_after_commit {
-            Err(ApiError {
-                status: 500,
-                message: "internal error".into(),
-            })
+            Err(ApiError::new(500, "internal error"))
         } else {
             Ok(charge)
         };
@@ -221,12 +234,39 @@ pub enum Glitch {
     DropRequest,
     /// The charge commits, then the service answers `500`.
     ServerErrorAfterCommit,
+    /// The service sheds load: the first `requests` requests are answered `503 Service
+    /// Unavailable` with this `Retry-After`, at once and without executing (nothing reaches
+    /// the ledger or the key table); the ones after are served normally.
+    Unavailable {
+        /// How many requests are turned away.
+        requests: u32,
+        /// The `Retry-After` of each `503`.
+        retry_after: Duration,
+    },
+    /// Like [`Glitch::Unavailable`], for every request that arrives within `lasts` of the
+    /// network's creation, however many.
+    Outage {
+        /// How long the service turns requests away.
+        lasts: Duration,
+        /// The `Retry-After` of each `503`.
+        retry_after: Duration,
+    },
 }
 
-/// The network between clients and the service; breaks the first request it carries.
+/// The `503` a load-shedding service answers without executing.
+fn unavailable(retry_after: Duration) -> Response {
+    Err(ApiError {
+        retry_after: Some(retry_after),
+        ..ApiError::new(503, "Service Unavailable")
+    })
+}
+
+/// The network between clients and the service; breaks the first request it carries (the
+/// first few, or every one for a while, when the service is unavailable).
 pub struct Network {
     service: Arc<BillingService>,
     first: Mutex<Option<Glitch>>,
+    started: Instant,
 }
 
 impl Network {
@@ -235,14 +275,37 @@ impl Network {
         Arc::new(Network {
             service,
             first: Mutex::new(glitch),
+            started: Instant::now(),
         })
+    }
+
+    /// The glitch for the request being sent now: taken, unless it lasts beyond one request.
+    fn next_glitch(&self) -> Option<Glitch> {
+        let mut first = self.first.lock().unwrap_or_else(|e| e.into_inner());
+        match *first {
+            Some(
+                now @ Glitch::Unavailable {
+                    requests,
+                    retry_after,
+                },
+            ) if requests > 1 => {
+                *first = Some(Glitch::Unavailable {
+                    requests: requests - 1,
+                    retry_after,
+                });
+                Some(now)
+            }
+            Some(now @ Glitch::Outage { lasts, .. }) if self.started.elapsed() < lasts => Some(now),
+            Some(Glitch::Outage { .. }) => first.take().and(None),
+            _ => first.take(),
+        }
     }
 
     /// Carries `req` to the service. The service works in its own task, so a client that
     /// gives up (or dies) never cancels it. The receiver yields nothing if the response is
     /// lost.
     fn carry(&self, req: ChargeRequest) -> oneshot::Receiver<Response> {
-        let glitch = self.first.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let glitch = self.next_glitch();
         let (tx, rx) = oneshot::channel();
         let service = self.service.clone();
         tokio::spawn(async move {
@@ -264,6 +327,11 @@ impl Network {
                 Some(Glitch::DropRequest) => drop(tx),
                 Some(Glitch::ServerErrorAfterCommit) => {
                     let _ = tx.send(service.execute(&req, EXECUTION, true).await);
+                }
+                Some(
+                    Glitch::Unavailable { retry_after, .. } | Glitch::Outage { retry_after, .. },
+                ) => {
+                    let _ = tx.send(unavailable(retry_after));
                 }
             }
         });

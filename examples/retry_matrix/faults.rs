@@ -34,6 +34,13 @@ pub enum Fault {
     ChangedParams,
     /// The service ignores idempotency keys; the response to the first attempt is lost.
     Unkeyed,
+    /// The service sheds load: its first two requests get `503 Service Unavailable` with
+    /// `Retry-After: 2`, at once and without executing; then it serves normally.
+    Unavailable503,
+    /// The service answers `503` with `Retry-After: 20` to every request for 35 s, longer
+    /// than idem's retry budget (`strategies::BUDGET`, 30 s); the model calls again a minute after its first turn
+    /// ended.
+    Outage503,
 }
 
 /// How long after a late-commit request its charge lands.
@@ -41,6 +48,14 @@ const LATE_COMMIT: Duration = Duration::from_secs(90);
 /// Bounds of the late-tail delay.
 const LATE_TAIL_MIN_SECS: u64 = 40;
 const LATE_TAIL_MAX_SECS: u64 = 2 * 3600;
+/// How many requests the `unavailable-503` service turns away, and its `Retry-After`.
+const UNAVAILABLE_REQUESTS: u32 = 2;
+const UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(2);
+/// How long the `outage-503` service turns every request away, and its `Retry-After`.
+const OUTAGE: Duration = Duration::from_secs(35);
+const OUTAGE_RETRY_AFTER: Duration = Duration::from_secs(20);
+/// How long after its first turn the model calls again in the `outage-503` block.
+const OUTAGE_LATER_CALL: Duration = Duration::from_secs(60);
 /// The seed of the late-tail delays.
 const SEED: u64 = 42;
 
@@ -55,7 +70,7 @@ impl Fault {
     ];
 
     /// The faults beyond the seed.
-    pub const EXTENDED: [Fault; 8] = [
+    pub const EXTENDED: [Fault; 10] = [
         Fault::TimeoutPre,
         Fault::Http500Post,
         Fault::LateTail,
@@ -64,6 +79,8 @@ impl Fault {
         Fault::Crash,
         Fault::ChangedParams,
         Fault::Unkeyed,
+        Fault::Unavailable503,
+        Fault::Outage503,
     ];
 
     /// The name printed in the table.
@@ -81,6 +98,8 @@ impl Fault {
             Fault::Crash => "crash",
             Fault::ChangedParams => "changed-params",
             Fault::Unkeyed => "unkeyed",
+            Fault::Unavailable503 => "unavailable-503",
+            Fault::Outage503 => "outage-503",
         }
     }
 
@@ -97,7 +116,30 @@ impl Fault {
             Fault::TimeoutPre => Some(Glitch::DropRequest),
             Fault::Http500Post => Some(Glitch::ServerErrorAfterCommit),
             Fault::LateTail => Some(Glitch::SlowCommit(late_tail(strategy))),
+            Fault::Unavailable503 => Some(Glitch::Unavailable {
+                requests: UNAVAILABLE_REQUESTS,
+                retry_after: UNAVAILABLE_RETRY_AFTER,
+            }),
+            Fault::Outage503 => Some(Glitch::Outage {
+                lasts: OUTAGE,
+                retry_after: OUTAGE_RETRY_AFTER,
+            }),
         }
+    }
+
+    /// When the model calls again (with a new `tool_use_id`) after its first turn ended,
+    /// in the blocks where it does so because it was told to try later.
+    pub fn later_call(self) -> Option<Duration> {
+        match self {
+            Fault::Outage503 => Some(OUTAGE_LATER_CALL),
+            _ => None,
+        }
+    }
+
+    /// Whether the table shows, after each turn, the simulated time and the ledger's size
+    /// (the blocks where waiting is the point).
+    pub fn stamps_turns(self) -> bool {
+        matches!(self, Fault::Unavailable503 | Fault::Outage503)
     }
 
     /// Whether the service honours idempotency keys in this block.

@@ -14,8 +14,12 @@
 //! duplicates, every one of them reported "completed" to the agent. The fifth row, `idem`,
 //! is the charge tool (`#[tool(write, downstream = "keyed")]`) called through a `Registry`:
 //! the key comes from `WriteCtx` and goes to the service, and every run ends in exactly one
-//! charge. The extended block adds eight
-//! more faults, all five strategies each.
+//! charge. The extended block adds ten
+//! more faults, all five strategies each; the last two are a service that sheds load with
+//! `503 Service Unavailable` and a `Retry-After`, without executing: briefly
+//! (`unavailable-503`, idem waits it out and charges once) and past idem's retry budget
+//! (`outage-503`, idem says "unavailable, not executed … nothing was done" and charges once
+//! when the model calls again a minute later).
 //!
 //! Everything runs on tokio's paused clock, so the 30 s timeouts and the 2 h tails cost no
 //! real time, and the output is the same on every run.
@@ -75,6 +79,9 @@ struct Run {
     ledger: Vec<Charge>,
     /// What the agent was told, turn by turn.
     told: Vec<Told>,
+    /// How many charges the ledger held when each turn ended (for the two concurrent
+    /// turns, when both had).
+    charges_after_turn: Vec<usize>,
     /// idem only: what one reconciliation pass decided once everything had landed, and what
     /// the model was told when it asked again.
     reconciled: Option<String>,
@@ -122,6 +129,7 @@ struct RunJson<'a> {
     verdict: &'a str,
     report: String,
     reported_completed: bool,
+    charges_after_turn: &'a [usize],
     ledger: &'a [Charge],
 }
 
@@ -135,6 +143,7 @@ impl<'a> From<&'a Run> for RunJson<'a> {
             verdict: run.verdict(),
             report: run.report(),
             reported_completed: run.reported_completed(),
+            charges_after_turn: &run.charges_after_turn,
             ledger: &run.ledger,
         }
     }
@@ -200,16 +209,18 @@ pub(crate) async fn render(json: bool) -> String {
 /// Runs `strategy` under `fault` in a fresh world and counts the ledger.
 async fn run(block: Block, fault: Fault, strategy: Strategy) -> Run {
     let world = World::new(fault.contract(), fault.glitch(strategy));
+    let mut turns = Turns::new(&world, fault.stamps_turns());
     let first = Turn::first();
-    let told = match fault {
+    match fault {
         Fault::Concurrent => {
             let (a, b) = tokio::join!(strategy.run(&world, &first), strategy.run(&world, &first));
-            vec![a, b]
+            turns.ended(a);
+            turns.ended(b);
         }
-        Fault::Reissue => vec![
-            strategy.run(&world, &first).await,
-            strategy.run(&world, &first.reissued()).await,
-        ],
+        Fault::Reissue => {
+            turns.ended(strategy.run(&world, &first).await);
+            turns.ended(strategy.run(&world, &first.reissued()).await);
+        }
         Fault::Crash => {
             let worker = {
                 let (world, turn) = (world.clone(), first.clone());
@@ -220,23 +231,35 @@ async fn run(block: Block, fault: Fault, strategy: Strategy) -> Run {
             world.service.first_commit().await;
             worker.abort();
             let _ = worker.await;
+            turns.ended(Told::crashed());
             tokio::time::sleep(RESTART_AFTER).await;
-            vec![Told::crashed(), strategy.run(&world, &first).await]
+            turns.ended(strategy.run(&world, &first).await);
         }
         // idem's retries are its executor's, with the arguments of the call; a changed amount
         // can only arrive as a new call (the model's next turn) under the same intent.
-        Fault::ChangedParams if strategy == Strategy::Idem => vec![
-            strategy.run(&world, &first).await,
-            strategy
-                .run(&world, &first.reissued().with_amounts([CHANGED_AMOUNT; 3]))
-                .await,
-        ],
+        Fault::ChangedParams if strategy == Strategy::Idem => {
+            turns.ended(strategy.run(&world, &first).await);
+            let changed = first.reissued().with_amounts([CHANGED_AMOUNT; 3]);
+            turns.ended(strategy.run(&world, &changed).await);
+        }
         Fault::ChangedParams => {
             let turn = first.with_amounts([AMOUNT, CHANGED_AMOUNT, CHANGED_AMOUNT]);
-            vec![strategy.run(&world, &turn).await]
+            turns.ended(strategy.run(&world, &turn).await);
         }
-        _ => vec![strategy.run(&world, &first).await],
-    };
+        _ => {
+            turns.ended(strategy.run(&world, &first).await);
+            // Told to try later (or that it failed), the model calls again in a later turn.
+            if let Some(later) = fault.later_call() {
+                tokio::time::sleep(later).await;
+                turns.ended(strategy.run(&world, &first.reissued()).await);
+            }
+        }
+    }
+    let Turns {
+        told,
+        charges_after_turn,
+        ..
+    } = turns;
     tokio::time::sleep(fault.settle_time()).await;
     let reconciled = match strategy {
         Strategy::Idem => world.reconcile().await,
@@ -249,7 +272,41 @@ async fn run(block: Block, fault: Fault, strategy: Strategy) -> Run {
         // Counted after the reconciler too: settling must not charge again.
         ledger: world.service.ledger_snapshot(),
         told,
+        charges_after_turn,
         reconciled,
+    }
+}
+
+/// The turns of one run as they end: what the agent was told, and the ledger's size then.
+struct Turns<'w> {
+    world: &'w World,
+    began: tokio::time::Instant,
+    /// Append the simulated time and the ledger's size to each turn's text.
+    stamp: bool,
+    told: Vec<Told>,
+    charges_after_turn: Vec<usize>,
+}
+
+impl<'w> Turns<'w> {
+    fn new(world: &'w World, stamp: bool) -> Self {
+        Turns {
+            world,
+            began: tokio::time::Instant::now(),
+            stamp,
+            told: Vec::new(),
+            charges_after_turn: Vec::new(),
+        }
+    }
+
+    /// A turn ended with the agent told `told`.
+    fn ended(&mut self, mut told: Told) {
+        let charges = self.world.service.ledger_snapshot().len();
+        if self.stamp {
+            let at = self.began.elapsed().as_secs_f64();
+            told.text = format!("{} [t+{at:.1}s, charges={charges}]", told.text);
+        }
+        self.told.push(told);
+        self.charges_after_turn.push(charges);
     }
 }
 
@@ -264,7 +321,9 @@ async fn key_reuse_check() -> Run {
         })
     };
     let first = send(AMOUNT).await;
+    let after_first = world.service.ledger_snapshot().len();
     let reused = send(CHANGED_AMOUNT).await;
+    let after_reuse = world.service.ledger_snapshot().len();
     let told = |r: Result<Charge, ClientError>| match r {
         Ok(c) => Told::new(Belief::Completed, format!("completed {}", c.id)),
         Err(ClientError::Api(e)) if e.status == 400 => {
@@ -278,6 +337,7 @@ async fn key_reuse_check() -> Run {
         strategy: Strategy::PinnedKey,
         ledger: world.service.ledger_snapshot(),
         told: vec![told(first), told(reused)],
+        charges_after_turn: vec![after_first, after_reuse],
         reconciled: None,
     }
 }

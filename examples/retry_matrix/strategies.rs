@@ -28,6 +28,9 @@ pub const RUN_ID: &str = "run-1";
 pub const ATTEMPTS: u32 = 3;
 /// Pause between attempts.
 pub const PAUSE: Duration = Duration::from_secs(1);
+/// How long idem's executor may spend asking an unavailable service again (503: nothing
+/// ran), pauses included; the hand-rolled loops have only [`ATTEMPTS`] and [`PAUSE`].
+pub const BUDGET: Duration = Duration::from_secs(30);
 
 /// A client strategy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,7 +195,8 @@ impl World {
                     .max_attempts(ATTEMPTS)
                     .initial_backoff(PAUSE)
                     .max_backoff(PAUSE)
-                    .jitter(0.0),
+                    .jitter(0.0)
+                    .budget(BUDGET),
             );
         // The tool declares the service's key contract truthfully.
         let builder = match contract {
@@ -295,7 +299,16 @@ async fn charge_with_key(
         idempotency_key: Some(ctx.key().as_str().to_owned()),
     };
     client.create_charge(req).await.map_err(|e| match e {
-        // Silence, a 5xx, or "the first request with this key is still running": the
+        // A 503 or 429 is load shedding: the service turned the request away before it
+        // executed anything, so asking again (after its Retry-After) is harmless.
+        ClientError::Api(ref api) if api.status == 503 || api.status == 429 => {
+            let said = format!("{} {}", api.status, api.message);
+            match api.retry_after {
+                Some(wait) => ToolError::unavailable_for(said, wait),
+                None => ToolError::unavailable(said),
+            }
+        }
+        // Silence, another 5xx, or "the first request with this key is still running": the
         // charge may have happened. Only a 4xx that says "not executed" is a rejection.
         ClientError::Timeout => ToolError::unknown(&e),
         ClientError::Api(ref api) if api.status == 409 || api.status >= 500 => {
@@ -340,6 +353,11 @@ async fn idem_call(world: &World, turn: &Turn) -> Told {
         }
         Ok(Outcome::Rejected { message }) => {
             Told::new(Belief::Failed, format!("rejected: {message}"))
+        }
+        // What the model reads: "unavailable, not executed (…); nothing was done. You may
+        // call again in 20s or later."
+        Ok(Outcome::Unavailable { .. }) => {
+            Told::new(Belief::Failed, format!("{}{attempts}", result.text()))
         }
         Ok(other) => Told::new(Belief::Failed, format!("{other:?}")),
         Err(CallError::ChangedParams { .. }) => {

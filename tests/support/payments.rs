@@ -113,6 +113,8 @@ pub struct ApiError {
     pub kind: &'static str,
     /// What the service said.
     pub message: String,
+    /// The `Retry-After` header, when the service sent one.
+    pub retry_after: Option<Duration>,
 }
 
 impl ApiError {
@@ -121,6 +123,7 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
+            retry_after: None,
         }
     }
 }
@@ -144,6 +147,9 @@ pub enum Misstep {
     ErrorAfterCommit,
     /// Execute, taking this long instead of [`EXECUTION`].
     Slow(Duration),
+    /// Shed load before executing anything: `503 Service Unavailable` with this
+    /// `Retry-After`. Nothing is saved under the key: a retry executes.
+    Unavailable(Duration),
 }
 
 /// Does the service honour the `Idempotency-Key` header?
@@ -265,6 +271,17 @@ impl Payments {
                 }
             }
             let misstep = state.missteps.pop_front();
+            if let Some(Misstep::Unavailable(retry_after)) = misstep {
+                // Like a rate limit: turned away before execution, nothing saved.
+                return Err(ApiError {
+                    retry_after: Some(retry_after),
+                    ..ApiError::new(
+                        503,
+                        "api_error",
+                        "Service Unavailable; nothing was executed.",
+                    )
+                });
+            }
             if misstep == Some(Misstep::RejectBeforeExecution) {
                 // Validation failures and rate limits are not saved: execution never began.
                 return Err(ApiError::new(

@@ -11,9 +11,17 @@ use super::payments::{ApiError, Charge, Object, Proxy, Refund, RefundStatus, Req
 pub const TOOL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What an error response means for the outcome: only a refusal that provably executed
-/// nothing is "rejected"; a conflict with a running request or a server error may hide an
-/// effect, so it is "unknown".
+/// nothing is "rejected"; a `503` with a `Retry-After` is the service shedding load before it
+/// executed anything, so "unavailable" (ask again later); a conflict with a running request
+/// or another server error may hide an effect, so it is "unknown".
 pub fn classify(e: ApiError) -> ToolError {
+    match (e.status, e.retry_after) {
+        (503, Some(wait)) => ToolError::unavailable_for(e, wait),
+        _ => classify_status(e),
+    }
+}
+
+fn classify_status(e: ApiError) -> ToolError {
     match e.status {
         409 | 500..=599 => ToolError::unknown(e),
         _ => ToolError::rejected(e),
