@@ -12,7 +12,7 @@ mod scripted;
 use std::sync::{Arc, Mutex};
 
 use idem::rig::AgentRunnerExt;
-use idem::{tool, toolbox, Registry, Scope, ToolError, WriteCtx};
+use idem::{toolbox, Registry, Scope, ToolError, WriteCtx};
 use rig_agent::AgentBuilder;
 use scripted::{text_reply, tool_call_reply, ScriptedHttp};
 use serde_json::json;

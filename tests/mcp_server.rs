@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::mcp::McpServer;
-use idem::{tool, toolbox, ReadCtx, Registry, ToolError, WriteCtx};
+use idem::{toolbox, ReadCtx, Registry, ToolError, WriteCtx};
 use serde_json::{json, Value};
 use support_mcp::{is_error, outcome, result, LineClient};
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
