@@ -666,9 +666,8 @@ fn canonical_text_matches_serde_json() {
 /// (`CanonicalJson::value` falls back to it) and no longer decodes, so a person or the
 /// reconciler sees `null` arguments and the reconciler escalates instead of retrying. Either
 /// fix passes: refuse such arguments before anything runs (a depth limit under 127), or keep
-/// them readable.
+/// them readable. Fixed by the registry's depth limit (`MAX_ARGS_DEPTH`).
 #[test]
-#[ignore = "KNOWN: arguments nested 127+ levels run, but their saved operation reads back as null"]
 fn deeply_nested_arguments_are_refused_or_saved_intact() {
     let rt = runtime();
     for depth in [126usize, 127, 150, 200] {
