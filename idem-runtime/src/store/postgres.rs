@@ -750,7 +750,18 @@ impl PostgresStore {
     ) -> Result<bool, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let Some(row) = tx.query_opt(statement, params).await.map_err(pg_err)? else {
+        let found = match tx.query_opt(statement, params).await {
+            Ok(found) => found,
+            // A data exception (SQLSTATE class 22): the row's JSON columns do not parse, so
+            // the statement's evidence-cap check failed on them. Nothing was written; the
+            // locked path decodes the row and reports it `Corrupt`.
+            Err(e) if e.code().is_some_and(|c| c.code().starts_with("22")) => {
+                tx.rollback().await.map_err(pg_err)?;
+                return Ok(false);
+            }
+            Err(e) => return Err(pg_err(e)),
+        };
+        let Some(row) = found else {
             tx.rollback().await.map_err(pg_err)?;
             return Ok(false);
         };
