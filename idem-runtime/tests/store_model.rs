@@ -389,9 +389,18 @@ impl Model {
                 let settled = r.updated_exact();
                 if settled + tombstones <= now {
                     self.records.remove(&key);
-                } else if settled + results <= now {
+                } else if settled + results <= now && !r.result_expired {
+                    // Only the tombstone stays: key, fingerprint, state, times and the
+                    // attempts' numbers, times, kinds and classes. Arguments, outputs and
+                    // every message go with the result.
                     r.result_expired = true;
                     r.payload = None;
+                    r.message = Message::Exact(None);
+                    r.operation = None;
+                    for attempt in &mut r.attempts {
+                        attempt.message = None;
+                    }
+                    r.read_backs.clear();
                 }
             }
             RecordState::Pending | RecordState::Unknown | RecordState::Escalated => {}
