@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use crate::identity::IdemKey;
 use crate::store::{ClaimToken, IdemStore};
-use crate::tool::ToolError;
+use crate::tool::erased::RawArgs;
+use crate::tool::{DynTool, ToolError};
 
 /// How an attempt ended, as the executor saw it.
 pub(crate) enum AttemptEnd {
@@ -103,5 +104,22 @@ pub(crate) async fn run(
                 }
             }
         }
+    }
+}
+
+/// The typed arguments for the next attempt: the ones decoded for the call the first time,
+/// decoded again after that (deserialization is deterministic, and `Args` need not be
+/// `Clone`). A failure means a custom `Deserialize` disagrees with itself; the attempt
+/// cannot run, and what came before stays unknown.
+pub(crate) fn args_for(
+    tool: &DynTool,
+    args: RawArgs<'_>,
+    first: &mut Option<Box<dyn std::any::Any + Send>>,
+) -> Result<Box<dyn std::any::Any + Send>, ToolError> {
+    match first.take() {
+        Some(typed) => Ok(typed),
+        None => tool.decode(args).map(|d| d.typed).map_err(|e| {
+            ToolError::unknown(format!("arguments no longer decode for a retry: {e:?}"))
+        }),
     }
 }

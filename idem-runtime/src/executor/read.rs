@@ -23,22 +23,16 @@ impl Executor {
         let began = tokio::time::Instant::now();
         let mut attempt = 1;
         loop {
-            let args_for_attempt = match typed.take() {
-                Some(t) => t,
-                None => match tool.decode(args) {
-                    Ok(d) => d.typed,
-                    Err(e) => {
-                        let result = Err(ToolError::unknown(format!(
-                            "arguments no longer decode for a retry: {e:?}"
-                        )));
-                        return Executed {
-                            key: None,
-                            result: Ok(outcome_of(result)),
-                            replayed: false,
-                            attempts: attempt - 1,
-                        };
-                    }
-                },
+            let args_for_attempt = match attempt::args_for(tool, args, &mut typed) {
+                Ok(t) => t,
+                Err(e) => {
+                    return Executed {
+                        key: None,
+                        result: Ok(outcome_of(Err(e))),
+                        replayed: false,
+                        attempts: attempt - 1,
+                    };
+                }
             };
             let deadline = attempt::deadline_after(spec.timeout_duration());
             let ctx = ReadCtx::new(

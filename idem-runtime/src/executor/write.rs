@@ -174,21 +174,10 @@ impl Executor {
         let began = tokio::time::Instant::now();
         let mut attempt = 1;
         loop {
-            let args_for_attempt = match typed.take() {
-                Some(t) => t,
-                // Attempts after the first decode again: deserialization is deterministic,
-                // and `Args` need not be `Clone`.
-                None => match tool.decode(args) {
-                    Ok(d) => d.typed,
-                    Err(e) => {
-                        // Decoded a moment ago; a custom `Deserialize` disagrees with itself.
-                        // The earlier attempt stays unknown: that must not become "rejected".
-                        let result = Err(ToolError::unknown(format!(
-                            "arguments no longer decode for a retry: {e:?}"
-                        )));
-                        return self.settle(key, token, result, evidence, attempt - 1).await;
-                    }
-                },
+            let args_for_attempt = match attempt::args_for(tool, args, &mut typed) {
+                Ok(t) => t,
+                // The earlier attempt stays unknown: that must not become "rejected".
+                Err(e) => return self.settle(key, token, Err(e), evidence, attempt - 1).await,
             };
             let started_at = self.clock.now();
             let deadline = attempt::deadline_after(spec.timeout_duration());
