@@ -36,7 +36,7 @@ pub use call::{CallError, ToolCall, ToolResult};
 pub use definitions::{DefinitionOptions, Format};
 pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink, Redactor};
 pub use executor::RetryPolicy;
-pub use identity::{Fingerprint, IdemKey, Scope};
+pub use identity::{Fingerprint, IdemKey, KeyFormat, KeyMigration, Scope};
 pub use outcome::{Outcome, OutcomeClass};
 pub use reconcile::{Action, Decision, Reconciler, Resolution};
 pub use registry::{

@@ -256,6 +256,8 @@ async fn pending_is_saved_and_not_sent_again() {
         matches!(again.outcome(), Some(Outcome::Pending { downstream_ref, .. }) if downstream_ref == "re_pending_1")
     );
     assert!(again.text().contains("not sent again"));
+    // Not a success the model may build on: every integration reports it as an error.
+    assert!(first.is_error() && again.is_error());
     assert_eq!((ledger.effects(), ledger.requests()), (1, 1));
     assert_eq!(record_of(&s, &first).await.state, RecordState::Pending);
 }

@@ -24,7 +24,7 @@ pub mod anthropic;
 #[cfg(feature = "openai")]
 pub mod openai;
 
-use idem_runtime::{Outcome, OutcomeClass, Registry, Scope, ToolCall, ToolResult};
+use idem_runtime::{Registry, Scope, ToolCall, ToolResult};
 
 /// Runs `calls` concurrently through [`Registry::call`] and returns their results in the
 /// order of `calls` — the order the model issued them in, which is the order the providers
@@ -36,21 +36,10 @@ pub async fn call_all(registry: &Registry, calls: Vec<ToolCall>) -> Vec<ToolResu
     futures_util::future::join_all(calls.into_iter().map(|call| registry.call(call))).await
 }
 
-/// Whether the model should be told the call is an error: everything that is not a completed
-/// call, fresh or replayed. An unknown, pending or escalated call is not a success the model
-/// may build on, and a refusal (changed parameters, malformed arguments) executed nothing.
-/// A completed call whose saved result has expired ("already done; result no longer kept")
-/// is still a completion.
+/// Whether the model should be told the call is an error: [`ToolResult::is_error`], the one
+/// rule every integration shares (everything but a completed call, fresh or replayed).
 pub fn is_error(result: &ToolResult) -> bool {
-    !matches!(
-        result.outcome(),
-        Some(
-            Outcome::Completed { .. }
-                | Outcome::ResultExpired {
-                    was: OutcomeClass::Completed
-                }
-        )
-    )
+    result.is_error()
 }
 
 /// A call whose arguments are the model's JSON text, decoded by the registry straight from

@@ -194,14 +194,18 @@ impl ToolResult {
         }
     }
 
-    /// True when the model should see this as an error (`is_error` in Anthropic's API).
-    /// An expired result counts as what it was: a tombstone of a failure is still an error.
+    /// True when the model should see this as an error (`is_error` in Anthropic's API,
+    /// `isError` in MCP): everything but a completed call, fresh or replayed.
+    ///
+    /// Pending, unknown and escalated calls are errors too: none is a success the model may
+    /// build on, and the text says what state the call is in. A refusal executed nothing.
+    /// An expired result counts as what it was: the tombstone of a completion is not an
+    /// error, that of a failure is. Every integration (MCP, the providers, rig) uses this.
     pub fn is_error(&self) -> bool {
         !matches!(
             self.outcome(),
             Some(
                 Outcome::Completed { .. }
-                    | Outcome::Pending { .. }
                     | Outcome::ResultExpired {
                         was: OutcomeClass::Completed
                     }

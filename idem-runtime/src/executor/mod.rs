@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use crate::call::CallError;
 use crate::escalation::{EscalationSink, NoticeGate};
-use crate::identity::IdemKey;
+use crate::identity::{IdemKey, KeyMigration};
 use crate::outcome::Outcome;
 use crate::store::{Clock, IdemStore};
 
@@ -38,6 +38,8 @@ pub(crate) struct Executor {
     pub(crate) sink: Arc<dyn EscalationSink>,
     /// Coalesces "same key, changed parameters" notices per key.
     pub(crate) notices: Arc<NoticeGate>,
+    /// Which key format claims go under, and which other format's claims count too.
+    pub(crate) key_migration: KeyMigration,
 }
 
 /// The executor's account of a call, before it becomes a `ToolResult`.

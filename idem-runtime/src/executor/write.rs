@@ -11,11 +11,11 @@ use super::late::LateAttempt;
 use super::{evidence, Executed, Executor};
 use crate::call::{CallError, ToolCall};
 use crate::escalation::Escalation;
-use crate::identity::{CanonicalJson, IdemKey, KeyMaterial, Scope};
+use crate::identity::{CanonicalJson, IdemKey, KeyFormat, KeyMaterial, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
 use crate::store::{
-    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Operation, RecordState,
-    StoreError, Timestamp,
+    rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Operation, Record,
+    RecordState, StoreError, Timestamp,
 };
 use crate::tool::erased::{Ctx, Decoded, RawArgs};
 use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
@@ -54,16 +54,41 @@ impl Executor {
                 },
             );
         };
-        let material = match (&call.intent, &identity.key_fields) {
-            (Some(intent), _) => KeyMaterial::Intent(intent),
-            (None, Some(fields)) => KeyMaterial::Fields(fields),
-            (None, None) => KeyMaterial::ArgsFingerprint(&identity.fingerprint),
+        let claim_format = self.key_migration.claim_format();
+        let canonical = &identity.canonical;
+        let derive = |format: KeyFormat| {
+            let material = match (&call.intent, &identity.key_fields) {
+                (Some(intent), _) => KeyMaterial::Intent(intent),
+                (None, Some(fields)) => KeyMaterial::Fields(fields),
+                (None, None) if format == KeyFormat::V2 => {
+                    KeyMaterial::ArgsFingerprint(&identity.fingerprint)
+                }
+                (None, None) => KeyMaterial::Args(canonical),
+            };
+            let key = format.key(&call.scope, spec.name(), material)?;
+            let fingerprint = if format == KeyFormat::CURRENT {
+                identity.fingerprint
+            } else {
+                format.fingerprint(canonical)
+            };
+            Some((key, fingerprint))
         };
-        let key = IdemKey::derive(&call.scope, spec.name(), material);
+        let Some((key, fingerprint)) = derive(claim_format) else {
+            // Not reachable with the formats of this build (each derives from the canonical
+            // arguments); refused rather than trusted to stay so.
+            return Executed::refused(
+                None,
+                CallError::InvalidCall {
+                    message: format!("key format {claim_format} cannot derive this call's key"),
+                },
+            );
+        };
+        // The same operation as another key format names it: a claim found there counts.
+        let honoured = self.key_migration.honoured_format().and_then(derive);
         tracing::Span::current().record("key", key.as_str());
         let req = ClaimRequest {
             key: key.clone(),
-            fingerprint: identity.fingerprint,
+            fingerprint,
             tool: spec.name().to_owned(),
             lease: spec.lease_duration(),
             operation: Some(Operation {
@@ -73,62 +98,16 @@ impl Executor {
                 args: CanonicalJson::from_canonical_bytes(identity.canonical),
             }),
         };
-
-        let mut waited = false;
-        let token = loop {
-            let claimed = match self.store().claim(&req).await {
-                Ok(c) => c,
-                Err(e) => return Executed::refused(Some(key), CallError::Store(e)),
-            };
-            match claimed {
-                ClaimOutcome::Claimed(token) => break token,
-                ClaimOutcome::Mismatch(record) => {
-                    tracing::warn!(key = %key, tool = spec.name(), state = %record.state,
-                        "same key, changed parameters: refused");
-                    // A person should know: either the caller reuses an intent id for another
-                    // action, or the model changed its mind about an action already sent.
-                    // Once per key per window: a model looping on the refusal must not flood
-                    // the sink.
-                    let now = self.clock.now();
-                    if let Some(held_back) = self.notices.admit(&key, now) {
-                        let mut reason = "same key, changed parameters: a repeat with other arguments was refused".to_owned();
-                        if held_back > 0 {
-                            reason.push_str(&format!(
-                                " ({held_back} more refused since the last notice)"
-                            ));
-                        }
-                        let mut notice = Escalation::from_record(&record, reason, now);
-                        notice.refused_args =
-                            req.operation.as_ref().map(|op| op.args.value().clone());
-                        if let Err(e) = self.sink.deliver(&notice).await {
-                            tracing::error!(key = %key, error = %e, "escalation sink failed");
-                        }
-                    }
-                    return Executed::refused(
-                        Some(key),
-                        CallError::ChangedParams { key: record.key },
-                    );
-                }
-                ClaimOutcome::Existing(record) if record.state == RecordState::Running => {
-                    if waited {
-                        return Executed::refused(Some(key.clone()), CallError::InFlight { key });
-                    }
-                    waited = true;
-                    if let Err(e) = self.store().wait_settled(&key, self.in_flight_wait).await {
-                        return Executed::refused(Some(key), CallError::Store(e));
-                    }
-                    // Claim again: the record may now be settled (replay), released (ours to
-                    // run), or still running (in flight).
-                }
-                ClaimOutcome::Existing(record) => {
-                    return Executed {
-                        key: Some(key),
-                        result: Ok(replay(record)),
-                        replayed: true,
-                        attempts: 0,
-                    };
-                }
-            }
+        let honoured = honoured.map(|(key, fingerprint)| ClaimRequest {
+            key,
+            fingerprint,
+            tool: req.tool.clone(),
+            lease: req.lease,
+            operation: None,
+        });
+        let token = match self.claim(spec.name(), &req, honoured.as_ref()).await {
+            Ok(token) => token,
+            Err(done) => return done,
         };
         let run = ClaimedRun {
             scope: &call.scope,
@@ -142,6 +121,148 @@ impl Executor {
         // Boxed: the running path's state (attempt, timers, lease renewal) is large, and
         // keeping it out of the call future keeps replays, the common repeat, from moving it.
         Box::pin(self.run_claimed(tool, run, typed)).await
+    }
+
+    /// Claims `req`'s key, or answers the call from the record that already claims it.
+    ///
+    /// `honoured` is the same operation under another key format during a migration: a
+    /// record found under it is this operation's claim. It is looked up before the claim and
+    /// again after a won claim, since a worker claiming under that format may have slipped in
+    /// between; the claim just won is then released (nothing ran under it) and the other
+    /// record answers. Two workers that each find the other's claim both stand back, so the
+    /// race can cost an "in flight" answer but never a second execution.
+    async fn claim(
+        &self,
+        tool: &str,
+        req: &ClaimRequest,
+        honoured: Option<&ClaimRequest>,
+    ) -> Result<ClaimToken, Executed> {
+        let refused = |key: &IdemKey, e: StoreError| {
+            Executed::refused(Some(key.clone()), CallError::Store(e))
+        };
+        let mut waited = false;
+        loop {
+            let found = match honoured {
+                Some(other) => self.find(other).await.map_err(|e| refused(&other.key, e))?,
+                None => None,
+            };
+            let (outcome, under) = match found {
+                Some(outcome) => outcome,
+                None => match self
+                    .store()
+                    .claim(req)
+                    .await
+                    .map_err(|e| refused(&req.key, e))?
+                {
+                    ClaimOutcome::Claimed(token) => {
+                        let Some(other) = honoured else {
+                            return Ok(token);
+                        };
+                        let found = match self.find(other).await {
+                            Ok(found) => found,
+                            Err(e) => {
+                                self.stand_back(req, token).await;
+                                return Err(refused(&other.key, e));
+                            }
+                        };
+                        match found {
+                            None => return Ok(token),
+                            Some(outcome) => {
+                                self.stand_back(req, token).await;
+                                outcome
+                            }
+                        }
+                    }
+                    outcome => (outcome, req),
+                },
+            };
+            let key = &under.key;
+            match outcome {
+                ClaimOutcome::Claimed(_) => unreachable!("`find` never claims"),
+                ClaimOutcome::Mismatch(record) => {
+                    self.refuse_changed_params(tool, key, &record, req.operation.as_ref())
+                        .await;
+                    return Err(Executed::refused(
+                        Some(key.clone()),
+                        CallError::ChangedParams { key: record.key },
+                    ));
+                }
+                ClaimOutcome::Existing(record) if record.state == RecordState::Running => {
+                    if waited {
+                        return Err(Executed::refused(
+                            Some(key.clone()),
+                            CallError::InFlight { key: key.clone() },
+                        ));
+                    }
+                    waited = true;
+                    if let Err(e) = self.store().wait_settled(key, self.in_flight_wait).await {
+                        return Err(refused(key, e));
+                    }
+                    // Look again: the record may now be settled (replay), released (ours to
+                    // run), or still running (in flight).
+                }
+                ClaimOutcome::Existing(record) => {
+                    return Err(Executed {
+                        key: Some(key.clone()),
+                        result: Ok(replay(record)),
+                        replayed: true,
+                        attempts: 0,
+                    });
+                }
+            }
+        }
+    }
+
+    /// What claiming `req` would find, without claiming: the record under its key judged
+    /// by the claim rules (same operation, or same key with changed parameters).
+    async fn find<'r>(
+        &self,
+        req: &'r ClaimRequest,
+    ) -> Result<Option<(ClaimOutcome, &'r ClaimRequest)>, StoreError> {
+        let record = self.store().get(&req.key).await?;
+        Ok(rules::claim_against(record.as_ref(), req).map(|outcome| (outcome, req)))
+    }
+
+    /// Gives up a claim won under one key format because the operation is claimed under
+    /// the other: nothing ran under it.
+    async fn stand_back(&self, req: &ClaimRequest, token: ClaimToken) {
+        if let Err(e) = self.store().release(&req.key, token).await {
+            // The claim stays running until its lease lapses, then reads unknown: a person
+            // sees it, and nothing runs twice.
+            tracing::error!(key = %req.key, error = %e,
+                "could not release a claim shadowed by another key format's claim");
+        }
+    }
+
+    /// Tells a person (once per key per window) that a repeat changed its parameters.
+    async fn refuse_changed_params(
+        &self,
+        tool: &str,
+        key: &IdemKey,
+        record: &Record,
+        refused: Option<&Operation>,
+    ) {
+        tracing::warn!(key = %key, tool, state = %record.state,
+            "same key, changed parameters: refused");
+        // A person should know: either the caller reuses an intent id for another action,
+        // or the model changed its mind about an action already sent. Once per key per
+        // window: a model looping on the refusal must not flood the sink.
+        let now = self.clock.now();
+        let Some(held_back) = self.notices.admit(key, now) else {
+            return;
+        };
+        let mut reason =
+            "same key, changed parameters: a repeat with other arguments was refused".to_owned();
+        if held_back > 0 {
+            reason.push_str(&format!(
+                " ({held_back} more refused since the last notice)"
+            ));
+        }
+        let mut notice = Escalation::from_record(record, reason, now);
+        notice.refused_args = refused.map(|op| op.args.value().clone());
+        if let Err(e) = self.sink.deliver(&notice).await {
+            tracing::error!(key = %key, error = %e, "escalation sink failed");
+        }
     }
 
     /// Runs the handler under a claim the caller holds, retrying keyed downstreams inside the

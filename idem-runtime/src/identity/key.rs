@@ -139,13 +139,45 @@ impl IdemKey {
         part(tool.as_bytes());
         part(material.tag());
         material.with_bytes(|bytes| part(bytes));
-        let digest: [u8; 32] = h.finalize().into();
+        IdemKey::from_digest(h.finalize().into())
+    }
+
+    fn from_digest(digest: [u8; 32]) -> IdemKey {
         // Formatted on the stack: the `Arc<str>` is the key's only allocation.
         let mut text = [0u8; Self::LEN];
         text[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
         encode_hex_into(&digest, &mut text[PREFIX.len()..]);
         let text = std::str::from_utf8(&text).expect("`idem:` and hex digits are ASCII");
         IdemKey(Arc::from(text))
+    }
+
+    /// Format v1's derivation (see [`super::KeyFormat::V1`]): `None` for material given only
+    /// as a fingerprint, since v1 hashed the canonical bytes themselves.
+    pub(super) fn derive_v1(
+        scope: &Scope,
+        tool: &str,
+        material: KeyMaterial<'_>,
+    ) -> Option<IdemKey> {
+        let bytes: &[u8] = match material {
+            KeyMaterial::Intent(s) => s.as_bytes(),
+            KeyMaterial::Fields(b) | KeyMaterial::Args(b) => b,
+            KeyMaterial::ArgsFingerprint(_) => return None,
+        };
+        let mut h = Sha256::new();
+        h.update(b"idem-key/v1");
+        let mut part = |bytes: &[u8]| {
+            h.update((bytes.len() as u64).to_be_bytes());
+            h.update(bytes);
+        };
+        part(scope.tenant.as_deref().unwrap_or("").as_bytes());
+        part(&[u8::from(scope.tenant.is_some())]);
+        part(scope.principal.as_deref().unwrap_or("").as_bytes());
+        part(&[u8::from(scope.principal.is_some())]);
+        part(scope.run_id.as_bytes());
+        part(tool.as_bytes());
+        part(material.tag());
+        part(bytes);
+        Some(IdemKey::from_digest(h.finalize().into()))
     }
 
     /// Parses a key printed earlier (by [`IdemKey::as_str`], a store or the CLI).

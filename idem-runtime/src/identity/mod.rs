@@ -5,11 +5,13 @@
 
 pub mod canonical;
 mod fingerprint;
+mod format;
 mod hex;
 mod key;
 
 pub use canonical::CanonicalJson;
 pub use fingerprint::Fingerprint;
+pub use format::{KeyFormat, KeyMigration, ParseKeyFormatError};
 pub use key::{IdemKey, KeyMaterial, ParseKeyError, Scope};
 
 use serde::Serialize;

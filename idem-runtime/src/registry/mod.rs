@@ -18,6 +18,7 @@ use crate::call::{CallArgs, CallError};
 use crate::definitions::{definition, DefinitionOptions, Format};
 use crate::escalation::{Escalation, EscalationSink, LogSink, NoticeGate, RedactingSink, Redactor};
 use crate::executor::{Executed, Executor, RetryPolicy};
+use crate::identity::KeyMigration;
 use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
@@ -67,6 +68,7 @@ pub struct RegistryBuilder {
     sink: Option<Arc<dyn EscalationSink>>,
     redact: Option<RedactHook>,
     require_tenant: bool,
+    key_migration: KeyMigration,
 }
 
 /// The builder's redaction hook, with a `Debug` that does not try to print a closure.
@@ -179,6 +181,18 @@ impl RegistryBuilder {
         self
     }
 
+    /// Moves this registry's claims from one key format to another (see [`KeyMigration`]).
+    ///
+    /// Only for an upgrade across a key-format change, and only for its duration: by default
+    /// a registry claims under [`crate::KeyFormat::CURRENT`] and honours nothing else. With
+    /// a migration it also finds a claim made under the other format's key, so a repeat of
+    /// an operation claimed before the upgrade is replayed (or waited for, or refused), never
+    /// run again. `docs/keys.md` says how to roll an upgrade out in two phases.
+    pub fn key_migration(mut self, migration: KeyMigration) -> Self {
+        self.key_migration = migration;
+        self
+    }
+
     /// Checks names and options and builds the registry.
     pub fn build(self) -> Result<Registry, BuildError> {
         let mut tools = HashMap::with_capacity(self.tools.len());
@@ -263,6 +277,7 @@ impl RegistryBuilder {
                     in_flight_wait: self.in_flight_wait.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
                     sink,
                     notices: Arc::new(NoticeGate::new(CHANGED_PARAMS_NOTICE_WINDOW)),
+                    key_migration: self.key_migration,
                 },
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
                 require_tenant: self.require_tenant,

@@ -1,0 +1,688 @@
+//! Upgrading across a key-format change, mid-flight: an operation claimed by a build of the
+//! previous format (running, completed, unknown) and repeated by a build of the next one must
+//! be found, never run again.
+//!
+//! The "old build" here is a registry claiming under format v1 and honouring nothing, which
+//! is what a v1 build did; the first test pins that its keys and fingerprints are v1's bytes,
+//! recomputed without the library. Every test asserts on the downstream's ledger.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_runtime::identity::canonical::to_canonical_vec;
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, ClaimToken, Record, Settlement, StoreError};
+use idem_runtime::{
+    CallError, IdemKey, IdemStore, KeyFormat, KeyMigration, MemoryStore, OutcomeClass, RecordState,
+    Registry, Scope, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+#[derive(Serialize, Deserialize, schemars::JsonSchema)]
+struct ChargeArgs {
+    customer: String,
+    amount_cents: u64,
+}
+
+/// The downstream: one line per charge that ran, with the key it was sent.
+#[derive(Clone, Default)]
+struct Ledger(Arc<Mutex<Vec<(String, String, u64)>>>);
+
+impl Ledger {
+    fn charges_of(&self, customer: &str) -> usize {
+        let ledger = self.0.lock().unwrap();
+        ledger.iter().filter(|(_, c, _)| c == customer).count()
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, ..)| k.clone())
+            .collect()
+    }
+}
+
+/// A charge whose handler may be held (by a semaphore with no permits) or never finish.
+struct Charge {
+    ledger: Ledger,
+    hold: Option<Arc<Semaphore>>,
+    spec: ToolSpec,
+}
+
+impl WriteTool for Charge {
+    type Args = ChargeArgs;
+    type Output = Value;
+
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<Value, ToolError> {
+        self.ledger.0.lock().unwrap().push((
+            ctx.key().as_str().to_owned(),
+            args.customer.clone(),
+            args.amount_cents,
+        ));
+        if let Some(hold) = &self.hold {
+            // The effect is recorded; the reply waits (or never comes).
+            let _permit = hold.acquire().await;
+        }
+        Ok(json!({ "charged": args.amount_cents }))
+    }
+}
+
+fn spec() -> ToolSpec {
+    ToolSpec::new("charge").description("Charges a customer.")
+}
+
+fn registry(
+    store: Arc<dyn IdemStore>,
+    ledger: &Ledger,
+    hold: Option<Arc<Semaphore>>,
+    tool_spec: ToolSpec,
+    migration: KeyMigration,
+) -> Registry {
+    Registry::builder()
+        .shared_store(store)
+        .tool(Charge {
+            ledger: ledger.clone(),
+            hold,
+            spec: tool_spec,
+        })
+        .in_flight_wait(Duration::from_millis(50))
+        .key_migration(migration)
+        .build()
+        .unwrap()
+}
+
+/// What a build of format v1 did: claim under v1, look nowhere else.
+fn old_build(store: Arc<dyn IdemStore>, ledger: &Ledger) -> Registry {
+    registry(
+        store,
+        ledger,
+        None,
+        spec(),
+        KeyMigration::claim_under(KeyFormat::V1),
+    )
+}
+
+/// Phase 2 of the upgrade: claim under v2, honour v1.
+fn new_build(store: Arc<dyn IdemStore>, ledger: &Ledger) -> Registry {
+    registry(
+        store,
+        ledger,
+        None,
+        spec(),
+        KeyMigration::honour_previous(KeyFormat::V1),
+    )
+}
+
+fn charge(run: &str, customer: &str, amount_cents: u64) -> ToolCall {
+    ToolCall::new(
+        run,
+        "charge",
+        json!({ "customer": customer, "amount_cents": amount_cents }),
+    )
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Format v1's key, from its documented layout (`docs/keys.md`, section 6.2), without the
+/// library: tag, then each part as an 8-byte big-endian length and its bytes.
+fn v1_key(run: &str, tool: &str, kind: &str, material: &[u8]) -> String {
+    v1_scoped_key(None, None, run, tool, kind, material)
+}
+
+fn v1_scoped_key(
+    tenant: Option<&str>,
+    principal: Option<&str>,
+    run: &str,
+    tool: &str,
+    kind: &str,
+    material: &[u8],
+) -> String {
+    let mut input = b"idem-key/v1".to_vec();
+    for part in [
+        tenant.unwrap_or("").as_bytes(),
+        &[u8::from(tenant.is_some())],
+        principal.unwrap_or("").as_bytes(),
+        &[u8::from(principal.is_some())],
+        run.as_bytes(),
+        tool.as_bytes(),
+        kind.as_bytes(),
+        material,
+    ] {
+        input.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        input.extend_from_slice(part);
+    }
+    format!("idem:{}", hex(&sha256(&input)))
+}
+
+fn v1_fingerprint(canonical: &[u8]) -> String {
+    let mut input = b"idem-fingerprint/v1\0".to_vec();
+    input.extend_from_slice(canonical);
+    hex(&sha256(&input))
+}
+
+#[tokio::test]
+async fn the_old_build_claims_under_format_v1s_documented_bytes() {
+    let store = Arc::new(MemoryStore::new());
+    let ledger = Ledger::default();
+    let old = old_build(store.clone(), &ledger);
+    let args = json!({ "customer": "acme", "amount_cents": 4900 });
+    let canonical = to_canonical_vec(&args);
+    let result = old.call(ToolCall::new("run-1", "charge", args)).await;
+    assert!(result.is_completed(), "{}", result.text());
+
+    let expected = v1_key("run-1", "charge", "args", &canonical);
+    assert_eq!(
+        ledger.keys(),
+        std::slice::from_ref(&expected),
+        "the handler was sent the v1 key"
+    );
+    let record = store
+        .get(&IdemKey::parse(&expected).unwrap())
+        .await
+        .unwrap()
+        .expect("the record lives under the v1 key");
+    assert_eq!(record.fingerprint.to_hex(), v1_fingerprint(&canonical));
+    assert_eq!(record.state, RecordState::Completed);
+
+    let intent = old
+        .call(charge("run-1", "globex", 100).intent("order-7"))
+        .await;
+    assert!(intent.is_completed());
+    assert_eq!(
+        ledger.keys()[1],
+        v1_key("run-1", "charge", "intent", b"order-7")
+    );
+}
+
+/// The control: without a migration, the new build does not see the old claim. If this
+/// stopped running twice, the tests below would prove nothing.
+#[tokio::test]
+async fn without_a_migration_the_new_build_misses_an_old_claim() {
+    let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::new());
+    let ledger = Ledger::default();
+    let old = old_build(store.clone(), &ledger);
+    let plain = registry(store, &ledger, None, spec(), KeyMigration::none());
+    assert!(old.call(charge("run-1", "acme", 4900)).await.is_completed());
+    assert!(plain
+        .call(charge("run-1", "acme", 4900))
+        .await
+        .is_completed());
+    assert_eq!(ledger.charges_of("acme"), 2);
+}
+
+#[tokio::test]
+async fn a_completed_operation_is_replayed_after_the_upgrade() {
+    let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::new());
+    let ledger = Ledger::default();
+    // Whole arguments, an intent id, and key fields: the three kinds of key material.
+    let keyed_by_customer = spec().key_fields(["customer"]);
+    let cases = [
+        ("acme", charge("run-1", "acme", 4900), spec()),
+        (
+            "globex",
+            charge("run-1", "globex", 100).intent("order-7"),
+            spec(),
+        ),
+        (
+            "initech",
+            charge("run-1", "initech", 250),
+            keyed_by_customer,
+        ),
+    ];
+    for (customer, call, tool_spec) in cases {
+        let old = registry(
+            store.clone(),
+            &ledger,
+            None,
+            tool_spec.clone(),
+            KeyMigration::claim_under(KeyFormat::V1),
+        );
+        let new = registry(
+            store.clone(),
+            &ledger,
+            None,
+            tool_spec,
+            KeyMigration::honour_previous(KeyFormat::V1),
+        );
+        let first = old.call(call.clone()).await;
+        assert!(first.is_completed(), "{customer}: {}", first.text());
+        let repeat = new.call(call.clone().call_id("a-new-tool-use-id")).await;
+        assert!(repeat.is_completed(), "{customer}: {}", repeat.text());
+        assert!(repeat.replayed(), "{customer}: the saved result answers");
+        assert_eq!(repeat.output(), first.output());
+        assert_eq!(
+            repeat.key(),
+            first.key(),
+            "{customer}: the repeat reports the key the operation was claimed under"
+        );
+        assert_eq!(ledger.charges_of(customer), 1, "{customer}");
+    }
+    // Nothing was claimed under a v2 key.
+    for state in RecordState::ALL {
+        for record in store.list(state, 100).await.unwrap() {
+            assert!(
+                ledger.keys().contains(&record.key.as_str().to_owned()),
+                "a record under a key no charge was sent with: {}",
+                record.key
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_operation_still_running_under_v1_is_not_run_again() {
+    let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::new());
+    let ledger = Ledger::default();
+    let hold = Arc::new(Semaphore::new(0));
+    let old = registry(
+        store.clone(),
+        &ledger,
+        Some(hold.clone()),
+        spec().timeout(Duration::from_secs(30)),
+        KeyMigration::claim_under(KeyFormat::V1),
+    );
+    let new = new_build(store, &ledger);
+
+    let running = tokio::spawn(async move { old.call(charge("run-1", "acme", 4900)).await });
+    while ledger.charges_of("acme") == 0 {
+        tokio::task::yield_now().await;
+    }
+    // Mid-flight: the old build's handler has charged and not yet returned.
+    let during = new.call(charge("run-1", "acme", 4900)).await;
+    assert!(
+        matches!(during.error(), Some(CallError::InFlight { .. })),
+        "{}",
+        during.text()
+    );
+    hold.add_permits(1);
+    let first = running.await.unwrap();
+    assert!(first.is_completed(), "{}", first.text());
+
+    let after = new.call(charge("run-1", "acme", 4900)).await;
+    assert!(after.replayed() && after.is_completed(), "{}", after.text());
+    assert_eq!(ledger.charges_of("acme"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_operation_under_v1_stays_unknown() {
+    let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::new());
+    let ledger = Ledger::default();
+    let never = Arc::new(Semaphore::new(0));
+    let old = registry(
+        store.clone(),
+        &ledger,
+        Some(never),
+        spec().timeout(Duration::from_millis(100)),
+        KeyMigration::claim_under(KeyFormat::V1),
+    );
+    let new = new_build(store, &ledger);
+    let first = old.call(charge("run-1", "acme", 4900)).await;
+    assert_eq!(
+        first.class(),
+        Some(OutcomeClass::Unknown),
+        "{}",
+        first.text()
+    );
+
+    let repeat = new.call(charge("run-1", "acme", 4900)).await;
+    assert_eq!(
+        repeat.class(),
+        Some(OutcomeClass::Unknown),
+        "{}",
+        repeat.text()
+    );
+    assert!(repeat.replayed());
+    assert_eq!(ledger.charges_of("acme"), 1);
+}
+
+#[tokio::test]
+async fn changed_parameters_under_a_v1_claim_are_refused() {
+    let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::new());
+    let ledger = Ledger::default();
+    let old = old_build(store.clone(), &ledger);
+    let new = new_build(store, &ledger);
+    let first = old
+        .call(charge("run-1", "acme", 4900).intent("order-1"))
+        .await;
+    assert!(first.is_completed());
+    // Same intent, other amount: v1's fingerprint of these arguments differs from the
+    // record's, and the same amount's would match (compared under the record's format).
+    let changed = new
+        .call(charge("run-1", "acme", 9900).intent("order-1"))
+        .await;
+    assert!(
+        matches!(changed.error(), Some(CallError::ChangedParams { .. })),
+        "{}",
+        changed.text()
+    );
+    let same = new
+        .call(charge("run-1", "acme", 4900).intent("order-1"))
+        .await;
+    assert!(same.replayed() && same.is_completed(), "{}", same.text());
+    assert_eq!(ledger.0.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn phase_one_builds_share_claims_with_old_builds_and_with_phase_two() {
+    let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::new());
+    let ledger = Ledger::default();
+    let old = old_build(store.clone(), &ledger);
+    let phase_one = registry(
+        store.clone(),
+        &ledger,
+        None,
+        spec(),
+        KeyMigration::claim_previous(KeyFormat::V1),
+    );
+    let phase_two = new_build(store, &ledger);
+
+    // An old build and a phase-one build contend for one key.
+    assert!(phase_one
+        .call(charge("run-1", "acme", 1))
+        .await
+        .is_completed());
+    let old_repeat = old.call(charge("run-1", "acme", 1)).await;
+    assert!(old_repeat.replayed(), "{}", old_repeat.text());
+    // A phase-two claim (under v2) is honoured by a phase-one build still running.
+    assert!(phase_two
+        .call(charge("run-2", "globex", 2))
+        .await
+        .is_completed());
+    let phase_one_repeat = phase_one.call(charge("run-2", "globex", 2)).await;
+    assert!(phase_one_repeat.replayed(), "{}", phase_one_repeat.text());
+    assert_eq!(ledger.charges_of("acme"), 1);
+    assert_eq!(ledger.charges_of("globex"), 1);
+}
+
+/// Workers of both phases racing on the same operations: the look-up after a won claim is
+/// what keeps this at one effect each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_formats_racing_never_run_an_operation_twice() {
+    let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::new());
+    let ledger = Ledger::default();
+    let phase_one = registry(
+        store.clone(),
+        &ledger,
+        None,
+        spec(),
+        KeyMigration::claim_previous(KeyFormat::V1),
+    );
+    let phase_two = new_build(store, &ledger);
+    const OPS: usize = 300;
+    let mut tasks = Vec::new();
+    for i in 0..OPS {
+        for registry in [phase_one.clone(), phase_two.clone()] {
+            tasks.push(tokio::spawn(async move {
+                registry.call(charge("run-1", &format!("c{i}"), 1)).await
+            }));
+        }
+    }
+    for task in tasks {
+        let result = task.await.unwrap();
+        // Each answer is the effect, its replay, or "in flight"; never a second effect.
+        assert!(
+            result.is_completed() || matches!(result.error(), Some(CallError::InFlight { .. })),
+            "{}",
+            result.text()
+        );
+    }
+    // Every operation not yet run (both stood back) runs now, once.
+    for i in 0..OPS {
+        let result = phase_two.call(charge("run-1", &format!("c{i}"), 1)).await;
+        assert!(result.is_completed(), "{}", result.text());
+    }
+    let mut per_customer: HashMap<String, usize> = HashMap::new();
+    for (_, customer, _) in ledger.0.lock().unwrap().iter() {
+        *per_customer.entry(customer.clone()).or_default() += 1;
+    }
+    assert_eq!(per_customer.len(), OPS);
+    assert!(
+        per_customer.values().all(|&n| n == 1),
+        "an operation ran twice: {:?}",
+        per_customer
+            .iter()
+            .filter(|(_, &n)| n > 1)
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A store that holds the first two claims until both arrive: both workers have looked
+/// under the other format's key (and found nothing) before either claims. Without the
+/// look-up after a won claim, both would run.
+#[derive(Debug)]
+struct ClaimsMeet {
+    inner: MemoryStore,
+    meet: tokio::sync::Barrier,
+    held: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl IdemStore for ClaimsMeet {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        if self.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
+            self.meet.wait().await;
+        }
+        self.inner.claim(req).await
+    }
+    async fn renew(&self, key: &IdemKey, token: ClaimToken, lease: Duration) -> StoreResult<()> {
+        self.inner.renew(key, token, lease).await
+    }
+    async fn settle(&self, key: &IdemKey, token: ClaimToken, s: Settlement) -> StoreResult<()> {
+        self.inner.settle(key, token, s).await
+    }
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> StoreResult<()> {
+        self.inner.release(key, token).await
+    }
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> StoreResult<ClaimToken> {
+        self.inner.reclaim(key, expected, lease).await
+    }
+    async fn get(&self, key: &IdemKey) -> StoreResult<Option<Record>> {
+        self.inner.get(key).await
+    }
+    async fn list(&self, state: RecordState, limit: usize) -> StoreResult<Vec<Record>> {
+        self.inner.list(state, limit).await
+    }
+}
+
+type StoreResult<T> = Result<T, StoreError>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_made_in_the_same_instant_under_two_formats_run_once() {
+    let store: Arc<dyn IdemStore> = Arc::new(ClaimsMeet {
+        inner: MemoryStore::new(),
+        meet: tokio::sync::Barrier::new(2),
+        held: Default::default(),
+    });
+    let ledger = Ledger::default();
+    let phase_one = registry(
+        store.clone(),
+        &ledger,
+        None,
+        spec(),
+        KeyMigration::claim_previous(KeyFormat::V1),
+    );
+    let phase_two = new_build(store, &ledger);
+    let (a, b) = tokio::join!(
+        tokio::spawn({
+            let r = phase_one.clone();
+            async move { r.call(charge("run-1", "acme", 1)).await }
+        }),
+        tokio::spawn({
+            let r = phase_two.clone();
+            async move { r.call(charge("run-1", "acme", 1)).await }
+        }),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(
+        ledger.charges_of("acme") <= 1,
+        "both formats ran the operation: {} / {}",
+        a.text(),
+        b.text()
+    );
+    // Whatever the race left (one ran, or both stood back), a repeat completes it once.
+    let repeat = phase_two.call(charge("run-1", "acme", 1)).await;
+    assert!(repeat.is_completed(), "{}", repeat.text());
+    let again = phase_one.call(charge("run-1", "acme", 1)).await;
+    assert!(again.replayed(), "{}", again.text());
+    assert_eq!(ledger.charges_of("acme"), 1);
+}
+
+#[test]
+fn a_repeat_in_another_scope_is_still_another_operation() {
+    // Honouring v1 must not widen what counts as one operation: v1 keys are scoped too.
+    let m = idem_runtime::identity::KeyMaterial::Intent("order-1");
+    let a = KeyFormat::V1.key(&Scope::run("run-1"), "charge", m);
+    let b = KeyFormat::V1.key(&Scope::run("run-2"), "charge", m);
+    let c = KeyFormat::V1.key(&Scope::run("run-1").with_tenant("acme"), "charge", m);
+    assert_ne!(a, b);
+    assert_ne!(a, c);
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn an_upgrade_across_a_restart_finds_the_records_of_the_old_build() {
+    use idem_runtime::SqliteStore;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.db");
+    let ledger = Ledger::default();
+    {
+        let store: Arc<dyn IdemStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
+        let old = old_build(store, &ledger);
+        assert!(old.call(charge("run-1", "acme", 4900)).await.is_completed());
+        assert!(old
+            .call(charge("run-1", "globex", 100).intent("order-7"))
+            .await
+            .is_completed());
+    }
+    // The process restarts on the new build, over the same database.
+    let store: Arc<dyn IdemStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let new = new_build(store, &ledger);
+    let acme = new.call(charge("run-1", "acme", 4900)).await;
+    let globex = new
+        .call(charge("run-1", "globex", 100).intent("order-7"))
+        .await;
+    assert!(acme.replayed() && globex.replayed());
+    assert_eq!(ledger.charges_of("acme"), 1);
+    assert_eq!(ledger.charges_of("globex"), 1);
+}
+
+/// The format-v1 vectors of `docs/keys.md` (section 6.2): each is one of section 5's
+/// vectors under v1, recomputed here by the library and by the layout without it.
+#[test]
+fn the_documented_v1_vectors_hold() {
+    use idem_runtime::identity::{identify_value, KeyMaterial};
+
+    #[derive(Deserialize)]
+    struct V2Vector {
+        name: String,
+        run: String,
+        tenant: Option<String>,
+        principal: Option<String>,
+        tool: String,
+        intent: Option<String>,
+        key_fields: Option<Vec<String>>,
+        args: Value,
+        canonical: String,
+    }
+    #[derive(Deserialize)]
+    struct V1Vector {
+        name: String,
+        fingerprint: String,
+        key: String,
+    }
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/keys.md")).unwrap();
+    let json_after = |marker: &str| -> &str {
+        let at = doc
+            .find(marker)
+            .unwrap_or_else(|| panic!("{marker} is in docs/keys.md"));
+        let open = at + doc[at..].find("```json\n").unwrap() + "```json\n".len();
+        let close = open + doc[open..].find("```").unwrap();
+        &doc[open..close]
+    };
+    let v2: Vec<V2Vector> = serde_json::from_str(json_after("<!-- key-vectors:json -->")).unwrap();
+    let v1: Vec<V1Vector> =
+        serde_json::from_str(json_after("<!-- key-vectors-v1:json -->")).unwrap();
+    assert!(v1.len() >= 8, "the v1 table lists at least 8 vectors");
+    let kinds: std::collections::BTreeSet<_> = v1
+        .iter()
+        .map(|w| {
+            let v = v2
+                .iter()
+                .find(|v| v.name == w.name)
+                .expect("a section 5 vector");
+            (v.intent.is_some(), v.key_fields.is_some())
+        })
+        .collect();
+    assert_eq!(
+        kinds.len(),
+        3,
+        "v1 vectors cover args, intent and key-field material"
+    );
+
+    for w in &v1 {
+        let v = v2.iter().find(|v| v.name == w.name).unwrap();
+        let mut scope = Scope::run(v.run.as_str());
+        if let Some(t) = &v.tenant {
+            scope = scope.with_tenant(t.as_str());
+        }
+        if let Some(p) = &v.principal {
+            scope = scope.with_principal(p.as_str());
+        }
+        let identity = identify_value(&v.args, &v.key_fields.clone().unwrap_or_default()).unwrap();
+        assert_eq!(identity.canonical, v.canonical.as_bytes(), "{}", v.name);
+        let (kind, material) = match (&v.intent, &identity.key_fields) {
+            (Some(i), _) => ("intent", KeyMaterial::Intent(i)),
+            (None, Some(f)) => ("fields", KeyMaterial::Fields(f)),
+            (None, None) => ("args", KeyMaterial::Args(&identity.canonical)),
+        };
+        let library = KeyFormat::V1.key(&scope, &v.tool, material).unwrap();
+        assert_eq!(library.as_str(), w.key, "{}: library", v.name);
+        assert_eq!(
+            KeyFormat::V1.fingerprint(&identity.canonical).to_hex(),
+            w.fingerprint,
+            "{}: library fingerprint",
+            v.name
+        );
+        assert_eq!(
+            v1_fingerprint(&identity.canonical),
+            w.fingerprint,
+            "{}",
+            v.name
+        );
+        let bytes: &[u8] = match material {
+            KeyMaterial::Intent(i) => i.as_bytes(),
+            KeyMaterial::Fields(b) | KeyMaterial::Args(b) => b,
+            KeyMaterial::ArgsFingerprint(_) => unreachable!("not built above"),
+        };
+        let layout = v1_scoped_key(
+            v.tenant.as_deref(),
+            v.principal.as_deref(),
+            &v.run,
+            &v.tool,
+            kind,
+            bytes,
+        );
+        assert_eq!(layout, w.key, "{}: layout", v.name);
+    }
+}
