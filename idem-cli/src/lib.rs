@@ -80,7 +80,8 @@ pub enum Command {
         #[arg(long, value_parser = cursor::parse, value_name = "CURSOR")]
         after: Option<ListCursor>,
     },
-    /// Show one record with all its evidence.
+    /// Show one record with all its evidence, and the releases the store keeps for its key
+    /// (who freed it, when, why, and the record as it was), even once the key is free.
     Show {
         /// The key (`idem:…`).
         key: String,
@@ -88,8 +89,9 @@ pub enum Command {
     /// Settle an unknown, pending or escalated record as a person decided.
     ///
     /// The record keeps who decided, when, and why: `NOTE (by OPERATOR at TIME)`. A release
-    /// deletes the record, so before it the whole record is written to stderr as one JSON
-    /// line (and, with `--json`, into the output): keep it for the review.
+    /// frees the key, and the store keeps its trace (the operator, the note, the time and
+    /// the whole record as it was): `idem show KEY` prints it. The record is also written
+    /// to stderr as one JSON line (and, with `--json`, into the output) before the release.
     Resolve {
         /// The key (`idem:…`).
         key: String,
@@ -280,14 +282,17 @@ where
                 Err(e) => fail(e),
             }
         }
-        Plan::Show(key) => match store.get(&key).await {
-            Ok(Some(record)) => {
-                output::record(&record, json);
-                ExitCode::SUCCESS
+        Plan::Show(key) => {
+            let shown = async { Ok::<_, idem_runtime::StoreError>((store.get(&key).await?, store.releases(&key).await?)) }.await;
+            match shown {
+                Ok((None, releases)) if releases.is_empty() => fail(format!("no record for {key}")),
+                Ok((record, releases)) => {
+                    output::shown(&key, record.as_ref(), &releases, json);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
             }
-            Ok(None) => fail(format!("no record for {key}")),
-            Err(e) => fail(e),
-        },
+        }
         Plan::Resolve(request) => match request.apply(&*store, json).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),

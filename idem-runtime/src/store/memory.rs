@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use super::rules::{self, Aged};
 use super::{
     ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState,
-    Retention, Settlement, StoreError, SystemClock,
+    ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, SystemClock,
 };
 use crate::identity::IdemKey;
 
@@ -105,6 +105,10 @@ struct Inner {
     len: AtomicUsize,
     /// New claims so far, to pick when and which shard to sweep.
     claims: AtomicUsize,
+    /// The release traces, by key. Written under the key's shard lock (taken first), so a
+    /// release and its trace are one step; bounded per key by `rules::keep_releases`, and
+    /// lapsed traces go with the sweep.
+    releases: Mutex<HashMap<IdemKey, Vec<ReleaseRecord>>>,
 }
 
 impl Inner {
@@ -116,6 +120,7 @@ impl Inner {
             capacity,
             len: AtomicUsize::new(0),
             claims: AtomicUsize::new(0),
+            releases: Mutex::new(HashMap::new()),
         }
     }
 
@@ -193,11 +198,18 @@ impl MemoryStore {
     /// Claims do this a shard at a time, and all at once when the store is full; call it
     /// on an interval to give memory back sooner in a store that takes few new keys.
     pub fn sweep(&self) -> usize {
-        self.inner
+        let dropped = self
+            .inner
             .shards
             .iter()
             .map(|shard| self.inner.sweep_shard(shard))
-            .sum()
+            .sum();
+        let now = self.inner.clock.now();
+        lock(&self.inner.releases).retain(|_, trace| {
+            rules::keep_releases(trace, now, &self.inner.retention);
+            !trace.is_empty()
+        });
+        dropped
     }
 
     /// Number of records held (all states, tombstones included).
@@ -379,6 +391,43 @@ impl IdemStore for MemoryStore {
         map.remove(key);
         self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
         Ok(())
+    }
+
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        let mut map = self.shard(key);
+        let now = self.inner.clock.now();
+        let Some(slot) = self.aged(&mut map, key) else {
+            return Err(StoreError::NotFound(key.clone()));
+        };
+        let release = rules::release_unsettled(&slot.record, expected, note, now)?;
+        wake(slot);
+        map.remove(key);
+        self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+        // Still under the shard lock: nobody sees the key free without its trace.
+        let mut traces = lock(&self.inner.releases);
+        let trace = traces.entry(key.clone()).or_default();
+        trace.push(release);
+        rules::keep_releases(trace, now, &self.inner.retention);
+        Ok(())
+    }
+
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let now = self.inner.clock.now();
+        let mut traces = lock(&self.inner.releases);
+        let Some(trace) = traces.get_mut(key) else {
+            return Ok(Vec::new());
+        };
+        rules::keep_releases(trace, now, &self.inner.retention);
+        let out = trace.clone();
+        if trace.is_empty() {
+            traces.remove(key);
+        }
+        Ok(out)
     }
 
     async fn reclaim(

@@ -13,7 +13,8 @@ use ::redis::{ErrorKind, RedisError, Script, Value};
 
 use super::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
-    ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
+    ReadBackRecord, Record, RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement,
+    StoreError, SystemClock, Timestamp,
 };
 use crate::identity::{Fingerprint, IdemKey};
 
@@ -48,6 +49,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// | `p` `s:` *state* | sorted set | keys in that state, scored by claim time (for [`IdemStore::list`]; equal scores sort by key, which is exactly [`ListCursor`] order) |
 /// | `p` `leases` | sorted set | running keys by lease end (expired leases become *unknown* on listing) |
 /// | `p` `expiry` | sorted set | completed/failed keys by tombstone end (index clean-up) |
+/// | `p` `rel:` *idem key* | string | the key's release trace (JSON; [`IdemStore::releases`]), expiring a tombstone window after its newest release |
 ///
 /// A running, pending, unknown or escalated record never has a Redis TTL: a TTL that fired
 /// on an unsettled claim would free a key whose handler may have committed — the duplicate
@@ -271,6 +273,11 @@ impl RedisStore {
         format!("{}{}", self.inner.record_prefix, key.as_str())
     }
 
+    /// The Redis key holding the release trace of `key` (for operators and tests).
+    pub fn release_key(&self, key: &IdemKey) -> String {
+        format!("{}rel:{}", self.inner.prefix, key.as_str())
+    }
+
     /// Runs one operation of the script against `record_key`.
     async fn run(
         &self,
@@ -283,6 +290,12 @@ impl RedisStore {
         for k in &inner.index_keys {
             inv.key(k.as_str());
         }
+        // The release trace of the record's key (the first index key for operations on no
+        // record: every key a script names must be in this store's slot).
+        match record_key.strip_prefix(inner.record_prefix.as_str()) {
+            Some(key) => inv.key(format!("{}rel:{key}", inner.prefix)),
+            None => inv.key(inner.index_keys[0].as_str()),
+        };
         inv.arg(inner.clock.now().as_millis())
             .arg(millis(inner.retention.results))
             .arg(millis(inner.retention.tombstones))
@@ -328,6 +341,15 @@ impl RedisStore {
     fn decode(&self, fields: &Value) -> Result<Record, StoreError> {
         decode_record(fields, &self.inner.record_prefix)
     }
+}
+
+/// A release as the script stores it: the record is its hash, as `HGETALL` returned it.
+#[derive(serde::Deserialize)]
+struct StoredRelease {
+    at: String,
+    by: String,
+    note: String,
+    record: Vec<String>,
 }
 
 fn to_json<T: serde::Serialize + ?Sized>(v: &T, what: &str) -> Result<String, StoreError> {
@@ -634,6 +656,72 @@ impl IdemStore for RedisStore {
             Some("absent") => Err(StoreError::NotFound(key.clone())),
             _ => Err(refusal(key, "reclaim", &items)),
         }
+    }
+
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        let items = self
+            .run(
+                &self.record_key(key),
+                "release_unsettled",
+                &[
+                    expected.to_hex().as_bytes(),
+                    note.by.as_bytes(),
+                    note.note.as_bytes(),
+                    super::rules::RELEASES_KEPT.to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        match tag(&items) {
+            Some("ok") => Ok(()),
+            Some("absent") => Err(StoreError::NotFound(key.clone())),
+            _ => Err(refusal(key, "release_unsettled", &items)),
+        }
+    }
+
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let rk = self.release_key(key);
+        let mut conn = self.inner.conn.clone();
+        let stored: Option<String> = ::redis::cmd("GET")
+            .arg(&rk)
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        let Some(stored) = stored else {
+            return Ok(Vec::new());
+        };
+        let corrupt = |detail: String| StoreError::Corrupt {
+            key: rk.clone(),
+            detail,
+        };
+        let entries: Vec<StoredRelease> = serde_json::from_str(&stored)
+            .map_err(|e| corrupt(format!("the release trace does not decode: {e}")))?;
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let at = e
+                .at
+                .parse::<u64>()
+                .map(Timestamp)
+                .map_err(|_| corrupt("a release time is not a time".into()))?;
+            let fields = Value::Array(
+                e.record
+                    .into_iter()
+                    .map(|f| Value::BulkString(f.into_bytes()))
+                    .collect(),
+            );
+            out.push(ReleaseRecord {
+                at,
+                by: e.by,
+                note: e.note,
+                record: self.decode(&fields)?,
+            });
+        }
+        super::rules::keep_releases(&mut out, self.inner.clock.now(), &self.inner.retention);
+        Ok(out)
     }
 
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
