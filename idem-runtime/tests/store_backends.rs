@@ -1620,7 +1620,7 @@ trait RawRecord {
 }
 
 /// Every operation the corruption check runs against a corrupt record.
-const OPERATIONS: [&str; 10] = [
+const OPERATIONS: [&str; 11] = [
     "claim",
     "claim after the lease",
     "get",
@@ -1631,6 +1631,7 @@ const OPERATIONS: [&str; 10] = [
     "settle failed",
     "release",
     "reclaim",
+    "release unsettled",
 ];
 
 /// Runs `op` on the corrupt record of `req.key` (claimed with `token`); `Err` says how the
@@ -1691,6 +1692,14 @@ async fn on_corrupt<S: IdemStore>(
         ),
         "release" => corrupt(s.release(key, token).await),
         "reclaim" => corrupt(s.reclaim(key, token, LEASE).await),
+        "release unsettled" => corrupt(
+            s.release_unsettled(
+                key,
+                token,
+                &idem_runtime::store::ReleaseNote::new("op", "not in the ledger"),
+            )
+            .await,
+        ),
         other => unreachable!("no operation {other}"),
     }
 }
