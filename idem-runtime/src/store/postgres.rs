@@ -531,8 +531,27 @@ fn pg_text(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `e` and every error below it, `: `-separated. tokio-postgres's own text names only the
+/// step that failed ("error performing TLS handshake", "db error"); the reason (a
+/// certificate signed by an unknown CA, the server's `pg_hba.conf` refusal) is its source.
+fn chain(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
 fn pg_err(e: tokio_postgres::Error) -> StoreError {
-    match e.code() {
+    let code = e.code().cloned();
+    let e = chain(&e);
+    match code.as_ref() {
         Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => StoreError::Backend(
             "the record is locked by a transaction still in progress \
              (a transactional handler that is still running)"
