@@ -283,7 +283,13 @@ where
             }
         }
         Plan::Show(key) => {
-            let shown = async { Ok::<_, idem_runtime::StoreError>((store.get(&key).await?, store.releases(&key).await?)) }.await;
+            let shown = async {
+                Ok::<_, idem_runtime::StoreError>((
+                    store.get(&key).await?,
+                    store.releases(&key).await?,
+                ))
+            }
+            .await;
             match shown {
                 Ok((None, releases)) if releases.is_empty() => fail(format!("no record for {key}")),
                 Ok((record, releases)) => {

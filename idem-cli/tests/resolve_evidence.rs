@@ -1,6 +1,7 @@
 //! `idem resolve` keeps a person's decision reviewable: a note is required, the record says
-//! who decided and when, and a release (which deletes the record) first writes the whole
-//! previous record out as evidence.
+//! who decided and when, and a release (which frees the key) leaves a trace in the store,
+//! with the whole previous record, that `idem show` prints; it also writes that record out
+//! as one JSON line first.
 
 mod support;
 
@@ -185,5 +186,37 @@ async fn a_release_first_writes_out_the_whole_previous_record() {
         } else {
             assert!(stdout(&out).contains("released"), "{}", stdout(&out));
         }
+
+        // The store keeps the release: who, why, and the record exactly as it was.
+        let trace = db.store.releases(&key).await.unwrap();
+        assert_eq!(trace.len(), 1, "{trace:?}");
+        assert_eq!(
+            (trace[0].by.as_str(), trace[0].note.as_str()),
+            ("erin", "not in the ledger")
+        );
+        assert_eq!(trace[0].record, previous);
+        assert!(before.as_str() <= trace[0].at.to_string().as_str());
+
+        // `idem show` prints it, although the key has no record now.
+        let shown = idem()
+            .args(["--store", &url, "show", key.as_str()])
+            .output()
+            .unwrap();
+        assert!(shown.status.success(), "{}", stderr(&shown));
+        let text = stdout(&shown);
+        assert!(
+            text.contains("no record: released") && text.contains("by erin: not in the ledger"),
+            "{text}"
+        );
+        let shown = idem()
+            .args(["--store", &url, "--json", "show", key.as_str()])
+            .output()
+            .unwrap();
+        assert!(shown.status.success(), "{}", stderr(&shown));
+        let v: Value = serde_json::from_slice(&shown.stdout).unwrap();
+        assert_eq!(v["free"], true);
+        assert_eq!(v["key"], key.as_str());
+        assert_eq!(v["releases"][0]["by"], "erin");
+        assert_eq!(v["releases"][0]["record"]["state"], "unknown");
     }
 }

@@ -59,9 +59,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{
-    rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock,
-    IdemStore, ListCursor, ManualClock, ReadBackRecord, Record, RecordState, ReleaseNote,
-    Retention, Settlement, StoreError,
+    rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
+    ListCursor, ManualClock, ReadBackRecord, Record, RecordState, ReleaseNote, Retention,
+    Settlement, StoreError,
 };
 use crate::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
 use crate::outcome::OutcomeClass;
@@ -1332,7 +1332,10 @@ pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
     let expected: Vec<String> = (rounds + 1 - rules::RELEASES_KEPT..=rounds)
         .map(|n| format!("not in the ledger (round {n})"))
         .collect();
-    assert_eq!(notes, expected, "the last RELEASES_KEPT releases, oldest first");
+    assert_eq!(
+        notes, expected,
+        "the last RELEASES_KEPT releases, oldest first"
+    );
     assert!(trace
         .iter()
         .all(|r| r.record.state == RecordState::Escalated));

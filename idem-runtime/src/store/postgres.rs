@@ -446,8 +446,9 @@ impl Sql {
     fn migrations(schema: &str) -> [String; 2] {
         let t = format!("\"{schema}\".idem_records");
         let r = format!("\"{schema}\".idem_releases");
-        [format!(
-            "CREATE TABLE {t} ( \
+        [
+            format!(
+                "CREATE TABLE {t} ( \
                key            text PRIMARY KEY, \
                fingerprint    text NOT NULL, \
                tool           text NOT NULL, \
@@ -468,17 +469,18 @@ impl Sql {
              CREATE INDEX idem_records_leases ON {t} (lease_until) WHERE state = 'running'; \
              CREATE INDEX idem_records_retention ON {t} (updated_at) \
                WHERE state IN ('completed', 'failed');"
-        ),
-        // 2: release traces (`IdemStore::release_unsettled`), one row per release.
-        format!(
-            "CREATE TABLE {r} ( \
+            ),
+            // 2: release traces (`IdemStore::release_unsettled`), one row per release.
+            format!(
+                "CREATE TABLE {r} ( \
                key         text NOT NULL, \
                seq         bigint NOT NULL, \
                released_at bigint NOT NULL, \
                entry       text NOT NULL, \
                PRIMARY KEY (key, seq)); \
              CREATE INDEX idem_releases_by_time ON {r} (released_at);"
-        )]
+            ),
+        ]
     }
 }
 

@@ -30,7 +30,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// # One round trip, atomic
 ///
-/// `claim`, `settle`, `renew`, `release`, `reclaim` and `get` are each a single `EVALSHA`
+/// `claim`, `settle`, `renew`, `release`, `release_unsettled`, `reclaim` and `get` are each a single `EVALSHA`
 /// of one Lua script, which Redis runs atomically (a listing is one more per page, after
 /// one per 128 expired leases it first turns *unknown*, so no single call blocks Redis for
 /// long): of N workers racing for a key exactly one gets the token, and a settle is
@@ -702,11 +702,10 @@ impl IdemStore for RedisStore {
             .map_err(|e| corrupt(format!("the release trace does not decode: {e}")))?;
         let mut out = Vec::with_capacity(entries.len());
         for e in entries {
-            let at = e
-                .at
-                .parse::<u64>()
-                .map(Timestamp)
-                .map_err(|_| corrupt("a release time is not a time".into()))?;
+            let at =
+                e.at.parse::<u64>()
+                    .map(Timestamp)
+                    .map_err(|_| corrupt("a release time is not a time".into()))?;
             let fields = Value::Array(
                 e.record
                     .into_iter()
