@@ -160,6 +160,7 @@ macro_rules! store_conformance_tests {
             unsettled_records_never_expire,
             release_frees_the_key,
             release_keeps_a_trace,
+            releases_are_listed,
             reclaim_fences_the_old_token,
             list_by_state,
             list_after_pages_exactly_once,
@@ -201,6 +202,7 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     unsettled_records_never_expire(f).await;
     release_frees_the_key(f).await;
     release_keeps_a_trace(f).await;
+    releases_are_listed(f).await;
     reclaim_fences_the_old_token(f).await;
     list_by_state(f).await;
     list_after_pages_exactly_once(f).await;
@@ -1359,6 +1361,94 @@ pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
         s.releases(&req.key).await.expect("releases").is_empty(),
         "every release past the tombstone window is dropped"
     );
+}
+
+/// Claims `req`, leaves it unknown and releases it with `note`.
+async fn release_once(s: &impl IdemStore, req: &ClaimRequest, note: &str) {
+    let t = claim(s, req).await;
+    settle(
+        s,
+        &req.key,
+        t,
+        Settlement::new(RecordState::Unknown).message("lost"),
+    )
+    .await;
+    s.release_unsettled(&req.key, t, &ReleaseNote::new("bob", note))
+        .await
+        .unwrap_or_else(|e| panic!("releasing {}: {e}", req.key));
+}
+
+/// [`IdemStore::list_releases`] lists every key's kept releases in `(at, key)` order, and
+/// paging with [`ListCursor::of_release`] visits each once; releases dropped from a trace
+/// (beyond the last [`rules::RELEASES_KEPT`], or past the tombstone window) are not listed.
+pub async fn releases_are_listed<F: StoreFactory>(f: &F) {
+    let Some(h) = harness(f, "releases_are_listed").await else {
+        return;
+    };
+    let s = &*h.store;
+    let (a, b, c, d) = (
+        request("listed-a"),
+        request("listed-b"),
+        request("listed-c"),
+        request("listed-d"),
+    );
+    assert!(s.list_releases(None, 10).await.expect("list").is_empty());
+    release_once(s, &a, "a1").await;
+    let first = h.clock.now();
+    h.clock.advance(Duration::from_secs(1));
+    release_once(s, &b, "b1").await;
+    h.clock.advance(Duration::from_secs(1));
+    // Two keys released in the same millisecond: ordered by key.
+    release_once(s, &a, "a2").await;
+    release_once(s, &c, "c1").await;
+    h.clock.advance(Duration::from_secs(1));
+    // One key released more often than its trace keeps.
+    for n in 0..=rules::RELEASES_KEPT {
+        release_once(s, &d, &format!("d{n}")).await;
+        h.clock.advance(Duration::from_millis(10));
+    }
+    let mut expected: Vec<(crate::store::Timestamp, IdemKey, String)> = Vec::new();
+    for key in [&a.key, &b.key, &c.key, &d.key] {
+        for r in s.releases(key).await.expect("releases") {
+            expected.push((r.at, r.record.key.clone(), r.note.clone()));
+        }
+    }
+    expected.sort_by(|x, y| (x.0, &x.1).cmp(&(y.0, &y.1)));
+    assert_eq!(expected.len(), 4 + rules::RELEASES_KEPT);
+    let seen =
+        |page: &[crate::store::ReleaseRecord]| -> Vec<(crate::store::Timestamp, IdemKey, String)> {
+            page.iter()
+                .map(|r| (r.at, r.record.key.clone(), r.note.clone()))
+                .collect()
+        };
+    let all = s.list_releases(None, 100).await.expect("list_releases");
+    assert_eq!(
+        seen(&all),
+        expected,
+        "every kept release, in (at, key) order"
+    );
+    assert!(
+        !all.iter().any(|r| r.note == "d0"),
+        "a release dropped from its trace is not listed"
+    );
+    // Page by page, one at a time: each release exactly once.
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = s
+            .list_releases(after.as_ref(), 1)
+            .await
+            .expect("list_releases");
+        let Some(last) = page.last() else { break };
+        after = Some(ListCursor::of_release(last));
+        paged.extend(seen(&page));
+        assert!(paged.len() <= expected.len(), "paging must end");
+    }
+    assert_eq!(paged, expected, "paging visits each release once");
+    // Past the tombstone window of the first release, it is no longer listed.
+    h.clock.set(first.plus(RETENTION.tombstones));
+    let later = s.list_releases(None, 100).await.expect("list_releases");
+    assert_eq!(seen(&later), expected[1..].to_vec());
 }
 
 /// Reclaim takes over pending, unknown and escalated records whose current token is the

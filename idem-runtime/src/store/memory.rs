@@ -430,6 +430,29 @@ impl IdemStore for MemoryStore {
         Ok(out)
     }
 
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let now = self.inner.clock.now();
+        let mut traces = lock(&self.inner.releases);
+        traces.retain(|_, trace| {
+            rules::keep_releases(trace, now, &self.inner.retention);
+            !trace.is_empty()
+        });
+        let mut page: Vec<ReleaseRecord> = traces
+            .values()
+            .flatten()
+            .filter(|r| after.is_none_or(|c| c.precedes_release(r)))
+            .cloned()
+            .collect();
+        drop(traces);
+        page.sort_by(ListCursor::cmp_releases);
+        page.truncate(limit);
+        Ok(page)
+    }
+
     async fn reclaim(
         &self,
         key: &IdemKey,

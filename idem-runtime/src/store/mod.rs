@@ -91,7 +91,8 @@ impl Default for Retention {
     }
 }
 
-/// A position in a listing: the `(created_at, key)` of the last record seen.
+/// A position in a listing: the `(created_at, key)` of the last record seen (of the last
+/// release seen, in [`IdemStore::list_releases`], where `created_at` is the release time).
 ///
 /// Listings are ordered by claim time and, among records claimed in the same millisecond,
 /// by key, so a cursor names one place in the order even when the record it was taken from
@@ -116,6 +117,25 @@ impl ListCursor {
             created_at: record.created_at,
             key: record.key.clone(),
         }
+    }
+
+    /// The position of `release` in [`IdemStore::list_releases`]: its time and key (the
+    /// `created_at` field holds the release time).
+    pub fn of_release(release: &ReleaseRecord) -> ListCursor {
+        ListCursor {
+            created_at: release.at,
+            key: release.record.key.clone(),
+        }
+    }
+
+    /// Orders two releases as [`IdemStore::list_releases`] does.
+    pub(crate) fn cmp_releases(a: &ReleaseRecord, b: &ReleaseRecord) -> std::cmp::Ordering {
+        (a.at, &a.record.key).cmp(&(b.at, &b.record.key))
+    }
+
+    /// True when `release` sorts strictly after this cursor.
+    pub(crate) fn precedes_release(&self, release: &ReleaseRecord) -> bool {
+        (release.at, &release.record.key) > (self.created_at, &self.key)
     }
 
     /// Orders two records as listings do, without building cursors.
@@ -264,6 +284,23 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
         Ok(Vec::new())
     }
 
+    /// Up to `limit` of the releases still kept, every key's, that sort strictly after
+    /// `after` in `(at, key)` order ([`ListCursor::of_release`]), in that order; from the
+    /// oldest when `after` is `None`. What an operator reviews: every key a person or the
+    /// reconciler freed in the tombstone window.
+    ///
+    /// Paging with the cursor of the last release of each page visits every kept release
+    /// once (two releases of one key in the same millisecond share a cursor: a page that
+    /// ends on the first skips the second). The default (no trace kept) is empty.
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let _ = (after, limit);
+        Ok(Vec::new())
+    }
+
     /// The record of `key`, if any (lease expiry and retention applied).
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError>;
 
@@ -389,6 +426,13 @@ impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
     }
     async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
         (**self).releases(key).await
+    }
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        (**self).list_releases(after, limit).await
     }
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
         (**self).get(key).await

@@ -303,6 +303,7 @@ struct Sql {
     trim_releases: String,
     drop_releases: String,
     select_releases: String,
+    list_releases: String,
 }
 
 const COLUMNS: &str = "key, fingerprint, tool, state, token, lease_until, created_at, \
@@ -440,6 +441,11 @@ impl Sql {
             select_releases: format!(
                 "SELECT entry FROM {r} WHERE key = $1 AND released_at > $2 ORDER BY seq"
             ),
+            list_releases: format!(
+                "SELECT key, entry FROM {r} \
+                 WHERE released_at > $1 AND (released_at, key) > ($2, $3) \
+                 ORDER BY released_at, key, seq LIMIT $4"
+            ),
         }
     }
 
@@ -478,7 +484,7 @@ impl Sql {
                released_at bigint NOT NULL, \
                entry       text NOT NULL, \
                PRIMARY KEY (key, seq)); \
-             CREATE INDEX idem_releases_by_time ON {r} (released_at);"
+             CREATE INDEX idem_releases_by_time ON {r} (released_at, key, seq);"
             ),
         ]
     }
@@ -1410,6 +1416,38 @@ impl IdemStore for PostgresStore {
             );
         }
         rules::keep_releases(&mut out, now, &self.inner.retention);
+        Ok(out)
+    }
+
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let now = self.inner.clock.now();
+        let (at, key) = match after {
+            Some(c) => (ms(c.created_at), c.key.as_str()),
+            None => (i64::MIN, ""),
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &self.inner.sql.list_releases,
+                &[&self.release_cut(now), &at, &key, &limit],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut out: Vec<ReleaseRecord> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (key, entry): (String, String) = (row.get(0), row.get(1));
+            out.push(
+                serde_json::from_str(&entry).map_err(|e| StoreError::Corrupt {
+                    key,
+                    detail: format!("a release trace entry does not decode: {e}"),
+                })?,
+            );
+        }
         Ok(out)
     }
 

@@ -36,7 +36,7 @@ const RELEASES_DDL: &str = "CREATE TABLE IF NOT EXISTS idem_releases (
          entry       TEXT NOT NULL,
          PRIMARY KEY (key, seq)
      ) STRICT, WITHOUT ROWID;
-     CREATE INDEX IF NOT EXISTS idem_releases_by_time ON idem_releases (released_at);";
+     CREATE INDEX IF NOT EXISTS idem_releases_by_time ON idem_releases (released_at, key, seq);";
 
 /// Columns in the order [`decode`] reads them.
 const COLUMNS: &str = "key, state, fingerprint, tool, token, lease_until, created_at, \
@@ -728,6 +728,43 @@ fn load_releases(
     Ok(out)
 }
 
+/// A page of every key's releases inside the tombstone window, in `(released_at, key)`
+/// order after `after` (a range on `idem_releases_by_time`).
+fn list_release_rows(
+    conn: &Connection,
+    inner: &Inner,
+    after: Option<&ListCursor>,
+    limit: usize,
+    now: Timestamp,
+) -> Result<Vec<ReleaseRecord>, StoreError> {
+    let cut = sql_time(now).saturating_sub(millis(inner.retention.tombstones));
+    let (at, key) = match after {
+        Some(c) => (sql_time(c.created_at), c.key.as_str().to_owned()),
+        None => (i64::MIN, String::new()),
+    };
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT key, entry FROM idem_releases
+             WHERE released_at > ?1 AND (released_at, key) > (?2, ?3)
+             ORDER BY released_at, key, seq LIMIT ?4",
+        )
+        .map_err(db_err)?;
+    let mut rows = stmt.query(params![cut, at, key, limit]).map_err(db_err)?;
+    let mut out: Vec<ReleaseRecord> = Vec::new();
+    while let Some(row) = rows.next().map_err(db_err)? {
+        let key: String = row.get(0).map_err(db_err)?;
+        let entry: String = row.get(1).map_err(db_err)?;
+        out.push(
+            serde_json::from_str(&entry).map_err(|e| StoreError::Corrupt {
+                key: key.clone(),
+                detail: format!("a release trace entry does not decode: {e}"),
+            })?,
+        );
+    }
+    Ok(out)
+}
+
 /// Milliseconds as SQLite's signed integer. Times past year 292 million (a `Duration::MAX`
 /// lease) are stored as `i64::MAX`: still "never" in practice.
 fn sql_time(t: Timestamp) -> i64 {
@@ -1067,6 +1104,18 @@ impl IdemStore for SqliteStore {
         let key = key.clone();
         self.read(move |conn, inner| load_releases(conn, inner, &key, inner.clock.now()))
             .await
+    }
+
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let after = after.cloned();
+        self.read(move |conn, inner| {
+            list_release_rows(conn, inner, after.as_ref(), limit, inner.clock.now())
+        })
+        .await
     }
 
     async fn reclaim(

@@ -12,7 +12,7 @@
 -- KEYS[2..7]: per-state sorted sets (score = created_at, member = key), in
 -- RecordState::ALL order; KEYS[8]: running leases (score = lease end); KEYS[9]: terminal
 -- records by tombstone expiry (score = updated_at + tombstone window); KEYS[10]: the release
--- trace of KEYS[1]'s key (only `release_unsettled` uses it).
+-- trace of KEYS[1]'s key, KEYS[11]: every kept release (only `release_unsettled` uses them).
 --
 -- ARGV[1] now (ms, from the caller's clock, so tests can move time), ARGV[2] result
 -- retention (ms), ARGV[3] tombstone retention (ms), ARGV[4] record key prefix, ARGV[5]
@@ -236,6 +236,12 @@ local function age(rk)
     end
   end
   return r
+end
+
+-- A release's member in the KEYS[11] listing: 20 digits of time, '|', the key.
+local function release_member(at, k)
+  local digits = tostring(at)
+  return string.rep('0', 20 - #digits) .. digits .. '|' .. k
 end
 
 local function move(r, to)
@@ -523,7 +529,7 @@ elseif OP == 'release_unsettled' then
   if not releasable or r.tok ~= ARGV[6] then
     return { 'stale', r.st }
   end
-  local trace = {}
+  local trace, gone = {}, {}
   local t = redis.call('TYPE', KEYS[10])['ok']
   if t ~= 'none' and t ~= 'string' then
     corrupt(KEYS[10], 'the release trace is a ' .. t .. ', not a string')
@@ -538,16 +544,25 @@ elseif OP == 'release_unsettled' then
     for _, e in ipairs(kept) do
       if type(e) == 'table' and tonumber(e.at) and tonumber(e.at) + TOMBS > NOW then
         table.insert(trace, e)
+      elseif type(e) == 'table' and tonumber(e.at) then
+        table.insert(gone, e)
       end
     end
   end
   table.insert(trace, { at = num(NOW), by = ARGV[7], note = ARGV[8],
     record = redis.call('HGETALL', rk) })
   while #trace > tonumber(ARGV[9]) do
-    table.remove(trace, 1)
+    table.insert(gone, table.remove(trace, 1))
   end
   redis.call('DEL', rk)
   redis.call('ZREM', KEYS[IDX[r.st]], r.k)
+  -- KEYS[11] lists every kept release for IdemStore::list_releases: all scores 0, so the
+  -- members (the release time, zero-padded, then the key) sort in (time, key) order.
+  for _, e in ipairs(gone) do
+    redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
+  end
+  redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
+  redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
   -- The trace outlives its newest release by the tombstone window (and the usual slack);
   -- older releases in it are dropped by their own time on every read and write.
   redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
