@@ -64,14 +64,19 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List records in one state, oldest first, a page at a time.
+    /// List records in one state, oldest first, a page at a time; or, with `--released`,
+    /// the releases the store keeps (every key a person or the reconciler freed in the
+    /// tombstone window: who, when, why, what the record was), oldest first.
     ///
     /// When more records follow, the last line (`next_after` in `--json`) says what to pass
     /// as `--after` for the next page.
     List {
         /// The state to list.
-        #[arg(long, value_enum)]
-        state: StateArg,
+        #[arg(long, value_enum, required_unless_present = "released")]
+        state: Option<StateArg>,
+        /// List the kept releases instead of records in a state.
+        #[arg(long, conflicts_with = "state")]
+        released: bool,
         /// At most this many records on the page (at least 1).
         #[arg(long, default_value_t = 100, value_parser = parse_limit, value_name = "N")]
         limit: usize,
@@ -195,6 +200,10 @@ enum Plan {
         limit: usize,
         after: Option<ListCursor>,
     },
+    Released {
+        limit: usize,
+        after: Option<ListCursor>,
+    },
     Show(IdemKey),
     Resolve(resolve::Request),
     Reconcile,
@@ -205,12 +214,17 @@ impl Plan {
         Ok(match command {
             Command::List {
                 state,
+                released,
                 limit,
                 after,
-            } => Plan::List {
-                state: state.into(),
-                limit,
-                after,
+            } => match state {
+                Some(state) if !released => Plan::List {
+                    state: state.into(),
+                    limit,
+                    after,
+                },
+                None if released => Plan::Released { limit, after },
+                _ => return Err("say one of --state STATE or --released".into()),
             },
             Command::Show { key } => Plan::Show(IdemKey::parse(&key).map_err(|e| e.to_string())?),
             Command::Resolve {
@@ -277,6 +291,24 @@ where
                         None
                     };
                     output::records(&records, next.as_ref(), json);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        Plan::Released { limit, after } => {
+            match store
+                .list_releases(after.as_ref(), limit.saturating_add(1))
+                .await
+            {
+                Ok(mut releases) => {
+                    let next = if releases.len() > limit {
+                        releases.truncate(limit);
+                        releases.last().map(ListCursor::of_release)
+                    } else {
+                        None
+                    };
+                    output::releases(&releases, next.as_ref(), json);
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(e),

@@ -118,6 +118,47 @@ pub(crate) fn record(r: &Record, json: bool) {
     }
 }
 
+/// A page of releases, as `--json` prints it.
+#[derive(Serialize)]
+struct ReleasePage<'a> {
+    releases: &'a [ReleaseRecord],
+    /// Pass as `--after` for the next page; `null` on the last one.
+    next_after: Option<String>,
+}
+
+/// Prints a page of kept releases as a table (or JSON), then where the next page starts.
+pub(crate) fn releases(releases: &[ReleaseRecord], next: Option<&ListCursor>, json: bool) {
+    let next_after = next.map(cursor::format);
+    if json {
+        return self::json(&ReleasePage {
+            releases,
+            next_after,
+        });
+    }
+    if releases.is_empty() {
+        println!("(no releases)");
+    } else {
+        println!(
+            "{:<69}  {:<20}  {:<24}  {:<16}  {:<9}  NOTE",
+            "KEY", "TOOL", "RELEASED", "BY", "WAS"
+        );
+        for r in releases {
+            println!(
+                "{:<69}  {:<20}  {:<24}  {:<16}  {:<9}  {}",
+                Esc(r.record.key.as_str()),
+                Esc(&r.record.tool),
+                r.at,
+                Esc(&r.by),
+                r.record.state,
+                Esc(&r.note)
+            );
+        }
+    }
+    if let Some(after) = next_after {
+        println!("next page: --after {after}");
+    }
+}
+
 /// `idem show --json`: the record's own fields (as a plain record prints), plus its key's
 /// release history; or, for a key that was released and not claimed since, the key and
 /// the history alone.
