@@ -131,11 +131,11 @@ pub struct Reconciler {
     walk: Walk,
 }
 
-/// The states a pass walks, in the order it walks them.
 /// Who the store's release trace names when the reconciler frees a key
 /// ([`crate::store::ReleaseRecord::by`]).
 pub const RECONCILER: &str = "idem reconciler";
 
+/// The states a pass walks, in the order it walks them.
 const WALKED: [RecordState; 2] = [RecordState::Unknown, RecordState::Pending];
 
 /// Where the next pass resumes in each walked state: after this cursor, or from the oldest

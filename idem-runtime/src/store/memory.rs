@@ -83,10 +83,11 @@ impl Hasher for KeyHasher {
 /// may re-execute. Use a durable store (SQLite, Redis, Postgres) when that matters.
 ///
 /// **Bounded.** It holds at most [`DEFAULT_CAPACITY`] records (100 000; set another with
-/// [`MemoryStore::capacity`]), every state and tombstones included. A claim of a new key
-/// when the store is full first drops every lapsed tombstone; if that frees nothing it is
-/// refused with [`StoreError::Full`] (the call fails before its handler runs). No record is
-/// ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
+/// [`MemoryStore::capacity`]), every state and tombstones included; a released key's trace
+/// ([`IdemStore::releases`]) keeps the place its record had until the trace lapses. A claim
+/// of a new key when the store is full first drops every lapsed tombstone (and release); if
+/// that frees nothing it is refused with [`StoreError::Full`] (the call fails before its
+/// handler runs). No record is ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
 /// only thing standing between a repeat and a second effect. Lapsed tombstones are also
 /// swept a shard at a time as new keys are claimed, and by [`MemoryStore::sweep`].
 #[derive(Debug, Clone)]
@@ -107,7 +108,9 @@ struct Inner {
     claims: AtomicUsize,
     /// The release traces, by key. Written under the key's shard lock (taken first), so a
     /// release and its trace are one step; bounded per key by `rules::keep_releases`, and
-    /// lapsed traces go with the sweep.
+    /// lapsed traces go with the sweeps. Each key with a trace takes one place of the
+    /// capacity (in `len`), as its record did: a key released over and over, or many keys
+    /// released, cannot grow the store past its bound.
     releases: Mutex<HashMap<IdemKey, Vec<ReleaseRecord>>>,
 }
 
@@ -138,6 +141,21 @@ impl Inner {
             aged != Aged::Gone
         });
         let dropped = before - map.len();
+        self.len.fetch_sub(dropped, AtomicOrdering::Relaxed);
+        dropped
+    }
+
+    /// Drops lapsed releases from every trace, and traces left empty; returns how many
+    /// traces it dropped.
+    fn sweep_releases(&self) -> usize {
+        let now = self.clock.now();
+        let mut traces = lock(&self.releases);
+        let before = traces.len();
+        traces.retain(|_, trace| {
+            rules::keep_releases(trace, now, &self.retention);
+            !trace.is_empty()
+        });
+        let dropped = before - traces.len();
         self.len.fetch_sub(dropped, AtomicOrdering::Relaxed);
         dropped
     }
@@ -194,22 +212,18 @@ impl MemoryStore {
     }
 
     /// Applies time to every record: expired leases become unknown, expired results
-    /// tombstones, and lapsed tombstones are deleted. Returns how many records were deleted.
+    /// tombstones, and lapsed tombstones and release traces are deleted. Returns how many
+    /// records and traces were deleted.
     /// Claims do this a shard at a time, and all at once when the store is full; call it
     /// on an interval to give memory back sooner in a store that takes few new keys.
     pub fn sweep(&self) -> usize {
-        let dropped = self
+        let dropped: usize = self
             .inner
             .shards
             .iter()
             .map(|shard| self.inner.sweep_shard(shard))
             .sum();
-        let now = self.inner.clock.now();
-        lock(&self.inner.releases).retain(|_, trace| {
-            rules::keep_releases(trace, now, &self.inner.retention);
-            !trace.is_empty()
-        });
-        dropped
+        dropped + self.inner.sweep_releases()
     }
 
     /// Number of records held (all states, tombstones included).
@@ -347,6 +361,9 @@ impl IdemStore for MemoryStore {
         let n = inner.claims.fetch_add(1, AtomicOrdering::Relaxed);
         if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
             inner.sweep_shard(&inner.shards[(n / SWEEP_EVERY) % SHARDS]);
+            if (n / SWEEP_EVERY) % SHARDS == 0 {
+                inner.sweep_releases();
+            }
         }
         Ok(ClaimOutcome::Claimed(token))
     }
@@ -407,10 +424,16 @@ impl IdemStore for MemoryStore {
         let release = rules::release_unsettled(&slot.record, expected, note, now)?;
         wake(slot);
         map.remove(key);
-        self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
-        // Still under the shard lock: nobody sees the key free without its trace.
+        // Still under the shard lock: nobody sees the key free without its trace. The
+        // record's place in the capacity passes to the trace, unless the key has one.
         let mut traces = lock(&self.inner.releases);
-        let trace = traces.entry(key.clone()).or_default();
+        let trace = match traces.entry(key.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                e.into_mut()
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(Vec::new()),
+        };
         trace.push(release);
         rules::keep_releases(trace, now, &self.inner.retention);
         Ok(())
@@ -426,6 +449,7 @@ impl IdemStore for MemoryStore {
         let out = trace.clone();
         if trace.is_empty() {
             traces.remove(key);
+            self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
         }
         Ok(out)
     }
@@ -435,12 +459,8 @@ impl IdemStore for MemoryStore {
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<ReleaseRecord>, StoreError> {
-        let now = self.inner.clock.now();
-        let mut traces = lock(&self.inner.releases);
-        traces.retain(|_, trace| {
-            rules::keep_releases(trace, now, &self.inner.retention);
-            !trace.is_empty()
-        });
+        self.inner.sweep_releases();
+        let traces = lock(&self.inner.releases);
         let mut page: Vec<ReleaseRecord> = traces
             .values()
             .flatten()
