@@ -83,6 +83,8 @@ end
 -- What the Rust side decodes, checked in full: a record whose evidence would not decode
 -- is refused (IDEMCORRUPT) before any operation writes to it, as the other backends refuse
 -- it, so a renew, settle or release can never act on (or free) a record nobody can read.
+-- The names OutcomeClass and AttemptKind serialize to: keep them in step with the Rust
+-- enums (a name missing here makes every record that uses it Corrupt on this backend).
 local CLASSES = { rejected = true, unavailable = true, completed = true, failed = true,
   pending = true, unknown = true, escalated = true }
 local KINDS = { returned = true, timed_out = true, panicked = true, late = true,
