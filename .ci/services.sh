@@ -5,6 +5,13 @@
 # exports IDEM_REDIS_URL and IDEM_POSTGRES_URL, and registers `idem_services_stop` to run
 # on exit, so nothing outlives the run. Nothing here touches a system-wide server.
 #
+# A second PostgreSQL cluster serves TLS only (ssl=on, a certificate for 127.0.0.1 signed by
+# a CA made at start with openssl; every key 0600 in the run's private directory; clear-text
+# connections rejected by pg_hba): it exports IDEM_POSTGRES_TLS_URL (no sslmode: the test
+# picks one), IDEM_POSTGRES_TLS_CA (the CA certificate, to verify the server with) and
+# IDEM_POSTGRES_TLS_OTHER_CA (a CA that did not sign it). The main cluster stays clear text,
+# so every other test connects as it always did.
+#
 # Knobs (environment):
 #   IDEM_SERVICES=0      start nothing (the backend tests then skip, saying why; otherwise
 #                        .ci/run sets IDEM_REQUIRE_BACKENDS=1 and a skip is a failure)
@@ -16,6 +23,7 @@ IDEM_REDIS_PID=""
 IDEM_PG_DATA=""
 IDEM_PG_BIN=""
 IDEM_PG_USER=""
+IDEM_PG_TLS_DATA=""
 
 idem_log() { echo "[services] $*" >&2; }
 
@@ -53,6 +61,7 @@ idem_install_missing() {
     local need=()
     command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
     idem_find_pg_bin >/dev/null || need+=(postgresql-15)
+    command -v openssl >/dev/null 2>&1 || need+=(openssl)
     [ ${#need[@]} -eq 0 ] && return 0
     if [ "${IDEM_NO_INSTALL:-0}" = 1 ] || [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
         idem_log "not installing ${need[*]} (IDEM_NO_INSTALL, not root, or no apt-get)"
@@ -139,6 +148,74 @@ idem_start_postgres() {
     idem_log "PostgreSQL $("$IDEM_PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data $IDEM_PG_DATA)"
 }
 
+# A CA and a server certificate for 127.0.0.1 signed by it, plus a second CA that signed
+# nothing (for the "wrong CA" case), all in $1. Keys are created 0600.
+idem_make_certificates() {
+    local dir=$1
+    (
+        umask 077
+        cd "$dir" || exit 1
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -keyout ca.key -out ca.pem \
+            -subj "/CN=idem test CA" &&
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -keyout other-ca.key \
+            -out other-ca.pem -subj "/CN=idem other CA" &&
+        openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr \
+            -subj "/CN=127.0.0.1" &&
+        printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' >ext.cnf &&
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+            -out server.pem -extfile ext.cnf
+    ) >"$dir/openssl.log" 2>&1
+}
+
+# The TLS-only cluster (see the top of this file).
+idem_start_postgres_tls() {
+    [ -n "$IDEM_PG_BIN" ] || return 0
+    if ! command -v openssl >/dev/null 2>&1; then
+        idem_log "openssl not found: the Postgres TLS test will skip"
+        return 0
+    fi
+    local port dir
+    port=$(idem_free_port) || { idem_log "no free port for PostgreSQL (TLS)"; return 1; }
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/idem-pg-tls.XXXXXX")
+    chmod 700 "$dir"
+    mkdir -p "$dir/certs"
+    idem_make_certificates "$dir/certs" || {
+        idem_log "making the TLS certificates failed; log:"
+        cat "$dir/certs/openssl.log" >&2
+        return 1
+    }
+    # The server reads its key as the cluster owner, and refuses a key others can read.
+    cp "$dir/certs/server.pem" "$dir/certs/server.key" "$dir/"
+    chmod 600 "$dir/server.key" "$dir/server.pem"
+    if [ "$(id -u)" = 0 ]; then
+        chown "$IDEM_PG_USER" "$dir" "$dir/server.key" "$dir/server.pem"
+    fi
+    IDEM_PG_TLS_DATA="$dir/data"
+    idem_as_pg_user "$IDEM_PG_BIN/initdb" -D "$IDEM_PG_TLS_DATA" -U idem --auth=trust \
+        --encoding=UTF8 --locale=C >"$dir/initdb.log" 2>&1 || {
+        idem_log "initdb (TLS) failed; log:"
+        cat "$dir/initdb.log" >&2
+        return 1
+    }
+    # TLS or nothing: a clear-text connection from anywhere is rejected.
+    printf '%s\n' \
+        "local     all all               trust" \
+        "hostnossl all all 0.0.0.0/0     reject" \
+        "hostnossl all all ::/0          reject" \
+        "hostssl   all all 127.0.0.1/32  trust" >"$IDEM_PG_TLS_DATA/pg_hba.conf"
+    idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_TLS_DATA" -l "$dir/postgres.log" -w \
+        -t 60 -o "-h 127.0.0.1 -p $port -k $dir -c max_connections=50 -c ssl=on \
+        -c ssl_cert_file=$dir/server.pem -c ssl_key_file=$dir/server.key" start >/dev/null || {
+        idem_log "PostgreSQL (TLS) did not start; log:"
+        cat "$dir/postgres.log" >&2
+        return 1
+    }
+    export IDEM_POSTGRES_TLS_URL="postgres://idem@127.0.0.1:$port/postgres"
+    export IDEM_POSTGRES_TLS_CA="$dir/certs/ca.pem"
+    export IDEM_POSTGRES_TLS_OTHER_CA="$dir/certs/other-ca.pem"
+    idem_log "PostgreSQL with TLS only on 127.0.0.1:$port (CA $IDEM_POSTGRES_TLS_CA)"
+}
+
 idem_services_stop() {
     if [ -n "$IDEM_REDIS_PID" ]; then
         kill "$IDEM_REDIS_PID" 2>/dev/null && wait "$IDEM_REDIS_PID" 2>/dev/null
@@ -150,6 +227,13 @@ idem_services_stop() {
     if [ -n "$IDEM_PG_DATA" ]; then
         rm -rf "$(dirname "$IDEM_PG_DATA")"
         IDEM_PG_DATA=""
+    fi
+    if [ -n "$IDEM_PG_TLS_DATA" ] && [ -f "$IDEM_PG_TLS_DATA/postmaster.pid" ]; then
+        idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_TLS_DATA" -m fast -w stop >/dev/null 2>&1
+    fi
+    if [ -n "$IDEM_PG_TLS_DATA" ]; then
+        rm -rf "$(dirname "$IDEM_PG_TLS_DATA")"
+        IDEM_PG_TLS_DATA=""
     fi
     if [ -n "$IDEM_SVC_DIR" ]; then
         rm -rf "$IDEM_SVC_DIR"
@@ -170,4 +254,5 @@ idem_services_start() {
     idem_install_missing || idem_log "installing services failed; continuing with what is there"
     idem_start_redis
     idem_start_postgres
+    idem_start_postgres_tls
 }

@@ -64,14 +64,19 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List records in one state, oldest first, a page at a time.
+    /// List records in one state, oldest first, a page at a time; or, with `--released`,
+    /// the releases the store keeps (every key a person or the reconciler freed in the
+    /// tombstone window: who, when, why, what the record was), oldest first.
     ///
     /// When more records follow, the last line (`next_after` in `--json`) says what to pass
     /// as `--after` for the next page.
     List {
         /// The state to list.
-        #[arg(long, value_enum)]
-        state: StateArg,
+        #[arg(long, value_enum, required_unless_present = "released")]
+        state: Option<StateArg>,
+        /// List the kept releases instead of records in a state.
+        #[arg(long, conflicts_with = "state")]
+        released: bool,
         /// At most this many records on the page (at least 1).
         #[arg(long, default_value_t = 100, value_parser = parse_limit, value_name = "N")]
         limit: usize,
@@ -80,7 +85,8 @@ pub enum Command {
         #[arg(long, value_parser = cursor::parse, value_name = "CURSOR")]
         after: Option<ListCursor>,
     },
-    /// Show one record with all its evidence.
+    /// Show one record with all its evidence, and the releases the store keeps for its key
+    /// (who freed it, when, why, and the record as it was), even once the key is free.
     Show {
         /// The key (`idem:…`).
         key: String,
@@ -88,8 +94,9 @@ pub enum Command {
     /// Settle an unknown, pending or escalated record as a person decided.
     ///
     /// The record keeps who decided, when, and why: `NOTE (by OPERATOR at TIME)`. A release
-    /// deletes the record, so before it the whole record is written to stderr as one JSON
-    /// line (and, with `--json`, into the output): keep it for the review.
+    /// frees the key, and the store keeps its trace (the operator, the note, the time and
+    /// the whole record as it was): `idem show KEY` prints it. The record is also written
+    /// to stderr as one JSON line (and, with `--json`, into the output) before the release.
     Resolve {
         /// The key (`idem:…`).
         key: String,
@@ -193,6 +200,10 @@ enum Plan {
         limit: usize,
         after: Option<ListCursor>,
     },
+    Released {
+        limit: usize,
+        after: Option<ListCursor>,
+    },
     Show(IdemKey),
     Resolve(resolve::Request),
     Reconcile,
@@ -203,12 +214,17 @@ impl Plan {
         Ok(match command {
             Command::List {
                 state,
+                released,
                 limit,
                 after,
-            } => Plan::List {
-                state: state.into(),
-                limit,
-                after,
+            } => match state {
+                Some(state) if !released => Plan::List {
+                    state: state.into(),
+                    limit,
+                    after,
+                },
+                None if released => Plan::Released { limit, after },
+                _ => return Err("say one of --state STATE or --released".into()),
             },
             Command::Show { key } => Plan::Show(IdemKey::parse(&key).map_err(|e| e.to_string())?),
             Command::Resolve {
@@ -280,14 +296,41 @@ where
                 Err(e) => fail(e),
             }
         }
-        Plan::Show(key) => match store.get(&key).await {
-            Ok(Some(record)) => {
-                output::record(&record, json);
-                ExitCode::SUCCESS
+        Plan::Released { limit, after } => {
+            match store
+                .list_releases(after.as_ref(), limit.saturating_add(1))
+                .await
+            {
+                Ok(mut releases) => {
+                    let next = if releases.len() > limit {
+                        releases.truncate(limit);
+                        releases.last().map(ListCursor::of_release)
+                    } else {
+                        None
+                    };
+                    output::releases(&releases, next.as_ref(), json);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
             }
-            Ok(None) => fail(format!("no record for {key}")),
-            Err(e) => fail(e),
-        },
+        }
+        Plan::Show(key) => {
+            let shown = async {
+                Ok::<_, idem_runtime::StoreError>((
+                    store.get(&key).await?,
+                    store.releases(&key).await?,
+                ))
+            }
+            .await;
+            match shown {
+                Ok((None, releases)) if releases.is_empty() => fail(format!("no record for {key}")),
+                Ok((record, releases)) => {
+                    output::shown(&key, record.as_ref(), &releases, json);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
         Plan::Resolve(request) => match request.apply(&*store, json).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),

@@ -1,8 +1,8 @@
 //! Human tables and JSON for records and decisions. Everything a record holds is printed
 //! through [`Esc`] (tables) or [`to_json`] (JSON): see the `escape` module for why.
 
-use idem_runtime::store::ListCursor;
-use idem_runtime::{Decision, Record};
+use idem_runtime::store::{ListCursor, ReleaseRecord};
+use idem_runtime::{Decision, IdemKey, Record};
 use serde::Serialize;
 
 use crate::cursor;
@@ -115,6 +115,103 @@ pub(crate) fn record(r: &Record, json: bool) {
     }
     for rb in &r.read_backs {
         println!("read-back    {}  {}", rb.at, Esc(&rb.result));
+    }
+}
+
+/// A page of releases, as `--json` prints it.
+#[derive(Serialize)]
+struct ReleasePage<'a> {
+    releases: &'a [ReleaseRecord],
+    /// Pass as `--after` for the next page; `null` on the last one.
+    next_after: Option<String>,
+}
+
+/// Prints a page of kept releases as a table (or JSON), then where the next page starts.
+pub(crate) fn releases(releases: &[ReleaseRecord], next: Option<&ListCursor>, json: bool) {
+    let next_after = next.map(cursor::format);
+    if json {
+        return self::json(&ReleasePage {
+            releases,
+            next_after,
+        });
+    }
+    if releases.is_empty() {
+        println!("(no releases)");
+    } else {
+        println!(
+            "{:<69}  {:<20}  {:<24}  {:<16}  {:<9}  NOTE",
+            "KEY", "TOOL", "RELEASED", "BY", "WAS"
+        );
+        for r in releases {
+            println!(
+                "{:<69}  {:<20}  {:<24}  {:<16}  {:<9}  {}",
+                Esc(r.record.key.as_str()),
+                Esc(&r.record.tool),
+                r.at,
+                Esc(&r.by),
+                r.record.state,
+                Esc(&r.note)
+            );
+        }
+    }
+    if let Some(after) = next_after {
+        println!("next page: --after {after}");
+    }
+}
+
+/// `idem show --json`: the record's own fields (as a plain record prints), plus its key's
+/// release history; or, for a key that was released and not claimed since, the key and
+/// the history alone.
+#[derive(Serialize)]
+struct Shown<'a> {
+    #[serde(flatten)]
+    record: Option<&'a Record>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<&'a IdemKey>,
+    /// True when the key has no record now: its last release freed it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    free: bool,
+    releases: &'a [ReleaseRecord],
+}
+
+/// Prints one key for `idem show`: its record, if any, with its evidence, then the releases
+/// the store keeps for it (who freed it, when, why, and what the record was).
+pub(crate) fn shown(key: &IdemKey, r: Option<&Record>, releases: &[ReleaseRecord], json: bool) {
+    if json {
+        return self::json(&Shown {
+            record: r,
+            key: r.is_none().then_some(key),
+            free: r.is_none(),
+            releases,
+        });
+    }
+    match r {
+        Some(r) => record(r, false),
+        None => {
+            println!("key          {}", Esc(key.as_str()));
+            println!("state        (no record: released, the key is free)");
+        }
+    }
+    for (i, rel) in releases.iter().enumerate() {
+        let was = &rel.record;
+        println!(
+            "release {:<4} {}  by {}: {}",
+            i + 1,
+            rel.at,
+            Esc(&rel.by),
+            Esc(&rel.note)
+        );
+        println!(
+            "  was        {} since {}, {} attempts, {} read-backs{}",
+            was.state,
+            was.updated_at,
+            was.attempts.len(),
+            was.read_backs.len(),
+            match &was.message {
+                Some(m) => format!(": {}", Esc(m)),
+                None => String::new(),
+            }
+        );
     }
 }
 

@@ -1,13 +1,13 @@
 //! `idem resolve`: a person's decision, signed and kept.
 //!
 //! The runtime's record has no field for who resolved it, so the CLI signs the note it
-//! passes to [`idem_runtime::reconcile::resolve`]: the record's reason then reads
-//! `resolved by a person: NOTE (by OPERATOR at TIME)`. A release deletes the record (the
-//! store keeps no tombstone for it), so before releasing, the CLI writes the whole record,
-//! with the operator, note and time, to stderr as one JSON line: that line is the only trace
-//! a release leaves, and whoever runs the CLI should keep it.
+//! passes to [`idem_runtime::reconcile::resolve_as`]: the record's reason then reads
+//! `resolved by a person: NOTE (by OPERATOR at TIME)`. A release frees the key and the
+//! store keeps a trace of it, with the operator and the note ([`IdemStore::releases`];
+//! `idem show KEY` prints it). Before releasing, the CLI also writes the whole record, with
+//! the operator, note and time, to stderr as one JSON line, for a log kept outside the store.
 
-use idem_runtime::reconcile::{resolve, Resolution};
+use idem_runtime::reconcile::{resolve_as, Resolution};
 use idem_runtime::{IdemKey, IdemStore, Record, RecordState};
 use serde::Serialize;
 
@@ -75,14 +75,23 @@ impl Request {
     /// Applies the decision and prints the record as it is afterwards (or the release).
     pub(crate) async fn apply(self, store: &dyn IdemStore, json: bool) -> Result<(), String> {
         let at = store.clock().now().to_string();
-        let signed = format!("{} (by {} at {at})", self.note, self.operator);
         let release = matches!(self.resolution, Resolution::Release);
+        // A release's trace names the operator and the time in fields of its own; a
+        // settled record has only its message to say who decided.
+        let (operator, signed) = if release {
+            (self.operator.clone(), self.note.clone())
+        } else {
+            (
+                "a person".to_owned(),
+                format!("{} (by {} at {at})", self.note, self.operator),
+            )
+        };
         let previous = if release {
             self.before_release(store, &at).await?
         } else {
             None
         };
-        match resolve(store, &self.key, self.resolution, &signed).await {
+        match resolve_as(store, &self.key, self.resolution, &operator, &signed).await {
             Ok(Some(record)) => output::record(&record, json),
             Ok(None) => {
                 // `previous` is `None` only if the record became resolvable between the
@@ -100,10 +109,11 @@ impl Request {
                     });
                 } else {
                     println!(
-                        "{} released by {}: the intent may run again (the record as it was \
-                         went to stderr as one JSON line: keep it for the review)",
+                        "{} released by {}: the intent may run again (the store keeps the \
+                         release and the record as it was: `idem show {}`)",
                         self.key,
-                        Esc(&self.operator)
+                        Esc(&self.operator),
+                        self.key
                     );
                 }
             }
@@ -112,7 +122,7 @@ impl Request {
         Ok(())
     }
 
-    /// Writes the record about to be released to stderr, so the release leaves a trace.
+    /// Writes the record about to be released to stderr, for a log kept outside the store.
     /// Returns it (`None` when it is not a person's to release: `resolve` says why).
     async fn before_release(
         &self,

@@ -1,6 +1,7 @@
 //! `idem resolve` keeps a person's decision reviewable: a note is required, the record says
-//! who decided and when, and a release (which deletes the record) first writes the whole
-//! previous record out as evidence.
+//! who decided and when, and a release (which frees the key) leaves a trace in the store,
+//! with the whole previous record, that `idem show` prints; it also writes that record out
+//! as one JSON line first.
 
 mod support;
 
@@ -185,5 +186,119 @@ async fn a_release_first_writes_out_the_whole_previous_record() {
         } else {
             assert!(stdout(&out).contains("released"), "{}", stdout(&out));
         }
+
+        // The store keeps the release: who, why, and the record exactly as it was.
+        let trace = db.store.releases(&key).await.unwrap();
+        assert_eq!(trace.len(), 1, "{trace:?}");
+        assert_eq!(
+            (trace[0].by.as_str(), trace[0].note.as_str()),
+            ("erin", "not in the ledger")
+        );
+        assert_eq!(trace[0].record, previous);
+        assert!(before.as_str() <= trace[0].at.to_string().as_str());
+
+        // `idem show` prints it, although the key has no record now.
+        let shown = idem()
+            .args(["--store", &url, "show", key.as_str()])
+            .output()
+            .unwrap();
+        assert!(shown.status.success(), "{}", stderr(&shown));
+        let text = stdout(&shown);
+        assert!(
+            text.contains("no record: released") && text.contains("by erin: not in the ledger"),
+            "{text}"
+        );
+        let shown = idem()
+            .args(["--store", &url, "--json", "show", key.as_str()])
+            .output()
+            .unwrap();
+        assert!(shown.status.success(), "{}", stderr(&shown));
+        let v: Value = serde_json::from_slice(&shown.stdout).unwrap();
+        assert_eq!(v["free"], true);
+        assert_eq!(v["key"], key.as_str());
+        assert_eq!(v["releases"][0]["by"], "erin");
+        assert_eq!(v["releases"][0]["record"]["state"], "unknown");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_keys_are_listed_page_by_page() {
+    let db = TempDb::new("idem-cli-released").await;
+    let url = db.url();
+    let mut keys = Vec::new();
+    for name in ["listed-1", "listed-2"] {
+        let key = unknown_record(&*db.store, &RecordText::plain(name, "lost")).await;
+        let out = idem()
+            .args(["--store", &url, "resolve", key.as_str(), "--release"])
+            .args([
+                "--note",
+                &format!("{name} not in the ledger"),
+                "--operator",
+                "finn",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        keys.push(key);
+    }
+
+    let out = idem()
+        .args(["--store", &url, "list", "--released"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    for (key, name) in keys.iter().zip(["listed-1", "listed-2"]) {
+        let line = table
+            .lines()
+            .find(|l| l.contains(key.as_str()))
+            .unwrap_or_else(|| panic!("{key} not listed:\n{table}"));
+        assert!(
+            line.contains("finn") && line.contains("unknown") && line.contains(name),
+            "{line}"
+        );
+    }
+
+    // One a page: the first page says where the next starts, and the two pages hold both.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..3 {
+        let mut cmd = idem();
+        cmd.args([
+            "--store",
+            &url,
+            "--json",
+            "list",
+            "--released",
+            "--limit",
+            "1",
+        ]);
+        if let Some(a) = &after {
+            cmd.args(["--after", a]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let page: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for r in page["releases"].as_array().unwrap() {
+            seen.push(r["record"]["key"].as_str().unwrap().to_owned());
+            assert_eq!(r["by"], "finn");
+        }
+        match page["next_after"].as_str() {
+            Some(a) => after = Some(a.to_owned()),
+            None => break,
+        }
+    }
+    seen.sort();
+    let mut want: Vec<String> = keys.iter().map(|k| k.as_str().to_owned()).collect();
+    want.sort();
+    assert_eq!(seen, want);
+
+    // A listing names one thing to list.
+    let out = idem().args(["--store", &url, "list"]).output().unwrap();
+    assert!(!out.status.success());
+    let out = idem()
+        .args(["--store", &url, "list", "--released", "--state", "unknown"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
 }

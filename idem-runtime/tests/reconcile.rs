@@ -371,6 +371,13 @@ async fn not_found_after_the_bound_frees_the_intent_to_run_again() {
         (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
         (2, 1)
     );
+    // The release stays reviewable beside the new record: by the reconciler, with the
+    // unknown record it freed.
+    let trace = w.store.releases(first.key().unwrap()).await.unwrap();
+    assert_eq!(trace.len(), 1, "{trace:?}");
+    assert_eq!(trace[0].by, idem_runtime::reconcile::RECONCILER);
+    assert_eq!(trace[0].record.state, RecordState::Unknown);
+    assert!(!trace[0].note.is_empty());
 }
 
 #[tokio::test]

@@ -147,6 +147,45 @@ mod bounds {
         }
     }
 
+    /// A released key's trace keeps the place its record had: releases cannot grow the
+    /// store past its capacity, and the place comes back when the trace lapses.
+    #[tokio::test]
+    async fn release_traces_count_toward_the_capacity() {
+        let clock = ManualClock::starting_now();
+        let store = MemoryStore::with_clock(Arc::new(clock.clone()))
+            .retention(RETENTION)
+            .capacity(2);
+        let note = idem_runtime::store::ReleaseNote::new("ops", "not in the ledger");
+        for round in 0..3 {
+            // The same key, released again and again: still one place.
+            let t = claim(&store, "released").await.expect("claim");
+            let key = request("released").key;
+            store
+                .settle(&key, t, Settlement::new(RecordState::Unknown))
+                .await
+                .expect("settle");
+            store
+                .release_unsettled(&key, t, &note)
+                .await
+                .expect("release");
+            assert_eq!(store.releases(&key).await.expect("trace").len(), round + 1);
+        }
+        claim(&store, "other").await.expect("one place left");
+        assert!(
+            matches!(claim(&store, "third").await, Err(StoreError::Full(_))),
+            "the trace holds its place"
+        );
+        clock.advance(RETENTION.tombstones);
+        claim(&store, "third")
+            .await
+            .expect("a lapsed trace makes room");
+        assert!(store
+            .releases(&request("released").key)
+            .await
+            .expect("trace")
+            .is_empty());
+    }
+
     #[tokio::test]
     async fn a_full_store_refuses_new_keys_and_evicts_nothing() {
         let clock = ManualClock::starting_now();

@@ -243,6 +243,47 @@ async fn foreign_rows_in_a_listing_are_corrupt_errors() {
         .is_empty());
 }
 
+/// A database written before release traces existed (no `idem_releases` table) gets the
+/// table when opened, and its unsettled records can then be released with a trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_from_before_release_traces_gains_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let req = ClaimRequest {
+        key: conformance::key("old-file"),
+        fingerprint: conformance::fingerprint("args"),
+        tool: "t".into(),
+        lease: Duration::from_secs(10),
+        operation: None,
+    };
+    let store = SqliteStore::open(&path).await.unwrap();
+    let token = match store.claim(&req).await.unwrap() {
+        ClaimOutcome::Claimed(t) => t,
+        other => panic!("{other:?}"),
+    };
+    store
+        .settle(&req.key, token, Settlement::new(RecordState::Unknown))
+        .await
+        .unwrap();
+    drop(store);
+    raw(&path)
+        .execute_batch("DROP TABLE idem_releases")
+        .unwrap();
+
+    let store = SqliteStore::open(&path).await.unwrap();
+    store
+        .release_unsettled(
+            &req.key,
+            token,
+            &idem_runtime::store::ReleaseNote::new("ops", "not in the ledger"),
+        )
+        .await
+        .unwrap();
+    let trace = store.releases(&req.key).await.unwrap();
+    assert_eq!(trace.len(), 1);
+    assert_eq!(trace[0].record.state, RecordState::Unknown);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_schema_is_refused_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();

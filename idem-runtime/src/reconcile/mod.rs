@@ -42,7 +42,7 @@ mod resolve;
 // here where a reader of this module looks for them.
 pub use crate::escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
 pub use crate::tool::{ReadBack, ReadBackCtx};
-pub use resolve::{resolve, Resolution, ResolveError};
+pub use resolve::{resolve, resolve_as, Resolution, ResolveError};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -130,6 +130,10 @@ pub struct Reconciler {
     batch: usize,
     walk: Walk,
 }
+
+/// Who the store's release trace names when the reconciler frees a key
+/// ([`crate::store::ReleaseRecord::by`]).
+pub const RECONCILER: &str = "idem reconciler";
 
 /// The states a pass walks, in the order it walks them.
 const WALKED: [RecordState; 2] = [RecordState::Unknown, RecordState::Pending];
@@ -447,16 +451,17 @@ impl Reconciler {
         Decision::on(record, Action::Retried, detail)
     }
 
-    /// Frees a key whose effect provably never happened.
+    /// Frees a key whose effect provably never happened, keeping a trace of the release
+    /// (by `idem reconciler`, with `detail` as the note) in the store.
     async fn release(&self, record: &Record, detail: String) -> Decision {
-        let result = async {
-            let token = self
-                .store()
-                .reclaim(&record.key, record.token, Duration::from_secs(60))
-                .await?;
-            self.store().release(&record.key, token).await
-        }
-        .await;
+        let result = self
+            .store()
+            .release_unsettled(
+                &record.key,
+                record.token,
+                &crate::store::ReleaseNote::new(RECONCILER, detail.as_str()),
+            )
+            .await;
         let action = match result {
             Ok(()) => {
                 tracing::info!(key = %record.key, tool = %record.tool, evidence = ?record.attempts, "{detail}");

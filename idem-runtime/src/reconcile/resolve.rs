@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::identity::IdemKey;
-use crate::store::{IdemStore, Record, RecordState, Settlement, StoreError};
+use crate::store::{IdemStore, Record, RecordState, ReleaseNote, Settlement, StoreError};
 
 /// What a person decided.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,7 +22,9 @@ pub enum Resolution {
         /// Why.
         reason: String,
     },
-    /// The effect did not happen: free the key so the intent may run again.
+    /// The effect did not happen: free the key so the intent may run again. The store keeps
+    /// a trace of the release (who, when, the note and the record as it was; see
+    /// [`IdemStore::releases`]).
     Release,
 }
 
@@ -47,10 +49,30 @@ pub enum ResolveError {
 
 /// Settles an unknown, pending or escalated record as a person decided. Returns the record
 /// as it is afterwards (`None` after a release).
+///
+/// The same as [`resolve_as`] by `"a person"`: say who with that function.
 pub async fn resolve(
     store: &dyn IdemStore,
     key: &IdemKey,
     resolution: Resolution,
+    note: &str,
+) -> Result<Option<Record>, ResolveError> {
+    resolve_as(store, key, resolution, "a person", note).await
+}
+
+/// Settles an unknown, pending or escalated record as `operator` decided, for the reason
+/// `note`. Returns the record as it is afterwards (`None` after a release).
+///
+/// Completed and failed records keep `resolved by OPERATOR: NOTE` as their message. A
+/// release frees the key and keeps a trace in the store, with the operator, the note, the
+/// time and the record as it was ([`IdemStore::release_unsettled`]), in one atomic step: a
+/// record that changed since it was read (a reconciler settled it meanwhile) is refused
+/// with [`StoreError::StaleToken`] and nothing is freed.
+pub async fn resolve_as(
+    store: &dyn IdemStore,
+    key: &IdemKey,
+    resolution: Resolution,
+    operator: &str,
     note: &str,
 ) -> Result<Option<Record>, ResolveError> {
     let record = store
@@ -66,18 +88,20 @@ pub async fn resolve(
             state: record.state,
         });
     }
-    let token = store
-        .reclaim(key, record.token, Duration::from_secs(60))
-        .await?;
     let by = if note.is_empty() {
-        "resolved by a person".to_owned()
+        format!("resolved by {operator}")
     } else {
-        format!("resolved by a person: {note}")
+        format!("resolved by {operator}: {note}")
     };
-    match resolution {
+    let settlement = match resolution {
         Resolution::Release => {
-            store.release(key, token).await?;
-            tracing::info!(key = %key, note, "released by a person; the intent may run again");
+            // One atomic step: no takeover first, so the trace holds the record exactly as
+            // the person saw it, and a record that moved on since is refused, not freed.
+            store
+                .release_unsettled(key, record.token, &ReleaseNote::new(operator, note))
+                .await?;
+            tracing::info!(key = %key, tool = %record.tool, operator, note,
+                "released by a person; the intent may run again (the store keeps the release)");
             return Ok(None);
         }
         Resolution::Completed {
@@ -86,16 +110,18 @@ pub async fn resolve(
         } => {
             let output =
                 output.unwrap_or_else(|| serde_json::json!({ "downstream_ref": downstream_ref }));
-            let s = Settlement::new(RecordState::Completed)
+            Settlement::new(RecordState::Completed)
                 .payload(output)
                 .downstream_ref(downstream_ref)
-                .message(by);
-            store.settle(key, token, s).await?;
+                .message(by)
         }
         Resolution::Failed { reason } => {
-            let s = Settlement::new(RecordState::Failed).message(format!("{reason} ({by})"));
-            store.settle(key, token, s).await?;
+            Settlement::new(RecordState::Failed).message(format!("{reason} ({by})"))
         }
-    }
+    };
+    let token = store
+        .reclaim(key, record.token, Duration::from_secs(60))
+        .await?;
+    store.settle(key, token, settlement).await?;
     Ok(store.get(key).await?)
 }

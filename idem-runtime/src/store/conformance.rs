@@ -59,9 +59,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{
-    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
-    ListCursor, ManualClock, ReadBackRecord, Record, RecordState, Retention, Settlement,
-    StoreError,
+    rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
+    ListCursor, ManualClock, ReadBackRecord, Record, RecordState, ReleaseNote, Retention,
+    Settlement, StoreError,
 };
 use crate::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
 use crate::outcome::OutcomeClass;
@@ -159,6 +159,8 @@ macro_rules! store_conformance_tests {
             short_tombstone_retention_is_raised,
             unsettled_records_never_expire,
             release_frees_the_key,
+            release_keeps_a_trace,
+            releases_are_listed,
             reclaim_fences_the_old_token,
             list_by_state,
             list_after_pages_exactly_once,
@@ -199,6 +201,8 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     short_tombstone_retention_is_raised(f).await;
     unsettled_records_never_expire(f).await;
     release_frees_the_key(f).await;
+    release_keeps_a_trace(f).await;
+    releases_are_listed(f).await;
     reclaim_fences_the_old_token(f).await;
     list_by_state(f).await;
     list_after_pages_exactly_once(f).await;
@@ -1202,6 +1206,251 @@ pub async fn release_frees_the_key<F: StoreFactory>(f: &F) {
     claim(s, &changed).await;
 }
 
+/// A release of an unsettled record ([`IdemStore::release_unsettled`]) frees the key and
+/// keeps a trace: who, when, why, and the record as it was (state, message, operation,
+/// attempts, read-backs). The trace survives the key being claimed again (and a reopen, on
+/// a durable store); a stale token, a running record or an absent key frees nothing; a key
+/// keeps its last [`rules::RELEASES_KEPT`] releases; and the trace lapses with the tombstone
+/// window.
+pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
+    let Some(h) = harness(f, "release_keeps_a_trace").await else {
+        return;
+    };
+    let s = &*h.store;
+    let req = ClaimRequest {
+        operation: Some(crate::store::Operation {
+            scope: Scope::run("run-released"),
+            intent: Some("refund-7".to_owned()),
+            args: json!({"cents": 700}).into(),
+        }),
+        ..request("released")
+    };
+    let note = |n: usize| ReleaseNote::new("alice", format!("not in the ledger (round {n})"));
+
+    // Nothing to release: absent, running, or a stale token.
+    match s.release_unsettled(&req.key, ClaimToken(1), &note(0)).await {
+        Err(StoreError::NotFound(_)) => {}
+        other => panic!("releasing an absent key must be NotFound, got {other:?}"),
+    }
+    let t = claim(s, &req).await;
+    assert_stale(
+        "release_unsettled of a running claim",
+        s.release_unsettled(&req.key, t, &note(0)).await,
+    );
+    let a = attempt(1, OutcomeClass::Unknown, &h.clock);
+    let rb = ReadBackRecord {
+        at: h.clock.now(),
+        result: "not found".to_owned(),
+    };
+    settle(
+        s,
+        &req.key,
+        t,
+        Settlement::new(RecordState::Unknown)
+            .message("timed out after 30s")
+            .attempts(vec![a.clone()])
+            .read_backs(vec![rb.clone()]),
+    )
+    .await;
+    assert_stale(
+        "release_unsettled with a stranger's token",
+        s.release_unsettled(&req.key, ClaimToken(7), &note(0)).await,
+    );
+    assert_eq!(
+        get(s, &req.key).await.state,
+        RecordState::Unknown,
+        "a refused release leaves the record as it was"
+    );
+    let before = get(s, &req.key).await;
+    assert!(
+        s.releases(&req.key).await.expect("releases").is_empty(),
+        "no release, no trace"
+    );
+
+    h.clock.advance(Duration::from_secs(5));
+    let released_at = h.clock.now();
+    s.release_unsettled(&req.key, t, &note(0))
+        .await
+        .unwrap_or_else(|e| panic!("releasing an unknown record with its token: {e}"));
+    assert_eq!(
+        s.get(&req.key).await.ok().flatten(),
+        None,
+        "a released key has no record"
+    );
+    let trace = s.releases(&req.key).await.expect("releases");
+    assert_eq!(trace.len(), 1, "one release, one trace entry: {trace:?}");
+    let entry = &trace[0];
+    assert_eq!(
+        (entry.by.as_str(), entry.note.as_str(), entry.at),
+        ("alice", "not in the ledger (round 0)", released_at),
+        "the trace says who, why and when"
+    );
+    assert_eq!(
+        entry.record, before,
+        "the trace keeps the record exactly as it stood before the release"
+    );
+    assert_eq!(entry.record.attempts, vec![a]);
+    assert_eq!(entry.record.read_backs, vec![rb]);
+    assert_eq!(entry.record.operation, req.operation);
+
+    // The key is free: the next claim wins, and the trace stays beside the new record.
+    let again = claim(s, &req).await;
+    assert_ne!(again, t);
+    assert_stale(
+        "release_unsettled with the released token",
+        s.release_unsettled(&req.key, t, &note(0)).await,
+    );
+    assert_eq!(s.releases(&req.key).await.expect("releases"), trace);
+    if f.durable() {
+        let reopened = h.reopen(f).await;
+        assert_eq!(
+            reopened.releases(&req.key).await.expect("releases"),
+            trace,
+            "the trace survives a restart"
+        );
+    }
+
+    // Released again and again: the last RELEASES_KEPT are kept, oldest first.
+    let rounds = rules::RELEASES_KEPT + 2;
+    let mut token = again;
+    for n in 1..=rounds {
+        settle(
+            s,
+            &req.key,
+            token,
+            Settlement::new(RecordState::Escalated).message(format!("escalated {n}")),
+        )
+        .await;
+        h.clock.advance(Duration::from_secs(1));
+        s.release_unsettled(&req.key, token, &note(n))
+            .await
+            .unwrap_or_else(|e| panic!("release round {n}: {e}"));
+        if n < rounds {
+            token = claim(s, &req).await;
+        }
+    }
+    let trace = s.releases(&req.key).await.expect("releases");
+    let notes: Vec<&str> = trace.iter().map(|r| r.note.as_str()).collect();
+    let expected: Vec<String> = (rounds + 1 - rules::RELEASES_KEPT..=rounds)
+        .map(|n| format!("not in the ledger (round {n})"))
+        .collect();
+    assert_eq!(
+        notes, expected,
+        "the last RELEASES_KEPT releases, oldest first"
+    );
+    assert!(trace
+        .iter()
+        .all(|r| r.record.state == RecordState::Escalated));
+
+    // Another key's trace is its own.
+    let other = request("released-neighbour");
+    assert!(s.releases(&other.key).await.expect("releases").is_empty());
+
+    // The trace lapses with the tombstone window, counted from each release.
+    let first_kept = trace[0].at;
+    let last = trace[trace.len() - 1].at;
+    h.clock.set(first_kept.plus(RETENTION.tombstones));
+    let trace = s.releases(&req.key).await.expect("releases");
+    assert_eq!(
+        trace.len(),
+        rules::RELEASES_KEPT - 1,
+        "a release past the tombstone window is dropped"
+    );
+    h.clock.set(last.plus(RETENTION.tombstones));
+    assert!(
+        s.releases(&req.key).await.expect("releases").is_empty(),
+        "every release past the tombstone window is dropped"
+    );
+}
+
+/// Claims `req`, leaves it unknown and releases it with `note`.
+async fn release_once(s: &impl IdemStore, req: &ClaimRequest, note: &str) {
+    let t = claim(s, req).await;
+    settle(
+        s,
+        &req.key,
+        t,
+        Settlement::new(RecordState::Unknown).message("lost"),
+    )
+    .await;
+    s.release_unsettled(&req.key, t, &ReleaseNote::new("bob", note))
+        .await
+        .unwrap_or_else(|e| panic!("releasing {}: {e}", req.key));
+}
+
+/// [`IdemStore::list_releases`] lists every key's kept releases in `(at, key)` order, and
+/// paging with [`ListCursor::of_release`] visits each once; releases dropped from a trace
+/// (beyond the last [`rules::RELEASES_KEPT`], or past the tombstone window) are not listed.
+pub async fn releases_are_listed<F: StoreFactory>(f: &F) {
+    let Some(h) = harness(f, "releases_are_listed").await else {
+        return;
+    };
+    let s = &*h.store;
+    let (a, b, c, d) = (
+        request("listed-a"),
+        request("listed-b"),
+        request("listed-c"),
+        request("listed-d"),
+    );
+    assert!(s.list_releases(None, 10).await.expect("list").is_empty());
+    release_once(s, &a, "a1").await;
+    let first = h.clock.now();
+    h.clock.advance(Duration::from_secs(1));
+    release_once(s, &b, "b1").await;
+    h.clock.advance(Duration::from_secs(1));
+    // Two keys released in the same millisecond: ordered by key.
+    release_once(s, &a, "a2").await;
+    release_once(s, &c, "c1").await;
+    h.clock.advance(Duration::from_secs(1));
+    // One key released more often than its trace keeps.
+    for n in 0..=rules::RELEASES_KEPT {
+        release_once(s, &d, &format!("d{n}")).await;
+        h.clock.advance(Duration::from_millis(10));
+    }
+    let mut expected: Vec<(crate::store::Timestamp, IdemKey, String)> = Vec::new();
+    for key in [&a.key, &b.key, &c.key, &d.key] {
+        for r in s.releases(key).await.expect("releases") {
+            expected.push((r.at, r.record.key.clone(), r.note.clone()));
+        }
+    }
+    expected.sort_by(|x, y| (x.0, &x.1).cmp(&(y.0, &y.1)));
+    assert_eq!(expected.len(), 4 + rules::RELEASES_KEPT);
+    let seen =
+        |page: &[crate::store::ReleaseRecord]| -> Vec<(crate::store::Timestamp, IdemKey, String)> {
+            page.iter()
+                .map(|r| (r.at, r.record.key.clone(), r.note.clone()))
+                .collect()
+        };
+    let all = s.list_releases(None, 100).await.expect("list_releases");
+    assert_eq!(
+        seen(&all),
+        expected,
+        "every kept release, in (at, key) order"
+    );
+    assert!(
+        !all.iter().any(|r| r.note == "d0"),
+        "a release dropped from its trace is not listed"
+    );
+    // Page by page, one at a time: each release exactly once.
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = s
+            .list_releases(after.as_ref(), 1)
+            .await
+            .expect("list_releases");
+        let Some(last) = page.last() else { break };
+        after = Some(ListCursor::of_release(last));
+        paged.extend(seen(&page));
+        assert!(paged.len() <= expected.len(), "paging must end");
+    }
+    assert_eq!(paged, expected, "paging visits each release once");
+    // Past the tombstone window of the first release, it is no longer listed.
+    h.clock.set(first.plus(RETENTION.tombstones));
+    let later = s.list_releases(None, 100).await.expect("list_releases");
+    assert_eq!(seen(&later), expected[1..].to_vec());
+}
+
 /// Reclaim takes over pending, unknown and escalated records whose current token is the
 /// expected one, and fences the old token; anything else is refused.
 pub async fn reclaim_fences_the_old_token<F: StoreFactory>(f: &F) {
@@ -1775,6 +2024,11 @@ pub async fn corrupt_records_are_errors<F: StoreFactory>(f: &F) {
     );
     corrupt("release", s.release(&req.key, token).await);
     corrupt("reclaim", s.reclaim(&req.key, token, LEASE).await);
+    corrupt(
+        "release_unsettled",
+        s.release_unsettled(&req.key, token, &ReleaseNote::new("op", "corrupt"))
+            .await,
+    );
     for state in RecordState::ALL {
         match s.list(state, 10).await {
             Ok(records) => assert!(

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use super::rules::{self, Aged};
 use super::{
     ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState,
-    Retention, Settlement, StoreError, SystemClock,
+    ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, SystemClock,
 };
 use crate::identity::IdemKey;
 
@@ -83,10 +83,11 @@ impl Hasher for KeyHasher {
 /// may re-execute. Use a durable store (SQLite, Redis, Postgres) when that matters.
 ///
 /// **Bounded.** It holds at most [`DEFAULT_CAPACITY`] records (100 000; set another with
-/// [`MemoryStore::capacity`]), every state and tombstones included. A claim of a new key
-/// when the store is full first drops every lapsed tombstone; if that frees nothing it is
-/// refused with [`StoreError::Full`] (the call fails before its handler runs). No record is
-/// ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
+/// [`MemoryStore::capacity`]), every state and tombstones included; a released key's trace
+/// ([`IdemStore::releases`]) keeps the place its record had until the trace lapses. A claim
+/// of a new key when the store is full first drops every lapsed tombstone (and release); if
+/// that frees nothing it is refused with [`StoreError::Full`] (the call fails before its
+/// handler runs). No record is ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
 /// only thing standing between a repeat and a second effect. Lapsed tombstones are also
 /// swept a shard at a time as new keys are claimed, and by [`MemoryStore::sweep`].
 #[derive(Debug, Clone)]
@@ -105,6 +106,12 @@ struct Inner {
     len: AtomicUsize,
     /// New claims so far, to pick when and which shard to sweep.
     claims: AtomicUsize,
+    /// The release traces, by key. Written under the key's shard lock (taken first), so a
+    /// release and its trace are one step; bounded per key by `rules::keep_releases`, and
+    /// lapsed traces go with the sweeps. Each key with a trace takes one place of the
+    /// capacity (in `len`), as its record did: a key released over and over, or many keys
+    /// released, cannot grow the store past its bound.
+    releases: Mutex<HashMap<IdemKey, Vec<ReleaseRecord>>>,
 }
 
 impl Inner {
@@ -116,6 +123,7 @@ impl Inner {
             capacity,
             len: AtomicUsize::new(0),
             claims: AtomicUsize::new(0),
+            releases: Mutex::new(HashMap::new()),
         }
     }
 
@@ -133,6 +141,21 @@ impl Inner {
             aged != Aged::Gone
         });
         let dropped = before - map.len();
+        self.len.fetch_sub(dropped, AtomicOrdering::Relaxed);
+        dropped
+    }
+
+    /// Drops lapsed releases from every trace, and traces left empty; returns how many
+    /// traces it dropped.
+    fn sweep_releases(&self) -> usize {
+        let now = self.clock.now();
+        let mut traces = lock(&self.releases);
+        let before = traces.len();
+        traces.retain(|_, trace| {
+            rules::keep_releases(trace, now, &self.retention);
+            !trace.is_empty()
+        });
+        let dropped = before - traces.len();
         self.len.fetch_sub(dropped, AtomicOrdering::Relaxed);
         dropped
     }
@@ -189,15 +212,18 @@ impl MemoryStore {
     }
 
     /// Applies time to every record: expired leases become unknown, expired results
-    /// tombstones, and lapsed tombstones are deleted. Returns how many records were deleted.
+    /// tombstones, and lapsed tombstones and release traces are deleted. Returns how many
+    /// records and traces were deleted.
     /// Claims do this a shard at a time, and all at once when the store is full; call it
     /// on an interval to give memory back sooner in a store that takes few new keys.
     pub fn sweep(&self) -> usize {
-        self.inner
+        let dropped: usize = self
+            .inner
             .shards
             .iter()
             .map(|shard| self.inner.sweep_shard(shard))
-            .sum()
+            .sum();
+        dropped + self.inner.sweep_releases()
     }
 
     /// Number of records held (all states, tombstones included).
@@ -335,6 +361,9 @@ impl IdemStore for MemoryStore {
         let n = inner.claims.fetch_add(1, AtomicOrdering::Relaxed);
         if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
             inner.sweep_shard(&inner.shards[(n / SWEEP_EVERY) % SHARDS]);
+            if (n / SWEEP_EVERY) % SHARDS == 0 {
+                inner.sweep_releases();
+            }
         }
         Ok(ClaimOutcome::Claimed(token))
     }
@@ -379,6 +408,69 @@ impl IdemStore for MemoryStore {
         map.remove(key);
         self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
         Ok(())
+    }
+
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        let mut map = self.shard(key);
+        let now = self.inner.clock.now();
+        let Some(slot) = self.aged(&mut map, key) else {
+            return Err(StoreError::NotFound(key.clone()));
+        };
+        let release = rules::release_unsettled(&slot.record, expected, note, now)?;
+        wake(slot);
+        map.remove(key);
+        // Still under the shard lock: nobody sees the key free without its trace. The
+        // record's place in the capacity passes to the trace, unless the key has one.
+        let mut traces = lock(&self.inner.releases);
+        let trace = match traces.entry(key.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                e.into_mut()
+            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(Vec::new()),
+        };
+        trace.push(release);
+        rules::keep_releases(trace, now, &self.inner.retention);
+        Ok(())
+    }
+
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let now = self.inner.clock.now();
+        let mut traces = lock(&self.inner.releases);
+        let Some(trace) = traces.get_mut(key) else {
+            return Ok(Vec::new());
+        };
+        rules::keep_releases(trace, now, &self.inner.retention);
+        let out = trace.clone();
+        if trace.is_empty() {
+            traces.remove(key);
+            self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+        }
+        Ok(out)
+    }
+
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        self.inner.sweep_releases();
+        let traces = lock(&self.inner.releases);
+        let mut page: Vec<ReleaseRecord> = traces
+            .values()
+            .flatten()
+            .filter(|r| after.is_none_or(|c| c.precedes_release(r)))
+            .cloned()
+            .collect();
+        drop(traces);
+        page.sort_by(ListCursor::cmp_releases);
+        page.truncate(limit);
+        Ok(page)
     }
 
     async fn reclaim(

@@ -14,6 +14,11 @@
 //!   never expire.
 //! - Evidence is bounded: a record keeps the first and last
 //!   [`rules::EVIDENCE_KEPT`] attempts and read-backs, and counts what it drops.
+//! - A person's (or the reconciler's) release of an unknown, pending or escalated record
+//!   ([`IdemStore::release_unsettled`]) frees the key and keeps a trace apart from it
+//!   (who, when, why, the record as it was): the last [`rules::RELEASES_KEPT`] releases of a
+//!   key, each for the tombstone window, whatever the key holds since
+//!   ([`IdemStore::releases`]).
 //! - Listings apply lease expiry first and are ordered by `(created_at, key)`;
 //!   [`IdemStore::list_after`] resumes after a [`ListCursor`], so a walk page by page visits
 //!   every record of a state once, however many there are.
@@ -47,7 +52,7 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use memory::{MemoryStore, DEFAULT_CAPACITY};
 pub use record::{
     AttemptKind, AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState,
-    Settlement,
+    ReleaseNote, ReleaseRecord, Settlement,
 };
 pub use transaction::{HeldClaim, TxError};
 
@@ -86,7 +91,8 @@ impl Default for Retention {
     }
 }
 
-/// A position in a listing: the `(created_at, key)` of the last record seen.
+/// A position in a listing: the `(created_at, key)` of the last record seen (of the last
+/// release seen, in [`IdemStore::list_releases`], where `created_at` is the release time).
 ///
 /// Listings are ordered by claim time and, among records claimed in the same millisecond,
 /// by key, so a cursor names one place in the order even when the record it was taken from
@@ -111,6 +117,25 @@ impl ListCursor {
             created_at: record.created_at,
             key: record.key.clone(),
         }
+    }
+
+    /// The position of `release` in [`IdemStore::list_releases`]: its time and key (the
+    /// `created_at` field holds the release time).
+    pub fn of_release(release: &ReleaseRecord) -> ListCursor {
+        ListCursor {
+            created_at: release.at,
+            key: release.record.key.clone(),
+        }
+    }
+
+    /// Orders two releases as [`IdemStore::list_releases`] does.
+    pub(crate) fn cmp_releases(a: &ReleaseRecord, b: &ReleaseRecord) -> std::cmp::Ordering {
+        (a.at, &a.record.key).cmp(&(b.at, &b.record.key))
+    }
+
+    /// True when `release` sorts strictly after this cursor.
+    pub(crate) fn precedes_release(&self, release: &ReleaseRecord) -> bool {
+        (release.at, &release.record.key) > (self.created_at, &self.key)
     }
 
     /// Orders two records as listings do, without building cursors.
@@ -224,6 +249,57 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
         expected: ClaimToken,
         lease: Duration,
     ) -> Result<ClaimToken, StoreError>;
+
+    /// Frees an unknown, pending or escalated record whose current token is `expected`, in
+    /// one atomic step, and keeps a trace of it: a [`ReleaseRecord`] with `note`, the time
+    /// and the record as it stood. For a person (or the reconciler) who established that the
+    /// effect never happened: the key is free, and the next claim of it wins and runs.
+    ///
+    /// The trace is kept apart from the key's record, so it outlives the record and the key
+    /// being claimed again ([`IdemStore::releases`]); a key keeps its last
+    /// [`rules::RELEASES_KEPT`] releases, each for the tombstone window. A stale `expected`
+    /// (the record was taken over or settled since it was read) is
+    /// [`StoreError::StaleToken`] and frees nothing; no record is [`StoreError::NotFound`].
+    ///
+    /// The default, for stores written before release traces existed, takes the record over
+    /// ([`IdemStore::reclaim`]) and releases it ([`IdemStore::release`]): the key is freed
+    /// the same way, but no trace is kept. Every store of this crate overrides it (the
+    /// conformance suite checks the trace).
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        let _ = note;
+        let token = self.reclaim(key, expected, Duration::from_secs(60)).await?;
+        self.release(key, token).await
+    }
+
+    /// The releases of `key` still kept ([`IdemStore::release_unsettled`]), oldest first,
+    /// whatever the key's record is now (absent, or a new claim). The default (no trace
+    /// kept) is empty.
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let _ = key;
+        Ok(Vec::new())
+    }
+
+    /// Up to `limit` of the releases still kept, every key's, that sort strictly after
+    /// `after` in `(at, key)` order ([`ListCursor::of_release`]), in that order; from the
+    /// oldest when `after` is `None`. What an operator reviews: every key a person or the
+    /// reconciler freed in the tombstone window.
+    ///
+    /// Paging with the cursor of the last release of each page visits every kept release
+    /// once (two releases of one key in the same millisecond share a cursor: a page that
+    /// ends on the first skips the second). The default (no trace kept) is empty.
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let _ = (after, limit);
+        Ok(Vec::new())
+    }
 
     /// The record of `key`, if any (lease expiry and retention applied).
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError>;
@@ -339,6 +415,24 @@ impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
         lease: Duration,
     ) -> Result<ClaimToken, StoreError> {
         (**self).reclaim(key, expected, lease).await
+    }
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        (**self).release_unsettled(key, expected, note).await
+    }
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
+        (**self).releases(key).await
+    }
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        (**self).list_releases(after, limit).await
     }
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
         (**self).get(key).await

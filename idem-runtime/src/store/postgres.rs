@@ -13,7 +13,8 @@ use tokio_postgres::{Row, Transaction};
 use super::rules::{self, Aged};
 use super::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
-    ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
+    ReadBackRecord, Record, RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement,
+    StoreError, SystemClock, Timestamp,
 };
 use super::{HeldClaim, TxError};
 use crate::identity::{Fingerprint, IdemKey};
@@ -22,7 +23,7 @@ use crate::identity::{Fingerprint, IdemKey};
 pub const DEFAULT_SCHEMA: &str = "idem";
 
 /// The newest table layout this version writes.
-const SCHEMA_VERSION: i32 = 1;
+const SCHEMA_VERSION: i32 = 2;
 
 /// How many expired leases a listing ages per query.
 const EXPIRED_PAGE: usize = 1000;
@@ -298,6 +299,11 @@ struct Sql {
     mark_tx: String,
     lock_tx: String,
     settle_tx: String,
+    insert_release: String,
+    trim_releases: String,
+    drop_releases: String,
+    select_releases: String,
+    list_releases: String,
 }
 
 const COLUMNS: &str = "key, fingerprint, tool, state, token, lease_until, created_at, \
@@ -316,6 +322,7 @@ fn append_json(column: &str, n: u8) -> String {
 impl Sql {
     fn new(schema: &str) -> Sql {
         let t = format!("\"{schema}\".idem_records");
+        let r = format!("\"{schema}\".idem_releases");
         Sql {
             claim: format!(
                 "WITH ins AS ( \
@@ -424,13 +431,30 @@ impl Sql {
                    updated_at = $4 \
                  WHERE key = $1 AND token = $2 AND state = 'running'"
             ),
+            insert_release: format!(
+                "INSERT INTO {r} (key, seq, released_at, entry) \
+                 SELECT $1, COALESCE(max(seq), 0) + 1, $2, $3 FROM {r} WHERE key = $1 \
+                 RETURNING seq"
+            ),
+            trim_releases: format!("DELETE FROM {r} WHERE key = $1 AND seq <= $2"),
+            drop_releases: format!("DELETE FROM {r} WHERE released_at <= $1"),
+            select_releases: format!(
+                "SELECT entry FROM {r} WHERE key = $1 AND released_at > $2 ORDER BY seq"
+            ),
+            list_releases: format!(
+                "SELECT key, entry FROM {r} \
+                 WHERE released_at > $1 AND (released_at, key) > ($2, $3) \
+                 ORDER BY released_at, key, seq LIMIT $4"
+            ),
         }
     }
 
-    fn migrations(schema: &str) -> [String; 1] {
+    fn migrations(schema: &str) -> [String; 2] {
         let t = format!("\"{schema}\".idem_records");
-        [format!(
-            "CREATE TABLE {t} ( \
+        let r = format!("\"{schema}\".idem_releases");
+        [
+            format!(
+                "CREATE TABLE {t} ( \
                key            text PRIMARY KEY, \
                fingerprint    text NOT NULL, \
                tool           text NOT NULL, \
@@ -451,7 +475,18 @@ impl Sql {
              CREATE INDEX idem_records_leases ON {t} (lease_until) WHERE state = 'running'; \
              CREATE INDEX idem_records_retention ON {t} (updated_at) \
                WHERE state IN ('completed', 'failed');"
-        )]
+            ),
+            // 2: release traces (`IdemStore::release_unsettled`), one row per release.
+            format!(
+                "CREATE TABLE {r} ( \
+               key         text NOT NULL, \
+               seq         bigint NOT NULL, \
+               released_at bigint NOT NULL, \
+               entry       text NOT NULL, \
+               PRIMARY KEY (key, seq)); \
+             CREATE INDEX idem_releases_by_time ON {r} (released_at, key, seq);"
+            ),
+        ]
     }
 }
 
@@ -460,6 +495,8 @@ enum Write {
     Keep,
     Put(Box<Record>, bool),
     Delete,
+    /// Delete the row and add the release to the key's trace.
+    Release(Box<ReleaseRecord>),
 }
 
 /// What a successful transition leaves behind.
@@ -468,6 +505,8 @@ enum Then {
     Put { tx_effect: bool },
     /// Nothing: the key is free.
     Delete,
+    /// Nothing, and this release in the key's trace.
+    Release(Box<ReleaseRecord>),
 }
 
 /// The result of a locked operation.
@@ -500,8 +539,27 @@ fn pg_text(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `e` and every error below it, `: `-separated. tokio-postgres's own text names only the
+/// step that failed ("error performing TLS handshake", "db error"); the reason (a
+/// certificate signed by an unknown CA, the server's `pg_hba.conf` refusal) is its source.
+fn chain(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    text
+}
+
 fn pg_err(e: tokio_postgres::Error) -> StoreError {
-    match e.code() {
+    let code = e.code().cloned();
+    let e = chain(&e);
+    match code.as_ref() {
         Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => StoreError::Backend(
             "the record is locked by a transaction still in progress \
              (a transactional handler that is still running)"
@@ -795,6 +853,7 @@ impl PostgresStore {
                     (Write::Put(Box::new(record), tx_effect), Ok(out))
                 }
                 Ok((Then::Delete, out)) => (Write::Delete, Ok(out)),
+                Ok((Then::Release(release), out)) => (Write::Release(release), Ok(out)),
                 Err(e) if changed => (Write::Put(Box::new(record), tx_effect), Err(e)),
                 Err(e) => (Write::Keep, Err(e)),
             }
@@ -850,15 +909,52 @@ impl PostgresStore {
             Write::Put(record, tx_effect) => {
                 put(&tx, sql, &record, tx_effect).await?;
             }
+            Write::Release(release) => {
+                tx.execute(&sql.delete, &[&k]).await.map_err(pg_err)?;
+                self.put_release(&tx, key, &release).await?;
+            }
         }
         tx.commit().await.map_err(pg_err)?;
         out.map(Locked::Done)
     }
 
+    /// Adds `release` to the trace of `key` inside `tx`, keeps the last
+    /// [`rules::RELEASES_KEPT`], and drops every release past the tombstone window.
+    async fn put_release(
+        &self,
+        tx: &Transaction<'_>,
+        key: &IdemKey,
+        release: &ReleaseRecord,
+    ) -> Result<(), StoreError> {
+        let sql = &self.inner.sql;
+        let entry = to_json(release, "release")?;
+        let k = key.as_str();
+        let seq: i64 = tx
+            .query_one(&sql.insert_release, &[&k, &ms(release.at), &entry])
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        let kept = i64::try_from(rules::RELEASES_KEPT).unwrap_or(i64::MAX);
+        tx.execute(&sql.trim_releases, &[&k, &(seq - kept)])
+            .await
+            .map_err(pg_err)?;
+        tx.execute(&sql.drop_releases, &[&self.release_cut(release.at)])
+            .await
+            .map_err(pg_err)?;
+        Ok(())
+    }
+
+    /// Releases at or before this time (ms) are past the tombstone window as of `now`.
+    fn release_cut(&self, now: Timestamp) -> i64 {
+        let window = ms(Timestamp(0).plus(self.inner.retention.normalized().tombstones));
+        ms(now).saturating_sub(window)
+    }
+
     /// Applies retention to every completed and failed record at once: drops results past
     /// the result window and tombstones past theirs. Records are also aged whenever they
     /// are read; call this periodically (e.g. hourly) so keys that are never seen again do
-    /// not stay forever. Returns (results dropped, tombstones deleted).
+    /// not stay forever. Release traces past the tombstone window go too. Returns (results
+    /// dropped, tombstones and release traces deleted).
     pub async fn purge_expired(&self) -> Result<(u64, u64), StoreError> {
         let now = self.inner.clock.now();
         let r = &self.inner.retention;
@@ -872,7 +968,12 @@ impl PostgresStore {
             .execute(&self.inner.sql.expire_results, &[&cutoff(r.results)])
             .await
             .map_err(pg_err)?;
-        Ok((results, tombstones))
+        // Release traces lapse with the tombstone window too (counted as tombstones).
+        let releases = client
+            .execute(&self.inner.sql.drop_releases, &[&self.release_cut(now)])
+            .await
+            .map_err(pg_err)?;
+        Ok((results, tombstones + releases))
     }
 
     /// Runs an effect and settles the claim's record as *completed* in **one** PostgreSQL
@@ -1267,6 +1368,87 @@ impl IdemStore for PostgresStore {
             Locked::Done(()) => Ok(()),
             Locked::Busy(_) => unreachable_busy(),
         }
+    }
+
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        let now = self.inner.clock.now();
+        let outcome = self
+            .transition(
+                key,
+                Busy::Wait,
+                now,
+                || StoreError::NotFound(key.clone()),
+                |record, _| {
+                    rules::release_unsettled(record, expected, note, now)
+                        .map(|release| (Then::Release(Box::new(release)), ()))
+                },
+            )
+            .await?;
+        match outcome {
+            Locked::Done(()) => Ok(()),
+            Locked::Busy(_) => unreachable_busy(),
+        }
+    }
+
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let now = self.inner.clock.now();
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &self.inner.sql.select_releases,
+                &[&key.as_str(), &self.release_cut(now)],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut out: Vec<ReleaseRecord> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let entry: String = row.get(0);
+            out.push(
+                serde_json::from_str(&entry).map_err(|e| StoreError::Corrupt {
+                    key: key.as_str().to_owned(),
+                    detail: format!("a release trace entry does not decode: {e}"),
+                })?,
+            );
+        }
+        rules::keep_releases(&mut out, now, &self.inner.retention);
+        Ok(out)
+    }
+
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let now = self.inner.clock.now();
+        let (at, key) = match after {
+            Some(c) => (ms(c.created_at), c.key.as_str()),
+            None => (i64::MIN, ""),
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &self.inner.sql.list_releases,
+                &[&self.release_cut(now), &at, &key, &limit],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut out: Vec<ReleaseRecord> = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (key, entry): (String, String) = (row.get(0), row.get(1));
+            out.push(
+                serde_json::from_str(&entry).map_err(|e| StoreError::Corrupt {
+                    key,
+                    detail: format!("a release trace entry does not decode: {e}"),
+                })?,
+            );
+        }
+        Ok(out)
     }
 
     async fn reclaim(

@@ -400,3 +400,46 @@ impl Settlement {
         self
     }
 }
+
+/// Who frees an unsettled record, and why: what [`IdemStore::release_unsettled`] keeps of
+/// the decision.
+///
+/// [`IdemStore::release_unsettled`]: super::IdemStore::release_unsettled
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseNote {
+    /// Who released it: an operator's name, or `idem reconciler`.
+    pub by: String,
+    /// Why: the operator's note, or the reconciler's reason.
+    pub note: String,
+}
+
+impl ReleaseNote {
+    /// A release by `by`, for the reason `note`.
+    pub fn new(by: impl Into<String>, note: impl Into<String>) -> Self {
+        ReleaseNote {
+            by: by.into(),
+            note: note.into(),
+        }
+    }
+}
+
+/// The trace a release leaves in the store: a key whose record was unknown, pending or
+/// escalated was freed (the intent may run again), by whom, when, why, and the record as
+/// it stood just before, with all its evidence.
+///
+/// Kept per key, separately from the key's record, so it survives the key being claimed
+/// again: the last [`RELEASES_KEPT`](super::rules::RELEASES_KEPT) releases of a key, each
+/// for the tombstone window ([`Retention::tombstones`](super::Retention::tombstones)) from
+/// its release. Read them with [`IdemStore::releases`](super::IdemStore::releases).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReleaseRecord {
+    /// When the key was released.
+    pub at: Timestamp,
+    /// Who released it ([`ReleaseNote::by`]).
+    pub by: String,
+    /// Why ([`ReleaseNote::note`]).
+    pub note: String,
+    /// The record as it stood when it was released: its state (unknown, pending or
+    /// escalated), message, operation, attempts, read-backs and downstream reference.
+    pub record: Record,
+}

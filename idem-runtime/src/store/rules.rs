@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use super::{
-    ClaimOutcome, ClaimRequest, ClaimToken, ReadBackRecord, Record, RecordState, Retention,
-    Settlement, StoreError, Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimToken, ReadBackRecord, Record, RecordState, ReleaseNote,
+    ReleaseRecord, Retention, Settlement, StoreError, Timestamp,
 };
 use crate::identity::IdemKey;
 use crate::outcome::OutcomeClass;
@@ -257,6 +257,48 @@ pub fn release(record: &Record, token: ClaimToken) -> Result<(), StoreError> {
         return Err(stale(&record.key, Some(record)));
     }
     Ok(())
+}
+
+/// How many releases of one key its trace keeps: the last `RELEASES_KEPT`. A key released
+/// again and again (each time claimed, left unknown and freed) keeps the latest ones.
+pub const RELEASES_KEPT: usize = 8;
+
+/// Checks that the unknown, pending or escalated `record` whose token is `expected` may be
+/// released, and returns the trace the release leaves: `note`, `now` and the record as it
+/// stands. The same precondition as [`reclaim`]: a stale token (someone took the record over
+/// or settled it since it was read) is refused.
+pub fn release_unsettled(
+    record: &Record,
+    expected: ClaimToken,
+    note: &ReleaseNote,
+    now: Timestamp,
+) -> Result<ReleaseRecord, StoreError> {
+    let releasable = matches!(
+        record.state,
+        RecordState::Pending | RecordState::Unknown | RecordState::Escalated
+    );
+    if !releasable || record.token != expected {
+        return Err(stale(&record.key, Some(record)));
+    }
+    Ok(ReleaseRecord {
+        at: now,
+        by: note.by.clone(),
+        note: note.note.clone(),
+        record: record.clone(),
+    })
+}
+
+/// True when `release` is past the tombstone window: it is dropped from its key's trace.
+pub fn release_lapsed(release: &ReleaseRecord, now: Timestamp, retention: &Retention) -> bool {
+    release.at.plus(retention.normalized().tombstones) <= now
+}
+
+/// Bounds a key's release trace (oldest first): drops the lapsed releases, then keeps the
+/// last [`RELEASES_KEPT`].
+pub fn keep_releases(trace: &mut Vec<ReleaseRecord>, now: Timestamp, retention: &Retention) {
+    trace.retain(|r| !release_lapsed(r, now, retention));
+    let over = trace.len().saturating_sub(RELEASES_KEPT);
+    trace.drain(..over);
 }
 
 /// Takes over a pending, unknown or escalated record with a fresh token.

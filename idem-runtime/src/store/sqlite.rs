@@ -18,12 +18,25 @@ use tokio::sync::{Notify, Semaphore};
 use super::rules::{self, Aged};
 use super::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
-    ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
+    ReadBackRecord, Record, RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement,
+    StoreError, SystemClock, Timestamp,
 };
 use crate::identity::{Fingerprint, IdemKey};
 
 /// The schema version this build reads and writes.
 const SCHEMA_VERSION: i64 = 1;
+
+/// The release traces ([`IdemStore::release_unsettled`]): one row per release, numbered per
+/// key. Added to version 1 without a new version: created when missing, and a build that
+/// predates it never reads it.
+const RELEASES_DDL: &str = "CREATE TABLE IF NOT EXISTS idem_releases (
+         key         TEXT NOT NULL,
+         seq         INTEGER NOT NULL,
+         released_at INTEGER NOT NULL,
+         entry       TEXT NOT NULL,
+         PRIMARY KEY (key, seq)
+     ) STRICT, WITHOUT ROWID;
+     CREATE INDEX IF NOT EXISTS idem_releases_by_time ON idem_releases (released_at, key, seq);";
 
 /// Columns in the order [`decode`] reads them.
 const COLUMNS: &str = "key, state, fingerprint, tool, token, lease_until, created_at, \
@@ -336,7 +349,10 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
             .optional()
             .map_err(|e| foreign(path, &format!("unreadable schema version ({e})")))?;
         return match version {
-            Some(SCHEMA_VERSION) if had_records => Ok(()),
+            Some(SCHEMA_VERSION) if had_records => {
+                tx.execute_batch(RELEASES_DDL).map_err(db_err)?;
+                tx.commit().map_err(db_err)
+            }
             Some(SCHEMA_VERSION) => {
                 Err(foreign(path, "idem_meta exists but idem_records does not"))
             }
@@ -381,6 +397,7 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
          CREATE INDEX idem_records_by_age ON idem_records (state, result_expired, updated_at);",
     )
     .map_err(db_err)?;
+    tx.execute_batch(RELEASES_DDL).map_err(db_err)?;
     tx.execute(
         "INSERT INTO idem_meta (name, value) VALUES ('schema_version', ?1)",
         [SCHEMA_VERSION],
@@ -643,6 +660,111 @@ fn delete(conn: &Connection, key: &IdemKey) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Adds `release` to the trace of `key`, keeps its last [`rules::RELEASES_KEPT`] and drops
+/// every release past the tombstone window (inside the release's transaction).
+fn put_release(
+    conn: &Connection,
+    inner: &Inner,
+    key: &IdemKey,
+    release: &ReleaseRecord,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let entry = serde_json::to_string(release)
+        .map_err(|e| StoreError::Backend(format!("cannot encode the release: {e}")))?;
+    let seq: i64 = conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM idem_releases WHERE key = ?1")
+        .and_then(|mut s| s.query_row([key.as_str()], |r| r.get(0)))
+        .map_err(db_err)?;
+    conn.prepare_cached(
+        "INSERT INTO idem_releases (key, seq, released_at, entry) VALUES (?1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut s| s.execute(params![key.as_str(), seq, sql_time(release.at), entry]))
+    .map_err(db_err)?;
+    let kept = i64::try_from(rules::RELEASES_KEPT).unwrap_or(i64::MAX);
+    conn.prepare_cached("DELETE FROM idem_releases WHERE key = ?1 AND seq <= ?2")
+        .and_then(|mut s| s.execute(params![key.as_str(), seq - kept]))
+        .map_err(db_err)?;
+    drop_lapsed_releases(conn, inner, now)?;
+    Ok(())
+}
+
+/// Deletes every release past the tombstone window; returns how many.
+fn drop_lapsed_releases(
+    conn: &Connection,
+    inner: &Inner,
+    now: Timestamp,
+) -> Result<usize, StoreError> {
+    let cut = sql_time(now).saturating_sub(millis(inner.retention.tombstones));
+    conn.prepare_cached("DELETE FROM idem_releases WHERE released_at <= ?1")
+        .and_then(|mut s| s.execute([cut]))
+        .map_err(db_err)
+}
+
+/// The releases of `key` inside the tombstone window, oldest first.
+fn load_releases(
+    conn: &Connection,
+    inner: &Inner,
+    key: &IdemKey,
+    now: Timestamp,
+) -> Result<Vec<ReleaseRecord>, StoreError> {
+    let cut = sql_time(now).saturating_sub(millis(inner.retention.tombstones));
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT entry FROM idem_releases WHERE key = ?1 AND released_at > ?2 ORDER BY seq",
+        )
+        .map_err(db_err)?;
+    let mut rows = stmt.query(params![key.as_str(), cut]).map_err(db_err)?;
+    let mut out: Vec<ReleaseRecord> = Vec::new();
+    while let Some(row) = rows.next().map_err(db_err)? {
+        let entry: String = row.get(0).map_err(db_err)?;
+        out.push(
+            serde_json::from_str(&entry).map_err(|e| StoreError::Corrupt {
+                key: key.as_str().to_owned(),
+                detail: format!("a release trace entry does not decode: {e}"),
+            })?,
+        );
+    }
+    rules::keep_releases(&mut out, now, &inner.retention);
+    Ok(out)
+}
+
+/// A page of every key's releases inside the tombstone window, in `(released_at, key)`
+/// order after `after` (a range on `idem_releases_by_time`).
+fn list_release_rows(
+    conn: &Connection,
+    inner: &Inner,
+    after: Option<&ListCursor>,
+    limit: usize,
+    now: Timestamp,
+) -> Result<Vec<ReleaseRecord>, StoreError> {
+    let cut = sql_time(now).saturating_sub(millis(inner.retention.tombstones));
+    let (at, key) = match after {
+        Some(c) => (sql_time(c.created_at), c.key.as_str().to_owned()),
+        None => (i64::MIN, String::new()),
+    };
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT key, entry FROM idem_releases
+             WHERE released_at > ?1 AND (released_at, key) > (?2, ?3)
+             ORDER BY released_at, key, seq LIMIT ?4",
+        )
+        .map_err(db_err)?;
+    let mut rows = stmt.query(params![cut, at, key, limit]).map_err(db_err)?;
+    let mut out: Vec<ReleaseRecord> = Vec::new();
+    while let Some(row) = rows.next().map_err(db_err)? {
+        let key: String = row.get(0).map_err(db_err)?;
+        let entry: String = row.get(1).map_err(db_err)?;
+        out.push(
+            serde_json::from_str(&entry).map_err(|e| StoreError::Corrupt {
+                key: key.clone(),
+                detail: format!("a release trace entry does not decode: {e}"),
+            })?,
+        );
+    }
+    Ok(out)
+}
+
 /// Milliseconds as SQLite's signed integer. Times past year 292 million (a `Duration::MAX`
 /// lease) are stored as `i64::MAX`: still "never" in practice.
 fn sql_time(t: Timestamp) -> i64 {
@@ -810,6 +932,7 @@ fn sweep(
             }
         }
     }
+    changed += drop_lapsed_releases(tx, inner, now)?;
     Ok(changed)
 }
 
@@ -955,6 +1078,42 @@ impl IdemStore for SqliteStore {
                 load_aged(tx, inner, &key, now)?.ok_or_else(|| rules::stale_absent(&key))?;
             rules::release(&record, token)?;
             delete(tx, &key)
+        })
+        .await
+    }
+
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        let key = key.clone();
+        let note = note.clone();
+        self.write(move |tx, inner, now| {
+            let record = load_aged(tx, inner, &key, now)?
+                .ok_or_else(|| StoreError::NotFound(key.clone()))?;
+            let release = rules::release_unsettled(&record, expected, &note, now)?;
+            delete(tx, &key)?;
+            put_release(tx, inner, &key, &release, now)
+        })
+        .await
+    }
+
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let key = key.clone();
+        self.read(move |conn, inner| load_releases(conn, inner, &key, inner.clock.now()))
+            .await
+    }
+
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let after = after.cloned();
+        self.read(move |conn, inner| {
+            list_release_rows(conn, inner, after.as_ref(), limit, inner.clock.now())
         })
         .await
     }

@@ -13,7 +13,8 @@ use ::redis::{ErrorKind, RedisError, Script, Value};
 
 use super::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
-    ReadBackRecord, Record, RecordState, Retention, Settlement, StoreError, SystemClock, Timestamp,
+    ReadBackRecord, Record, RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement,
+    StoreError, SystemClock, Timestamp,
 };
 use crate::identity::{Fingerprint, IdemKey};
 
@@ -29,7 +30,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// # One round trip, atomic
 ///
-/// `claim`, `settle`, `renew`, `release`, `reclaim` and `get` are each a single `EVALSHA`
+/// `claim`, `settle`, `renew`, `release`, `release_unsettled`, `reclaim` and `get` are each a single `EVALSHA`
 /// of one Lua script, which Redis runs atomically (a listing is one more per page, after
 /// one per 128 expired leases it first turns *unknown*, so no single call blocks Redis for
 /// long): of N workers racing for a key exactly one gets the token, and a settle is
@@ -48,6 +49,8 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// | `p` `s:` *state* | sorted set | keys in that state, scored by claim time (for [`IdemStore::list`]; equal scores sort by key, which is exactly [`ListCursor`] order) |
 /// | `p` `leases` | sorted set | running keys by lease end (expired leases become *unknown* on listing) |
 /// | `p` `expiry` | sorted set | completed/failed keys by tombstone end (index clean-up) |
+/// | `p` `rel:` *idem key* | string | the key's release trace (JSON; [`IdemStore::releases`]), expiring a tombstone window after its newest release |
+/// | `p` `releases` | sorted set | every kept release as *time*`|`*key*, all scores 0, so in (time, key) order (for [`IdemStore::list_releases`]) |
 ///
 /// A running, pending, unknown or escalated record never has a Redis TTL: a TTL that fired
 /// on an unsettled claim would free a key whose handler may have committed — the duplicate
@@ -271,6 +274,58 @@ impl RedisStore {
         format!("{}{}", self.inner.record_prefix, key.as_str())
     }
 
+    /// The Redis key holding the release trace of `key` (for operators and tests).
+    pub fn release_key(&self, key: &IdemKey) -> String {
+        format!("{}rel:{}", self.inner.prefix, key.as_str())
+    }
+
+    /// The sorted set listing every kept release (`IdemStore::list_releases`).
+    fn releases_key(&self) -> String {
+        format!("{}releases", self.inner.prefix)
+    }
+
+    /// The kept releases of the idem key `key` (its trace at `p` `rel:` *key*), decoded,
+    /// lapsed ones dropped.
+    async fn trace(&self, key: &str) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let rk = format!("{}rel:{key}", self.inner.prefix);
+        let mut conn = self.inner.conn.clone();
+        let stored: Option<String> = ::redis::cmd("GET")
+            .arg(&rk)
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        let Some(stored) = stored else {
+            return Ok(Vec::new());
+        };
+        let corrupt = |detail: String| StoreError::Corrupt {
+            key: rk.clone(),
+            detail,
+        };
+        let entries: Vec<StoredRelease> = serde_json::from_str(&stored)
+            .map_err(|e| corrupt(format!("the release trace does not decode: {e}")))?;
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let at =
+                e.at.parse::<u64>()
+                    .map(Timestamp)
+                    .map_err(|_| corrupt("a release time is not a time".into()))?;
+            let fields = Value::Array(
+                e.record
+                    .into_iter()
+                    .map(|f| Value::BulkString(f.into_bytes()))
+                    .collect(),
+            );
+            out.push(ReleaseRecord {
+                at,
+                by: e.by,
+                note: e.note,
+                record: self.decode(&fields)?,
+            });
+        }
+        super::rules::keep_releases(&mut out, self.inner.clock.now(), &self.inner.retention);
+        Ok(out)
+    }
+
     /// Runs one operation of the script against `record_key`.
     async fn run(
         &self,
@@ -283,6 +338,13 @@ impl RedisStore {
         for k in &inner.index_keys {
             inv.key(k.as_str());
         }
+        // The release trace of the record's key (the first index key for operations on no
+        // record: every key a script names must be in this store's slot).
+        match record_key.strip_prefix(inner.record_prefix.as_str()) {
+            Some(key) => inv.key(format!("{}rel:{key}", inner.prefix)),
+            None => inv.key(inner.index_keys[0].as_str()),
+        };
+        inv.key(self.releases_key());
         inv.arg(inner.clock.now().as_millis())
             .arg(millis(inner.retention.results))
             .arg(millis(inner.retention.tombstones))
@@ -328,6 +390,15 @@ impl RedisStore {
     fn decode(&self, fields: &Value) -> Result<Record, StoreError> {
         decode_record(fields, &self.inner.record_prefix)
     }
+}
+
+/// A release as the script stores it: the record is its hash, as `HGETALL` returned it.
+#[derive(serde::Deserialize)]
+struct StoredRelease {
+    at: String,
+    by: String,
+    note: String,
+    record: Vec<String>,
 }
 
 fn to_json<T: serde::Serialize + ?Sized>(v: &T, what: &str) -> Result<String, StoreError> {
@@ -634,6 +705,87 @@ impl IdemStore for RedisStore {
             Some("absent") => Err(StoreError::NotFound(key.clone())),
             _ => Err(refusal(key, "reclaim", &items)),
         }
+    }
+
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        let items = self
+            .run(
+                &self.record_key(key),
+                "release_unsettled",
+                &[
+                    expected.to_hex().as_bytes(),
+                    note.by.as_bytes(),
+                    note.note.as_bytes(),
+                    super::rules::RELEASES_KEPT.to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        match tag(&items) {
+            Some("ok") => Ok(()),
+            Some("absent") => Err(StoreError::NotFound(key.clone())),
+            _ => Err(refusal(key, "release_unsettled", &items)),
+        }
+    }
+
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
+        self.trace(key.as_str()).await
+    }
+
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        const PAGE: usize = 128;
+        let member = |at: Timestamp, key: &str| format!("{:020}|{key}", at.as_millis());
+        let mut from = match after {
+            Some(c) => format!("({}", member(c.created_at, c.key.as_str())),
+            None => "-".to_owned(),
+        };
+        let mut out = Vec::new();
+        let mut traces: HashMap<String, Vec<ReleaseRecord>> = HashMap::new();
+        let mut conn = self.inner.conn.clone();
+        while out.len() < limit {
+            let members: Vec<String> = ::redis::cmd("ZRANGEBYLEX")
+                .arg(self.releases_key())
+                .arg(&from)
+                .arg("+")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(PAGE)
+                .query_async(&mut conn)
+                .await
+                .map_err(map_err)?;
+            for m in &members {
+                let Some((at, key)) = m.split_once('|') else {
+                    continue;
+                };
+                let Ok(at) = at.parse::<u64>().map(Timestamp) else {
+                    continue;
+                };
+                if !traces.contains_key(key) {
+                    let trace = self.trace(key).await?;
+                    traces.insert(key.to_owned(), trace);
+                }
+                // Members whose release was dropped meanwhile (trimmed, lapsed, or the
+                // trace expired) find nothing here and are passed over.
+                for r in traces[key].iter().filter(|r| r.at == at) {
+                    if out.len() < limit {
+                        out.push(r.clone());
+                    }
+                }
+            }
+            match members.last() {
+                Some(last) if members.len() == PAGE => from = format!("({last}"),
+                _ => break,
+            }
+        }
+        Ok(out)
     }
 
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {

@@ -11,7 +11,8 @@
 --
 -- KEYS[2..7]: per-state sorted sets (score = created_at, member = key), in
 -- RecordState::ALL order; KEYS[8]: running leases (score = lease end); KEYS[9]: terminal
--- records by tombstone expiry (score = updated_at + tombstone window).
+-- records by tombstone expiry (score = updated_at + tombstone window); KEYS[10]: the release
+-- trace of KEYS[1]'s key, KEYS[11]: every kept release (only `release_unsettled` uses them).
 --
 -- ARGV[1] now (ms, from the caller's clock, so tests can move time), ARGV[2] result
 -- retention (ms), ARGV[3] tombstone retention (ms), ARGV[4] record key prefix, ARGV[5]
@@ -79,6 +80,88 @@ local function forget(k)
   redis.call('ZREM', EXPIRY, k)
 end
 
+-- What the Rust side decodes, checked in full: a record whose evidence would not decode
+-- is refused (IDEMCORRUPT) before any operation writes to it, as the other backends refuse
+-- it, so a renew, settle or release can never act on (or free) a record nobody can read.
+-- The names OutcomeClass and AttemptKind serialize to: keep them in step with the Rust
+-- enums (a name missing here makes every record that uses it Corrupt on this backend).
+local CLASSES = { rejected = true, unavailable = true, completed = true, failed = true,
+  pending = true, unknown = true, escalated = true }
+local KINDS = { returned = true, timed_out = true, panicked = true, late = true,
+  abandoned = true }
+
+local function whole(x, max)
+  return type(x) == 'number' and x >= 0 and x == math.floor(x) and x <= max
+end
+
+local function absent(x)
+  return x == nil or x == cjson.null
+end
+
+-- A store::AttemptRecord: numbers, times, class; kind and message optional.
+local function attempt_ok(a)
+  return whole(a.attempt, 4294967295) and whole(a.started_at, 2 ^ 64)
+    and whole(a.finished_at, 2 ^ 64) and CLASSES[a.class] == true
+    and (absent(a.kind) or KINDS[a.kind] == true)
+    and (absent(a.message) or type(a.message) == 'string')
+end
+
+-- A store::ReadBackRecord: when, and what was found.
+local function read_back_ok(rb)
+  return whole(rb.at, 2 ^ 64) and type(rb.result) == 'string'
+end
+
+-- True when text is a JSON array whose every entry is an object entry_ok accepts.
+local function evidence_ok(text, entry_ok)
+  if type(text) ~= 'string' or string.sub(text, 1, 1) ~= '[' then
+    return false
+  end
+  if text == '[]' then
+    return true
+  end
+  local ok, list = pcall(cjson.decode, text)
+  if not ok or type(list) ~= 'table' then
+    return false
+  end
+  local n = 0
+  for _ in pairs(list) do
+    n = n + 1
+  end
+  if n ~= #list then
+    return false
+  end
+  for _, e in ipairs(list) do
+    if type(e) ~= 'table' or not entry_ok(e) then
+      return false
+    end
+  end
+  return true
+end
+
+-- The operations that write to a record a worker or a person holds (renew, settle,
+-- release, reclaim, release_unsettled), and `age` before time changes a record, check its
+-- payload and operation too, so nothing acts on a record the Rust side would report as
+-- corrupt. (`age` checks the other fields for every operation; these two can be large,
+-- and a replay, which only reads them back, leaves their check to the Rust decode.)
+local FULL = OP == 'renew' or OP == 'settle' or OP == 'release' or OP == 'reclaim'
+  or OP == 'release_unsettled'
+
+local function parses(rk)
+  local f = redis.call('HMGET', rk, 'pl', 'op', 'tool')
+  if not f[3] then
+    corrupt(rk, 'missing tool')
+  end
+  if f[1] and not pcall(cjson.decode, f[1]) then
+    corrupt(rk, 'malformed payload')
+  end
+  if f[2] then
+    local ok, op = pcall(cjson.decode, f[2])
+    if not ok or type(op) ~= 'table' or type(op.scope) ~= 'table' then
+      corrupt(rk, 'malformed operation')
+    end
+  end
+end
+
 -- Reads the record at rk with time applied (rules::age): an expired lease becomes unknown,
 -- an expired result a tombstone, a lapsed tombstone nothing. Returns nil when absent.
 local function age(rk)
@@ -110,14 +193,19 @@ local function age(rk)
   if not r.ca or not r.ua then
     corrupt(rk, 'missing or malformed times')
   end
-  if not f[9] or string.sub(f[9], 1, 1) ~= '[' then
+  if not evidence_ok(f[9], attempt_ok) then
     corrupt(rk, 'malformed attempts')
   end
-  if not f[11] or string.sub(f[11], 1, 1) ~= '[' then
+  if not evidence_ok(f[11], read_back_ok) then
     corrupt(rk, 'malformed read-backs')
   end
   if r.st == 'running' and not r.lease then
     corrupt(rk, 'a running record without a lease')
+  end
+  local ages = (r.st == 'running' and r.lease <= NOW)
+    or (terminal(r.st) and (r.ua + TOMBS <= NOW or (r.rx ~= '1' and r.ua + RESULTS <= NOW)))
+  if FULL or ages then
+    parses(rk)
   end
 
   if r.st == 'running' and r.lease <= NOW then
@@ -150,6 +238,12 @@ local function age(rk)
     end
   end
   return r
+end
+
+-- A release's member in the KEYS[11] listing: 20 digits of time, '|', the key.
+local function release_member(at, k)
+  local digits = tostring(at)
+  return string.rep('0', 20 - #digits) .. digits .. '|' .. k
 end
 
 local function move(r, to)
@@ -424,6 +518,56 @@ elseif OP == 'reclaim' then
   move(r, 'running')
   redis.call('ZADD', LEASES, num(lease), r.k)
   retain(rk, r.k, 'running')
+  return { 'ok' }
+elseif OP == 'release_unsettled' then
+  -- KEYS[10] the key's release trace (a JSON array, oldest first, of { at, by, note,
+  -- record = the record hash as HGETALL returns it }); ARGV: 6 expected token, 7 who,
+  -- 8 note, 9 how many releases a trace keeps (rules::RELEASES_KEPT).
+  local r = age(rk)
+  if not r then
+    return { 'absent' }
+  end
+  local releasable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
+  if not releasable or r.tok ~= ARGV[6] then
+    return { 'stale', r.st }
+  end
+  local trace, gone = {}, {}
+  local t = redis.call('TYPE', KEYS[10])['ok']
+  if t ~= 'none' and t ~= 'string' then
+    corrupt(KEYS[10], 'the release trace is a ' .. t .. ', not a string')
+  end
+  local old = t == 'string' and redis.call('GET', KEYS[10])
+  if old then
+    local ok, kept = pcall(cjson.decode, old)
+    if not ok or type(kept) ~= 'table' then
+      corrupt(KEYS[10], 'the release trace is not a JSON array')
+    end
+    -- rules::keep_releases: lapsed releases go, then the oldest beyond the last few.
+    for _, e in ipairs(kept) do
+      if type(e) == 'table' and tonumber(e.at) and tonumber(e.at) + TOMBS > NOW then
+        table.insert(trace, e)
+      elseif type(e) == 'table' and tonumber(e.at) then
+        table.insert(gone, e)
+      end
+    end
+  end
+  table.insert(trace, { at = num(NOW), by = ARGV[7], note = ARGV[8],
+    record = redis.call('HGETALL', rk) })
+  while #trace > tonumber(ARGV[9]) do
+    table.insert(gone, table.remove(trace, 1))
+  end
+  redis.call('DEL', rk)
+  redis.call('ZREM', KEYS[IDX[r.st]], r.k)
+  -- KEYS[11] lists every kept release for IdemStore::list_releases: all scores 0, so the
+  -- members (the release time, zero-padded, then the key) sort in (time, key) order.
+  for _, e in ipairs(gone) do
+    redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
+  end
+  redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
+  redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
+  -- The trace outlives its newest release by the tombstone window (and the usual slack);
+  -- older releases in it are dropped by their own time on every read and write.
+  redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
   return { 'ok' }
 elseif OP == 'get' then
   local r = age(rk)
