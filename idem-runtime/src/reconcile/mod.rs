@@ -55,7 +55,7 @@ use crate::store::{
     Timestamp,
 };
 use crate::tool::{DynTool, ToolKind};
-use plan::{evidence_of, plan, Facts, Plan};
+use plan::{evidence_of, plan, Facts, Limits, Plan};
 
 /// What one reconciliation pass decided, per record.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -127,8 +127,20 @@ pub struct Reconciler {
     registry: Registry,
     sink: Arc<dyn EscalationSink>,
     max_retries: u32,
+    max_failed_read_backs: u32,
     batch: usize,
     walk: Walk,
+}
+
+/// Default of [`Reconciler::max_failed_read_backs`]: a record whose read-back fails 10
+/// times in a row is escalated. At one pass a minute, a person hears of it after about ten
+/// minutes of failures; a read-back that recovers within that settles the record itself.
+pub const DEFAULT_MAX_FAILED_READ_BACKS: u32 = 10;
+
+/// [`Reconciler::max_failed_read_backs`] kept countable on a capped record.
+fn clamp_failed_read_backs(n: u32) -> u32 {
+    let kept = u32::try_from(crate::store::rules::EVIDENCE_KEPT).unwrap_or(u32::MAX);
+    n.clamp(1, kept)
 }
 
 /// The states a pass walks, in the order it walks them.
@@ -172,6 +184,7 @@ impl Reconciler {
             registry: registry.clone(),
             sink: registry.escalation_sink().clone(),
             max_retries: 3,
+            max_failed_read_backs: DEFAULT_MAX_FAILED_READ_BACKS,
             batch: 500,
             walk: Walk::default(),
         }
@@ -184,9 +197,27 @@ impl Reconciler {
     }
 
     /// Total attempts (the executor's included) after which a keyed operation whose downstream
-    /// keeps answering *unknown* is escalated (default 3 reconciler retries on top).
+    /// keeps answering *unknown* is escalated (default 3 reconciler retries on top). With the
+    /// attempts used up, the tool's read-back (if it has one) is still asked once per pass:
+    /// what it finds settles the record; if it finds nothing it cannot prove, or fails, the
+    /// record is escalated.
     pub fn max_retries(mut self, n: u32) -> Self {
         self.max_retries = n;
+        self
+    }
+
+    /// Read-backs failing in a row (an error, not "not found") after which an unknown or
+    /// pending record is escalated, with the failures as evidence (default
+    /// [`DEFAULT_MAX_FAILED_READ_BACKS`], 10).
+    ///
+    /// Counted in a row, on the record: each failure is appended to the record's read-backs,
+    /// and a read-back that answers (whatever it finds) ends the run, so a downstream that
+    /// fails now and then is not escalated for it, while one that keeps failing reaches a
+    /// person after `n` passes instead of never. Kept between 1 and
+    /// [`EVIDENCE_KEPT`](crate::store::rules::EVIDENCE_KEPT) (16): a record keeps its last
+    /// 16 read-backs, so a longer run could not be counted.
+    pub fn max_failed_read_backs(mut self, n: u32) -> Self {
+        self.max_failed_read_backs = clamp_failed_read_backs(n);
         self
     }
 
@@ -332,9 +363,14 @@ impl Reconciler {
             _ => None,
         };
         let mut typed = decoded.and_then(|d| d.ok()).map(|d| d.typed);
+        let limits = Limits {
+            max_retries: self.max_retries,
+            max_failed_read_backs: self.max_failed_read_backs,
+        };
+        let default_bound = self.registry.executor().default_in_flight_bound;
         let facts = tool
             .as_ref()
-            .map(|t| Facts::of(t.spec(), self.max_retries, undecodable));
+            .map(|t| Facts::of(t.spec(), default_bound, limits, undecodable));
         let now = self.now();
 
         let mut evidence = None;
@@ -467,16 +503,15 @@ impl Reconciler {
         Decision::on(record, action, detail)
     }
 
-    /// Appends read-back evidence to an unknown record (pending records keep only the latest
-    /// poll result in the log, so a long poll does not grow the record without bound).
+    /// Appends read-back evidence to an unknown or pending record, under the token it was
+    /// listed with (settling it to the state it is in only adds evidence). A pending
+    /// record's polls that find it still pending are not kept (the plan waits without
+    /// noting them), only its failed read-backs and the answer that ends a run of them;
+    /// the store caps what a record keeps either way (`rules::cap_evidence`).
     async fn note(&self, record: &Record, evidence: ReadBackRecord) {
-        if record.state == RecordState::Unknown {
-            let s = Settlement::new(RecordState::Unknown).read_backs(vec![evidence]);
-            if let Err(e) = self.store().settle(&record.key, record.token, s).await {
-                tracing::debug!(key = %record.key, error = %e, "read-back evidence not recorded");
-            }
-        } else {
-            tracing::debug!(key = %record.key, result = %evidence.result, "pending poll");
+        let s = Settlement::new(record.state).read_backs(vec![evidence]);
+        if let Err(e) = self.store().settle(&record.key, record.token, s).await {
+            tracing::debug!(key = %record.key, error = %e, "read-back evidence not recorded");
         }
     }
 
