@@ -10,25 +10,36 @@
 //! |---|---|---|
 //! | any | tool not registered here as a write tool | skip: another reconciler's to decide |
 //! | any | no operation saved, or the saved arguments no longer decode | escalate |
-//! | unknown | keyed downstream, inside the safe window, [`Reconciler::max_retries`] + 1 sends made | escalate: the downstream keeps answering unknown |
-//! | unknown | keyed downstream, inside the safe window | retry with the **same** key |
-//! | unknown | the last timed-out attempt ended less than the in-flight bound ago (one timeout, if none declared) | wait: it may still report its late result |
+//! | unknown | keyed downstream, inside the safe window, fewer than [`Reconciler::max_retries`] + 1 sends made | retry with the **same** key |
+//! | unknown | the last timed-out attempt ended less than the in-flight bound ago | wait: it may still report its late result |
 //! | | *read back* | |
+//! | unknown | keyed, inside the window, its sends used up: no read-back, or the read-back fails | escalate (with the failure): the downstream keeps answering unknown |
 //! | unknown, pending | no read-back | escalate: no key contract (or window passed) and no read-back |
-//! | any | the read-back fails | wait, the error noted |
+//! | unknown, pending | the read-back fails, the [`Reconciler::max_failed_read_backs`]th time in a row (default 10) | escalate, with the failures |
+//! | unknown, pending | the read-back fails | wait, the error noted |
 //! | unknown | found completed, failed or pending | settle as found |
 //! | pending | found completed or failed | settle as found |
-//! | pending | found pending | wait: polled again next pass |
+//! | pending | found pending | wait: polled again next pass (noted only after failures, to end their run) |
 //! | any | found more than one effect | escalate |
 //! | pending | not found | escalate: its downstream ref is gone |
-//! | unknown | not found, no in-flight bound declared | escalate: the original may still land |
 //! | unknown | not found, before last send + timeout + 2 × in-flight bound | wait, the read-back noted |
 //! | unknown | not found, after that | release: the intent may run again |
 //!
+//! The *in-flight bound* is the tool's effective one
+//! ([`ToolSpec::effective_in_flight_bound`](crate::ToolSpec::effective_in_flight_bound)): the
+//! declared `in_flight`, else the registry's
+//! [`default_in_flight_bound`](crate::RegistryBuilder::default_in_flight_bound), else
+//! [`default_in_flight_bound`](crate::tool::default_in_flight_bound) of the timeout (4 × the
+//! timeout, between 2 and 30 minutes). The executor drops a timed-out handler at the same
+//! bound, so "may still report" and "can no longer commit" mean the same time in both.
+//!
 //! The decision itself is a pure function of the record, what the tool declares, the time
 //! and the read-back's answer (`plan.rs`, where a unit test walks every row of this table);
-//! [`Reconciler`] only carries it out. "Noted" appends the read-back to an unknown record's
-//! evidence; a pending record keeps only the latest poll, in the log.
+//! [`Reconciler`] only carries it out. "Noted" appends the read-back to the record's
+//! evidence, which the store caps (the first and last
+//! [`EVIDENCE_KEPT`](crate::store::rules::EVIDENCE_KEPT) read-backs); failures are counted
+//! in a row from that evidence, so the count survives restarts and is shared by every
+//! reconciler on the store.
 //!
 //! A pass looks at a bounded batch per state and the next pass resumes after it
 //! ([`crate::store::IdemStore::list_after`]), so records that stay unknown or pending for
