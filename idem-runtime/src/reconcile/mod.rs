@@ -13,7 +13,7 @@
 //! | unknown | keyed downstream, inside the safe window, fewer than [`Reconciler::max_retries`] + 1 sends made | retry with the **same** key |
 //! | unknown | the last timed-out attempt ended less than the in-flight bound ago | wait: it may still report its late result |
 //! | | *read back* | |
-//! | unknown | keyed, inside the window, its sends used up: no read-back, or the read-back fails | escalate (with the failure): the downstream keeps answering unknown |
+//! | unknown | keyed, inside the window, its sends used up: no read-back, or the read-back fails or finds nothing | escalate (with the read-back): the downstream keeps answering unknown |
 //! | unknown, pending | no read-back | escalate: no key contract (or window passed) and no read-back |
 //! | unknown, pending | the read-back fails, the [`Reconciler::max_failed_read_backs`]th time in a row (default 10) | escalate, with the failures |
 //! | unknown, pending | the read-back fails | wait, the error noted |
@@ -209,9 +209,10 @@ impl Reconciler {
 
     /// Total attempts (the executor's included) after which a keyed operation whose downstream
     /// keeps answering *unknown* is escalated (default 3 reconciler retries on top). With the
-    /// attempts used up, the tool's read-back (if it has one) is still asked once per pass:
-    /// what it finds settles the record; if it finds nothing it cannot prove, or fails, the
-    /// record is escalated.
+    /// attempts used up, the tool's read-back (if it has one) is asked before escalating: an
+    /// effect it finds (completed, failed or pending) settles the record; if it finds
+    /// nothing, more than one effect, or fails, the record is escalated with its answer
+    /// (never released: a send still on its way could land after the key was freed).
     pub fn max_retries(mut self, n: u32) -> Self {
         self.max_retries = n;
         self

@@ -171,8 +171,8 @@ pub(crate) fn plan(
     let in_window = record.created_at.plus(tool.window) > now;
 
     // A keyed operation is sent again while the window and the budget last. Once the budget
-    // is spent, the read-back still gets its chance to settle it; only what it cannot
-    // settle is escalated (below, `exhausted`).
+    // is spent, the read-back still gets its chance to settle it (found completed, failed or
+    // pending); anything else is escalated (below, `exhausted`).
     let mut exhausted = None;
     if unknown && tool.keyed && in_window {
         let sent = sends(record).count() as u32;
@@ -275,7 +275,15 @@ pub(crate) fn plan(
             Settlement::new(RecordState::Pending).downstream_ref(downstream_ref.clone())
         }
         ReadBack::Ambiguous { .. } => return escalate(format!("read-back {summary}"), true),
-        ReadBack::NotFound => return not_found(record, tool, now, &summary),
+        // With its sends used up inside the window, nothing is released: a send still on its
+        // way (which the keyed downstream may be holding as in progress) could land after
+        // the key was freed, and the record of it would be gone. A person decides.
+        ReadBack::NotFound => {
+            if let Some(reason) = exhausted {
+                return escalate(format!("{reason}, and its read-back found nothing"), true);
+            }
+            return not_found(record, tool, now, &summary);
+        }
     };
     Plan::Settle {
         settlement,
@@ -670,22 +678,15 @@ mod tests {
                 escalated("read-back found 2 effects: ch_1, ch_2", true),
             ),
             row(
-                "keyed retry budget exhausted, not found inside the bound: noted",
-                sends(4),
-                Some(keyed()),
-                19,
-                Some(Ok(ReadBack::NotFound)),
-                note("not found yet; the original may land until 1970-01-01T00:00:20.000Z"),
-            ),
-            row(
-                "keyed retry budget exhausted, not found after the bound: released",
+                "keyed retry budget exhausted, not found: escalated, never released",
                 sends(4),
                 Some(keyed()),
                 20,
                 Some(Ok(ReadBack::NotFound)),
-                Plan::Release {
-                    why: "read-back found nothing after the in-flight bound (not found); released, the intent may run again".into(),
-                },
+                escalated(
+                    "keyed downstream still unsettled after 4 attempts with the same key, and its read-back found nothing",
+                    true,
+                ),
             ),
             row(
                 "keyed retry budget exhausted, a timed-out attempt still inside its grace",
@@ -1165,7 +1166,7 @@ mod tests {
         }
         assert_eq!(
             rows.len(),
-            55,
+            54,
             "rows added or lost: update the count and the docs"
         );
     }
