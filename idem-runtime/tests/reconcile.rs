@@ -833,3 +833,27 @@ async fn a_one_shot_run_looks_at_every_record_however_small_the_batch() {
     );
     assert_eq!(w.stub.sends.load(Ordering::SeqCst), 5, "nothing sent again");
 }
+
+#[tokio::test]
+async fn a_keyed_record_out_of_attempts_that_is_not_found_is_escalated_not_released() {
+    let w = World::new(Stub::new(true, [Fault::InFlight; 4]), true, |s| {
+        s.in_flight_bound(Duration::from_secs(1))
+    });
+    let first = w.call().await;
+    for _ in 0..3 {
+        assert_eq!(w.pass().await, [Action::Retried]);
+    }
+    // Long past the bound: outside a keyed window "not found" would free the key. Inside
+    // it, with the sends used up, a person decides.
+    w.clock.advance(Duration::from_secs(600));
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    let record = record_of(&w, &first).await;
+    assert_eq!(record.state, RecordState::Escalated);
+    assert_eq!(record.read_backs.len(), 1);
+    assert_eq!(record.read_backs[0].result, "not found");
+    // The sends still on their way land: the record that says so is still there.
+    w.stub.land();
+    assert_eq!(w.stub.charges(), 1);
+    assert_eq!(w.call().await.class(), Some(OutcomeClass::Escalated));
+    assert_eq!(w.stub.sends.load(Ordering::SeqCst), 4);
+}

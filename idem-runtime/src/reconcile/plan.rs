@@ -232,13 +232,18 @@ pub(crate) fn plan(
     let summary = found.summary();
     let settlement = match found {
         ReadBack::Unsupported => {
-            let reason = match (record.state, tool.keyed) {
-                (RecordState::Pending, _) => {
+            // Only an unknown record can have used up its sends.
+            let reason = match (exhausted, record.state, tool.keyed) {
+                (_, RecordState::Pending, _) => {
                     "pending, and the tool has no read-back to poll it with".to_owned()
                 }
-                _ if exhausted.is_some() => exhausted.unwrap_or_default(),
-                (_, true) => "safe retry window passed and the tool has no read-back".to_owned(),
-                _ => "downstream has no key contract and the tool has no read-back".to_owned(),
+                (Some(reason), _, _) => reason,
+                (None, _, true) => {
+                    "safe retry window passed and the tool has no read-back".to_owned()
+                }
+                (None, _, false) => {
+                    "downstream has no key contract and the tool has no read-back".to_owned()
+                }
             };
             return escalate(reason, false);
         }
