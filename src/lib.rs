@@ -59,7 +59,7 @@
 /// | `lease = "1m"` | write | claim lease (default: timeout + 30 s) |
 /// | `destructive` | write | MCP `destructiveHint` |
 /// | `reconcile = find_charge` | write | the read-back the [`Reconciler`] settles unknown and pending calls with: an async fn `(ReadBackCtx, Args) -> Result<ReadBack, ToolError>` (in a `#[toolbox]`, a `&self` method's name) |
-/// | `in_flight = "2m"` | write | how long after a send the effect can still land; only then does a read-back's "not found" mean "did not happen" |
+/// | `in_flight = "2m"` | write | how long after its timeout a send can still land: a timed-out handler is dropped then, and a read-back's "not found" means "did not happen" only after twice that (default: the registry's `default_in_flight_bound`, else 4 × the timeout between 2 and 30 minutes) |
 ///
 /// Every mistake (a write without `WriteCtx`, an unknown option, `key(nope)`, a bad duration,
 /// a name outside the charset, args that do not derive the traits, a return type that is not

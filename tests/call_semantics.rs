@@ -70,6 +70,8 @@ struct Bank {
     script: Mutex<VecDeque<Step>>,
     /// Released when the test says so (for a handler parked in `Step::Hang`-like waits).
     started: tokio::sync::Notify,
+    /// The lookup the read-back uses answers 503 while set.
+    lookup_down: std::sync::atomic::AtomicBool,
 }
 
 impl Bank {
@@ -208,6 +210,9 @@ impl WriteTool for ChargeTool {
     async fn read_back(&self, ctx: ReadBackCtx, _args: ChargeArgs) -> Result<ReadBack, ToolError> {
         if !self.read_back {
             return Ok(ReadBack::Unsupported);
+        }
+        if self.bank.lookup_down.load(Ordering::SeqCst) {
+            return Err(ToolError::unknown("lookup answered 503"));
         }
         let found = self.bank.found(ctx.key().as_str());
         Ok(match found.as_slice() {
@@ -1032,16 +1037,32 @@ async fn a_tombstone_retention_shorter_than_the_result_retention_never_frees_a_k
 
 #[tokio::test(start_paused = true)]
 async fn a_late_commit_after_an_escalation_is_kept_as_evidence_for_the_person() {
-    // Unkeyed, no read-back, no in-flight bound: the reconciler escalates once the timed-out
-    // attempt has had one more timeout to report. The original commits after that.
+    // Unkeyed, no read-back, no in-flight bound: the worker holds the timed-out handler for
+    // the default bound (2 min). A reconciler elsewhere on the same store, whose registry
+    // sets a 1 s default bound (every registry should set the same; this one does not),
+    // escalates after that second. The original commits after that.
     let bank = Bank::new(false, [Step::CommitAfter(Duration::from_secs(10))]);
-    let tool = ChargeTool::new(&bank).spec(|s| s.timeout(Duration::from_secs(2)));
-    let w = World::new(tool);
+    let spec = |s: ToolSpec| s.timeout(Duration::from_secs(2));
+    let w = World::new(ChargeTool::new(&bank).spec(spec));
+    let elsewhere = World::on(
+        ChargeTool::new(&bank).spec(spec),
+        w.store.clone(),
+        w.store.clock(),
+        |b| b.default_in_flight_bound(Duration::from_secs(1)),
+    );
     let r = w.registry.call(charge(4900)).await;
     assert_eq!(r.class(), Some(OutcomeClass::Unknown));
     let key = r.key().unwrap().clone();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let decisions = Reconciler::new(&w.registry).run_all().await.unwrap();
+    let sink = {
+        let escalations = w.escalations.clone();
+        CallbackSink(move |e: &Escalation| escalations.lock().unwrap().push(e.clone()))
+    };
+    let decisions = Reconciler::new(&elsewhere.registry)
+        .sink(Arc::new(sink))
+        .run_all()
+        .await
+        .unwrap();
     assert_eq!(decisions[0].action, Action::Escalated);
     // The charge lands while a person is looking at the escalation.
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -1132,8 +1153,9 @@ async fn not_found_frees_the_intent_only_after_the_in_flight_bound() {
 
 #[tokio::test(start_paused = true)]
 async fn an_escalation_holds_every_attempt_and_read_back_and_a_person_resolves_it() {
-    // Unkeyed, a read-back, no in-flight bound: "not found" cannot be trusted -> a person.
+    // Unkeyed, a handler that hangs, and a read-back whose lookup keeps failing: a person.
     let bank = Bank::new(false, [Step::Hang, Step::Reset]);
+    bank.lookup_down.store(true, Ordering::SeqCst);
     let tool = ChargeTool::new(&bank)
         .with_read_back()
         .spec(|s| s.timeout(Duration::from_secs(2)));
@@ -1141,14 +1163,17 @@ async fn an_escalation_holds_every_attempt_and_read_back_and_a_person_resolves_i
     let r = w.registry.call(charge(4900)).await;
     let key = r.key().unwrap().clone();
     assert_eq!(r.class(), Some(OutcomeClass::Unknown));
-    let reconciler = Reconciler::new(&w.registry);
-    // The timed-out handler may still report: the reconciler gives it its grace first.
+    let reconciler = Reconciler::new(&w.registry).max_failed_read_backs(2);
+    // The timed-out handler may still report: the reconciler gives it its grace first (the
+    // default in-flight bound, 2 min, after which the worker drops the handler).
     let decisions = reconciler.run_all().await.unwrap();
     assert_eq!(decisions[0].action, Action::Waiting);
     assert!(w.escalations.lock().unwrap().is_empty());
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(121)).await;
     let decisions = reconciler.run_all().await.unwrap();
-    assert_eq!(decisions[0].action, Action::Escalated);
+    assert_eq!(decisions[0].action, Action::Waiting, "one failed read-back");
+    let decisions = reconciler.run_all().await.unwrap();
+    assert_eq!(decisions[0].action, Action::Escalated, "two in a row");
     let record = w.record(&key).await.unwrap();
     assert_eq!(record.state, RecordState::Escalated);
 
@@ -1157,15 +1182,19 @@ async fn an_escalation_holds_every_attempt_and_read_back_and_a_person_resolves_i
     let e = &escalations[0];
     assert_eq!(e.key, key);
     assert_eq!(e.state, RecordState::Escalated);
-    assert_eq!(e.attempts.len(), 1);
+    assert_eq!(e.attempts.len(), 2, "the timeout and the abandonment");
     assert!(e.attempts[0].started_at <= e.attempts[0].finished_at);
     assert!(e.attempts[0]
         .message
         .as_deref()
         .unwrap()
         .contains("timed out"));
-    assert_eq!(e.read_backs.len(), 1);
-    assert_eq!(e.read_backs[0].result, "not found");
+    assert_eq!(e.attempts[1].kind, idem::store::AttemptKind::Abandoned);
+    assert_eq!(e.read_backs.len(), 2);
+    assert!(e
+        .read_backs
+        .iter()
+        .all(|rb| rb.result == "error: outcome unknown: lookup answered 503"));
     assert_eq!(e.operation.as_ref().unwrap().args["cents"], 4900);
 
     // Escalated: repeats are told so and never sent.

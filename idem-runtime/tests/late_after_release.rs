@@ -17,14 +17,17 @@ struct Billing {
     requests: Mutex<u32>,
 }
 
-/// Commits an hour after it was asked: long after its 1 s timeout.
+/// Commits an hour after it was asked: long after its 1 s timeout, inside the two hours it
+/// declares it may take (undeclared, its handler would be dropped after the default bound).
 struct SlowCharge(Arc<Billing>);
 
 impl idem_runtime::WriteTool for SlowCharge {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = String;
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new("charge").timeout(Duration::from_secs(1))
+        ToolSpec::new("charge")
+            .timeout(Duration::from_secs(1))
+            .in_flight_bound(Duration::from_secs(2 * 3600))
     }
     async fn call(&self, ctx: WriteCtx, _args: Self::Args) -> Result<String, ToolError> {
         *self.0.requests.lock().unwrap() += 1;

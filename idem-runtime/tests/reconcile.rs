@@ -36,6 +36,8 @@ struct Stub {
     in_flight: Mutex<Vec<String>>,
     faults: Mutex<VecDeque<Fault>>,
     sends: AtomicU32,
+    /// The next this many read-backs fail (the downstream's lookup answers 503).
+    read_back_errors: AtomicU32,
     keyed: bool,
 }
 
@@ -139,6 +141,13 @@ impl WriteTool for Charge {
         if !self.read_back {
             return Ok(ReadBack::Unsupported);
         }
+        let failing =
+            self.stub
+                .read_back_errors
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(ToolError::unknown("lookup answered 503"));
+        }
         let found = self.stub.find(ctx.key().as_str());
         Ok(match found.as_slice() {
             [] => ReadBack::NotFound,
@@ -222,7 +231,11 @@ impl World {
     }
 
     async fn pass(&self) -> Vec<Action> {
-        Reconciler::new(&self.registry)
+        self.pass_with(|r| r).await
+    }
+
+    async fn pass_with(&self, reconciler: impl FnOnce(Reconciler) -> Reconciler) -> Vec<Action> {
+        reconciler(Reconciler::new(&self.registry))
             .run_once()
             .await
             .unwrap()
@@ -381,13 +394,219 @@ async fn not_found_after_the_bound_frees_the_intent_to_run_again() {
 }
 
 #[tokio::test]
-async fn not_found_without_a_declared_bound_is_escalated() {
+async fn not_found_without_a_declared_bound_goes_to_a_person_after_the_default_bound() {
+    // Timeout 30 s, no bound declared: the default bound is 4 × 30 s = 2 min, so the send
+    // may land until its start + 30 s + 2 × 2 min. The default is a guess about the
+    // downstream: after it, "not found" is handed to a person, never taken as "did not
+    // happen" (a late commit after a release would be a second effect).
     let w = World::new(Stub::new(false, [Fault::DroppedRequest]), true, |s| s);
     let first = w.call().await;
-    w.clock.advance(Duration::from_secs(24 * 3600));
+    w.clock.advance(Duration::from_secs(269));
+    assert_eq!(w.pass().await, [Action::Waiting]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Unknown));
+    w.clock.advance(Duration::from_secs(2));
     assert_eq!(w.pass().await, [Action::Escalated]);
     assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    let escalations = w.escalations.lock().unwrap();
+    assert_eq!(escalations.len(), 1);
+    assert!(
+        escalations[0]
+            .reason
+            .contains("declares no in-flight bound"),
+        "{}",
+        escalations[0].reason
+    );
     assert_eq!(w.stub.sends.load(Ordering::SeqCst), 1);
+}
+
+/// The key's record, which must exist.
+async fn record_of(w: &World, r: &idem_runtime::ToolResult) -> idem_runtime::Record {
+    w.store.get(r.key().unwrap()).await.unwrap().unwrap()
+}
+
+fn failed_read_backs(record: &idem_runtime::Record) -> usize {
+    record
+        .read_backs
+        .iter()
+        .filter(|rb| rb.result == "error: outcome unknown: lookup answered 503")
+        .count()
+}
+
+#[tokio::test]
+async fn a_read_back_that_keeps_failing_is_escalated_after_ten_in_a_row() {
+    let w = World::new(Stub::new(false, [Fault::DroppedRequest]), true, |s| s);
+    w.stub.read_back_errors.store(u32::MAX, Ordering::SeqCst);
+    let first = w.call().await;
+    for pass in 1..10 {
+        assert_eq!(w.pass().await, [Action::Waiting], "pass {pass}");
+        let record = record_of(&w, &first).await;
+        assert_eq!(record.state, RecordState::Unknown);
+        assert_eq!(failed_read_backs(&record), pass, "each failure is evidence");
+        assert!(w.escalations.lock().unwrap().is_empty());
+    }
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    let record = record_of(&w, &first).await;
+    assert_eq!(record.state, RecordState::Escalated);
+    assert_eq!(record.read_backs.len(), 10, "{:?}", record.read_backs);
+    assert_eq!(failed_read_backs(&record), 10);
+    assert!(record
+        .message
+        .as_deref()
+        .unwrap()
+        .contains("10 times in a row"));
+    {
+        let escalations = w.escalations.lock().unwrap();
+        assert_eq!(escalations.len(), 1);
+        let e = &escalations[0];
+        assert_eq!(&e.key, first.key().unwrap());
+        assert_eq!(e.state, RecordState::Escalated);
+        assert_eq!(
+            e.read_backs, record.read_backs,
+            "the person sees every failure"
+        );
+    }
+    // Escalated: not walked again, and repeats are not sent.
+    assert!(w.pass().await.is_empty());
+    assert_eq!(w.call().await.class(), Some(OutcomeClass::Escalated));
+    assert_eq!(w.stub.sends.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_read_back_that_answers_starts_the_count_again() {
+    let w = World::new(Stub::new(false, [Fault::DroppedRequest]), true, |s| {
+        s.in_flight_bound(Duration::from_secs(3600))
+    });
+    let first = w.call().await;
+    let limited = |r: Reconciler| r.max_failed_read_backs(3);
+    w.stub.read_back_errors.store(2, Ordering::SeqCst);
+    assert_eq!(w.pass_with(limited).await, [Action::Waiting]);
+    assert_eq!(w.pass_with(limited).await, [Action::Waiting]);
+    // The lookup answers ("not found", inside the bound): noted, and the run is over.
+    assert_eq!(w.pass_with(limited).await, [Action::Waiting]);
+    w.stub.read_back_errors.store(u32::MAX, Ordering::SeqCst);
+    assert_eq!(w.pass_with(limited).await, [Action::Waiting]);
+    assert_eq!(w.pass_with(limited).await, [Action::Waiting]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Unknown));
+    assert!(w.escalations.lock().unwrap().is_empty());
+    assert_eq!(w.pass_with(limited).await, [Action::Escalated]);
+    let record = record_of(&w, &first).await;
+    assert_eq!(record.read_backs.len(), 6);
+    assert_eq!(failed_read_backs(&record), 5);
+    assert_eq!(w.escalations.lock().unwrap()[0].read_backs.len(), 6);
+}
+
+#[tokio::test]
+async fn a_pending_record_whose_read_back_keeps_failing_is_escalated() {
+    let w = World::new(Stub::new(false, [Fault::Async]), true, |s| s);
+    let first = w.call().await;
+    assert_eq!(first.class(), Some(OutcomeClass::Pending));
+    // Polls that find it still pending leave nothing on the record.
+    assert_eq!(w.pass().await, [Action::Waiting]);
+    assert!(record_of(&w, &first).await.read_backs.is_empty());
+    w.stub.read_back_errors.store(u32::MAX, Ordering::SeqCst);
+    for pass in 1..10 {
+        assert_eq!(w.pass().await, [Action::Waiting], "pass {pass}");
+        let record = record_of(&w, &first).await;
+        assert_eq!(record.state, RecordState::Pending);
+        assert_eq!(failed_read_backs(&record), pass);
+    }
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    let record = record_of(&w, &first).await;
+    assert_eq!(record.state, RecordState::Escalated);
+    assert_eq!(failed_read_backs(&record), 10);
+    assert_eq!(w.escalations.lock().unwrap()[0].read_backs.len(), 10);
+}
+
+#[tokio::test]
+async fn read_back_evidence_stays_capped_and_failures_still_escalate() {
+    // A long bound: "not found" is noted on every pass, 40 times, before the lookup breaks.
+    let w = World::new(Stub::new(false, [Fault::DroppedRequest]), true, |s| {
+        s.in_flight_bound(Duration::from_secs(24 * 3600))
+    });
+    let first = w.call().await;
+    for _ in 0..40 {
+        assert_eq!(w.pass().await, [Action::Waiting]);
+    }
+    let kept = idem_runtime::store::rules::EVIDENCE_KEPT;
+    let record = record_of(&w, &first).await;
+    assert_eq!(
+        record.read_backs.len(),
+        2 * kept + 1,
+        "first and last 16, and the marker"
+    );
+    w.stub.read_back_errors.store(u32::MAX, Ordering::SeqCst);
+    let actions: Vec<_> = {
+        let mut all = Vec::new();
+        for _ in 0..10 {
+            all.extend(w.pass().await);
+        }
+        all
+    };
+    assert_eq!(actions.iter().filter(|a| **a == Action::Waiting).count(), 9);
+    assert_eq!(actions.last(), Some(&Action::Escalated));
+    let record = record_of(&w, &first).await;
+    assert_eq!(record.state, RecordState::Escalated);
+    assert_eq!(record.read_backs.len(), 2 * kept + 1, "still capped");
+    assert_eq!(
+        failed_read_backs(&record),
+        10,
+        "the last ten are the failures"
+    );
+    let marker = record
+        .read_backs
+        .iter()
+        .find(|rb| {
+            rb.result
+                .starts_with(idem_runtime::store::rules::EVIDENCE_MARKER)
+        })
+        .expect("the marker counts what was dropped");
+    assert_eq!(
+        marker.result,
+        "idem evidence cap: 0 attempts and 18 read-backs dropped"
+    );
+}
+
+#[tokio::test]
+async fn a_keyed_record_out_of_attempts_is_settled_by_its_read_back() {
+    // Every send commits and loses its answer: the keyed downstream holds one charge.
+    let w = World::new(Stub::new(true, [Fault::LostAck; 4]), true, |s| s);
+    let first = w.call().await;
+    let mut actions = Vec::new();
+    for _ in 0..3 {
+        actions.extend(w.pass().await);
+    }
+    assert_eq!(actions, [Action::Retried; 3]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Unknown));
+    // Attempts spent: read back before escalating, and it finds the charge.
+    assert_eq!(w.pass().await, [Action::Settled]);
+    let record = record_of(&w, &first).await;
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.downstream_ref.as_deref(), Some("ch_1"));
+    assert!(w.escalations.lock().unwrap().is_empty());
+    assert_eq!(
+        (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
+        (4, 1)
+    );
+    assert!(w.call().await.replayed());
+}
+
+#[tokio::test]
+async fn a_keyed_record_out_of_attempts_whose_read_back_fails_is_escalated_with_it() {
+    let w = World::new(Stub::new(true, [Fault::DroppedRequest; 4]), true, |s| s);
+    let first = w.call().await;
+    for _ in 0..3 {
+        assert_eq!(w.pass().await, [Action::Retried]);
+    }
+    w.stub.read_back_errors.store(1, Ordering::SeqCst);
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    let record = record_of(&w, &first).await;
+    assert_eq!(record.state, RecordState::Escalated);
+    assert_eq!(failed_read_backs(&record), 1);
+    let e = &w.escalations.lock().unwrap()[0];
+    assert!(e.reason.contains("after 4 attempts"), "{}", e.reason);
+    assert_eq!(e.attempts.len(), 4);
+    assert_eq!(e.read_backs.len(), 1);
+    assert_eq!(w.stub.charges(), 0);
 }
 
 #[tokio::test]
@@ -630,4 +849,28 @@ async fn a_one_shot_run_looks_at_every_record_however_small_the_batch() {
         RecordState::Completed
     );
     assert_eq!(w.stub.sends.load(Ordering::SeqCst), 5, "nothing sent again");
+}
+
+#[tokio::test]
+async fn a_keyed_record_out_of_attempts_that_is_not_found_is_escalated_not_released() {
+    let w = World::new(Stub::new(true, [Fault::InFlight; 4]), true, |s| {
+        s.in_flight_bound(Duration::from_secs(1))
+    });
+    let first = w.call().await;
+    for _ in 0..3 {
+        assert_eq!(w.pass().await, [Action::Retried]);
+    }
+    // Long past the bound: outside a keyed window "not found" would free the key. Inside
+    // it, with the sends used up, a person decides.
+    w.clock.advance(Duration::from_secs(600));
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    let record = record_of(&w, &first).await;
+    assert_eq!(record.state, RecordState::Escalated);
+    assert_eq!(record.read_backs.len(), 1);
+    assert_eq!(record.read_backs[0].result, "not found");
+    // The sends still on their way land: the record that says so is still there.
+    w.stub.land();
+    assert_eq!(w.stub.charges(), 1);
+    assert_eq!(w.call().await.class(), Some(OutcomeClass::Escalated));
+    assert_eq!(w.stub.sends.load(Ordering::SeqCst), 4);
 }

@@ -21,8 +21,9 @@ pub(super) struct LateAttempt {
     pub(super) token: ClaimToken,
     pub(super) attempt: u32,
     pub(super) started_at: Timestamp,
-    /// Drop the handler this long after its timeout (the tool's in-flight bound).
-    pub(super) abandon_after: Option<Duration>,
+    /// Drop the handler this long after its timeout: the tool's effective in-flight bound
+    /// ([`crate::tool::ToolSpec::effective_in_flight_bound`]).
+    pub(super) abandon_after: Duration,
     /// The tool's lease, for taking over a record that moved on meanwhile.
     pub(super) lease: Duration,
 }
@@ -31,9 +32,10 @@ impl Executor {
     /// Keeps a timed-out handler running; when it ends, its result settles the record it
     /// left *unknown*, or, if a reconciler or a person has moved the record on meanwhile, is
     /// added to it as evidence (see [`evidence::keep`]); a person looking at an escalation
-    /// is told through the sink. A tool that declares an in-flight bound has its handler
-    /// dropped once that bound has passed after the timeout, so the bound the reconciler
-    /// relies on holds in this process too.
+    /// is told through the sink. The handler is dropped once the tool's effective in-flight
+    /// bound has passed after the timeout (an [`AttemptKind::Abandoned`] attempt records it;
+    /// the record stays unknown), so the bound the reconciler relies on holds in this
+    /// process too.
     pub(super) async fn watch_late_result(&self, fut: CaughtFuture, late: LateAttempt) {
         // What was claimed, read now, while the record is still this attempt's: if a person
         // releases the key before the late result arrives, the result needs it to stand in
@@ -52,28 +54,35 @@ impl Executor {
         } = late;
         tokio::spawn(
             async move {
-                let outcome = match abandon_after {
-                    Some(bound) => tokio::time::timeout(bound, fut).await.ok(),
-                    None => Some(fut.await),
-                };
+                // Past the bound the handler is dropped here: awaiting it longer would hold its
+                // task and memory for a result the reconciler no longer waits for.
+                let outcome = tokio::time::timeout(abandon_after, fut).await.ok();
                 let (settlement, kind, class, message) = match &outcome {
                     Some(Ok(r)) => (
                         settlement_of(r),
                         AttemptKind::Late,
                         class_of_result(r),
-                        r.as_ref().err().map(ToString::to_string),
+                        format!(
+                            "late result after timeout: {}",
+                            r.as_ref()
+                                .err()
+                                .map_or_else(|| class_of_result(r).to_string(), ToString::to_string)
+                        ),
                     ),
                     Some(Err(p)) => (
                         None,
                         AttemptKind::Late,
                         OutcomeClass::Unknown,
-                        Some(format!("handler panicked: {p}")),
+                        format!("late result after timeout: handler panicked: {p}"),
                     ),
                     None => (
                         None,
                         AttemptKind::Abandoned,
                         OutcomeClass::Unknown,
-                        Some("still running at its in-flight bound; dropped".to_owned()),
+                        format!(
+                            "abandoned: still running {abandon_after:?} after its timeout (its \
+                             in-flight bound), so it was dropped; what it sent may still land"
+                        ),
                     ),
                 };
                 let evidence = AttemptRecord::new(
@@ -82,10 +91,7 @@ impl Executor {
                     clock.now(),
                     kind,
                     class,
-                    Some(format!(
-                        "late result after timeout: {}",
-                        message.as_deref().unwrap_or(class.as_str())
-                    )),
+                    Some(message),
                 );
                 // The executor may still be retrying under this claim; wait for it to settle
                 // (however long its attempts take) before adding to what it left.
@@ -111,11 +117,12 @@ impl Executor {
                         tracing::info!(key = %key, class = %class, state = %record.state,
                             "late result recorded");
                         if record.state == RecordState::Escalated {
-                            let notice = Escalation::from_record(
-                                &record,
-                                format!("a timed-out attempt reported late, after escalation: {class}"),
-                                clock.now(),
-                            );
+                            let reason = if kind == AttemptKind::Abandoned {
+                                "a timed-out attempt was still running at its in-flight bound, after escalation, and was dropped".to_owned()
+                            } else {
+                                format!("a timed-out attempt reported late, after escalation: {class}")
+                            };
+                            let notice = Escalation::from_record(&record, reason, clock.now());
                             if let Err(e) = sink.deliver(&notice).await {
                                 tracing::error!(key = %key, error = %e, "escalation sink failed");
                             }

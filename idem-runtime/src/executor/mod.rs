@@ -35,6 +35,9 @@ pub(crate) struct Executor {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) retry: RetryPolicy,
     pub(crate) in_flight_wait: Duration,
+    /// The registry's in-flight bound for tools that declare none (see
+    /// [`crate::tool::ToolSpec::effective_in_flight_bound`]).
+    pub(crate) default_in_flight_bound: Option<Duration>,
     pub(crate) sink: Arc<dyn EscalationSink>,
     /// Coalesces "same key, changed parameters" notices per key.
     pub(crate) notices: Arc<NoticeGate>,

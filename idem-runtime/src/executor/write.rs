@@ -341,7 +341,7 @@ impl Executor {
                         token,
                         attempt,
                         started_at,
-                        abandon_after: spec.in_flight_bound_duration(),
+                        abandon_after: spec.effective_in_flight_bound(self.default_in_flight_bound),
                         lease: spec.lease_duration(),
                     };
                     self.watch_late_result(fut, late).await;

@@ -10,25 +10,37 @@
 //! |---|---|---|
 //! | any | tool not registered here as a write tool | skip: another reconciler's to decide |
 //! | any | no operation saved, or the saved arguments no longer decode | escalate |
-//! | unknown | keyed downstream, inside the safe window, [`Reconciler::max_retries`] + 1 sends made | escalate: the downstream keeps answering unknown |
-//! | unknown | keyed downstream, inside the safe window | retry with the **same** key |
-//! | unknown | the last timed-out attempt ended less than the in-flight bound ago (one timeout, if none declared) | wait: it may still report its late result |
+//! | unknown | keyed downstream, inside the safe window, fewer than [`Reconciler::max_retries`] + 1 sends made | retry with the **same** key |
+//! | unknown | the last timed-out attempt ended less than the in-flight bound ago | wait: it may still report its late result |
 //! | | *read back* | |
+//! | unknown | keyed, inside the window, its sends used up: no read-back, or the read-back fails or finds nothing | escalate (with the read-back): the downstream keeps answering unknown |
 //! | unknown, pending | no read-back | escalate: no key contract (or window passed) and no read-back |
-//! | any | the read-back fails | wait, the error noted |
+//! | unknown, pending | the read-back fails, the [`Reconciler::max_failed_read_backs`]th time in a row (default 10) | escalate, with the failures |
+//! | unknown, pending | the read-back fails | wait, the error noted |
 //! | unknown | found completed, failed or pending | settle as found |
 //! | pending | found completed or failed | settle as found |
-//! | pending | found pending | wait: polled again next pass |
+//! | pending | found pending | wait: polled again next pass (noted only after failures, to end their run) |
 //! | any | found more than one effect | escalate |
 //! | pending | not found | escalate: its downstream ref is gone |
-//! | unknown | not found, no in-flight bound declared | escalate: the original may still land |
 //! | unknown | not found, before last send + timeout + 2 × in-flight bound | wait, the read-back noted |
-//! | unknown | not found, after that | release: the intent may run again |
+//! | unknown | not found, after that, the bound declared (tool or registry) | release: the intent may run again |
+//! | unknown | not found, after that, only the built-in default bound | escalate |
+//!
+//! The *in-flight bound* is the tool's effective one
+//! ([`ToolSpec::effective_in_flight_bound`](crate::ToolSpec::effective_in_flight_bound)): the
+//! declared `in_flight`, else the registry's
+//! [`default_in_flight_bound`](crate::RegistryBuilder::default_in_flight_bound), else
+//! [`default_in_flight_bound`](crate::tool::default_in_flight_bound) of the timeout (4 × the
+//! timeout, between 2 and 30 minutes). The executor drops a timed-out handler at the same
+//! bound, so "may still report" and "can no longer commit" mean the same time in both.
 //!
 //! The decision itself is a pure function of the record, what the tool declares, the time
 //! and the read-back's answer (`plan.rs`, where a unit test walks every row of this table);
-//! [`Reconciler`] only carries it out. "Noted" appends the read-back to an unknown record's
-//! evidence; a pending record keeps only the latest poll, in the log.
+//! [`Reconciler`] only carries it out. "Noted" appends the read-back to the record's
+//! evidence, which the store caps (the first and last
+//! [`EVIDENCE_KEPT`](crate::store::rules::EVIDENCE_KEPT) read-backs); failures are counted
+//! in a row from that evidence, so the count survives restarts and is shared by every
+//! reconciler on the store.
 //!
 //! A pass looks at a bounded batch per state and the next pass resumes after it
 //! ([`crate::store::IdemStore::list_after`]), so records that stay unknown or pending for
@@ -55,7 +67,7 @@ use crate::store::{
     Timestamp,
 };
 use crate::tool::{DynTool, ToolKind};
-use plan::{evidence_of, plan, Facts, Plan};
+use plan::{evidence_of, plan, Facts, Limits, Plan};
 
 /// What one reconciliation pass decided, per record.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -127,6 +139,7 @@ pub struct Reconciler {
     registry: Registry,
     sink: Arc<dyn EscalationSink>,
     max_retries: u32,
+    max_failed_read_backs: u32,
     batch: usize,
     walk: Walk,
 }
@@ -134,6 +147,17 @@ pub struct Reconciler {
 /// Who the store's release trace names when the reconciler frees a key
 /// ([`crate::store::ReleaseRecord::by`]).
 pub const RECONCILER: &str = "idem reconciler";
+
+/// Default of [`Reconciler::max_failed_read_backs`]: a record whose read-back fails 10
+/// times in a row is escalated. At one pass a minute, a person hears of it after about ten
+/// minutes of failures; a read-back that recovers within that settles the record itself.
+pub const DEFAULT_MAX_FAILED_READ_BACKS: u32 = 10;
+
+/// [`Reconciler::max_failed_read_backs`] kept countable on a capped record.
+fn clamp_failed_read_backs(n: u32) -> u32 {
+    let kept = u32::try_from(crate::store::rules::EVIDENCE_KEPT).unwrap_or(u32::MAX);
+    n.clamp(1, kept)
+}
 
 /// The states a pass walks, in the order it walks them.
 const WALKED: [RecordState; 2] = [RecordState::Unknown, RecordState::Pending];
@@ -176,6 +200,7 @@ impl Reconciler {
             registry: registry.clone(),
             sink: registry.escalation_sink().clone(),
             max_retries: 3,
+            max_failed_read_backs: DEFAULT_MAX_FAILED_READ_BACKS,
             batch: 500,
             walk: Walk::default(),
         }
@@ -188,9 +213,28 @@ impl Reconciler {
     }
 
     /// Total attempts (the executor's included) after which a keyed operation whose downstream
-    /// keeps answering *unknown* is escalated (default 3 reconciler retries on top).
+    /// keeps answering *unknown* is escalated (default 3 reconciler retries on top). With the
+    /// attempts used up, the tool's read-back (if it has one) is asked before escalating: an
+    /// effect it finds (completed, failed or pending) settles the record; if it finds
+    /// nothing, more than one effect, or fails, the record is escalated with its answer
+    /// (never released: a send still on its way could land after the key was freed).
     pub fn max_retries(mut self, n: u32) -> Self {
         self.max_retries = n;
+        self
+    }
+
+    /// Read-backs failing in a row (an error, not "not found") after which an unknown or
+    /// pending record is escalated, with the failures as evidence (default
+    /// [`DEFAULT_MAX_FAILED_READ_BACKS`], 10).
+    ///
+    /// Counted in a row, on the record: each failure is appended to the record's read-backs,
+    /// and a read-back that answers (whatever it finds) ends the run, so a downstream that
+    /// fails now and then is not escalated for it, while one that keeps failing reaches a
+    /// person after `n` passes instead of never. Kept between 1 and
+    /// [`EVIDENCE_KEPT`](crate::store::rules::EVIDENCE_KEPT) (16): a record keeps its last
+    /// 16 read-backs, so a longer run could not be counted.
+    pub fn max_failed_read_backs(mut self, n: u32) -> Self {
+        self.max_failed_read_backs = clamp_failed_read_backs(n);
         self
     }
 
@@ -336,9 +380,14 @@ impl Reconciler {
             _ => None,
         };
         let mut typed = decoded.and_then(|d| d.ok()).map(|d| d.typed);
+        let limits = Limits {
+            max_retries: self.max_retries,
+            max_failed_read_backs: self.max_failed_read_backs,
+        };
+        let default_bound = self.registry.executor().default_in_flight_bound;
         let facts = tool
             .as_ref()
-            .map(|t| Facts::of(t.spec(), self.max_retries, undecodable));
+            .map(|t| Facts::of(t.spec(), default_bound, limits, undecodable));
         let now = self.now();
 
         let mut evidence = None;
@@ -472,16 +521,15 @@ impl Reconciler {
         Decision::on(record, action, detail)
     }
 
-    /// Appends read-back evidence to an unknown record (pending records keep only the latest
-    /// poll result in the log, so a long poll does not grow the record without bound).
+    /// Appends read-back evidence to an unknown or pending record, under the token it was
+    /// listed with (settling it to the state it is in only adds evidence). A pending
+    /// record's polls that find it still pending are not kept (the plan waits without
+    /// noting them), only its failed read-backs and the answer that ends a run of them;
+    /// the store caps what a record keeps either way (`rules::cap_evidence`).
     async fn note(&self, record: &Record, evidence: ReadBackRecord) {
-        if record.state == RecordState::Unknown {
-            let s = Settlement::new(RecordState::Unknown).read_backs(vec![evidence]);
-            if let Err(e) = self.store().settle(&record.key, record.token, s).await {
-                tracing::debug!(key = %record.key, error = %e, "read-back evidence not recorded");
-            }
-        } else {
-            tracing::debug!(key = %record.key, result = %evidence.result, "pending poll");
+        let s = Settlement::new(record.state).read_backs(vec![evidence]);
+        if let Err(e) = self.store().settle(&record.key, record.token, s).await {
+            tracing::debug!(key = %record.key, error = %e, "read-back evidence not recorded");
         }
     }
 

@@ -9,8 +9,8 @@ use crate::store::{AttemptKind, Record, RecordState, Settlement, Timestamp};
 use crate::tool::{Downstream, ReadBack, ToolError, ToolSpec};
 
 /// What the reconciler knows besides the record: what the record's tool declares, whether
-/// the record's saved arguments still decode into the tool's arguments, and how many sends
-/// the reconciler allows a keyed operation.
+/// the record's saved arguments still decode into the tool's arguments, and the
+/// reconciler's limits.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Facts {
     /// The downstream deduplicates on the key ([`Downstream::Keyed`]): re-sending is safe
@@ -20,24 +20,48 @@ pub(crate) struct Facts {
     pub(crate) window: Duration,
     /// How long one attempt may run.
     pub(crate) timeout: Duration,
-    /// How long after its timeout an attempt may still commit downstream, when declared.
-    pub(crate) in_flight_bound: Option<Duration>,
-    /// Sends (the executor's included) after which a keyed operation still unsettled is
-    /// escalated, minus one: [`super::Reconciler::max_retries`].
-    pub(crate) max_retries: u32,
+    /// How long after its timeout an attempt may still commit downstream: the effective
+    /// bound ([`ToolSpec::effective_in_flight_bound`]), the one the executor drops a
+    /// timed-out handler at.
+    pub(crate) in_flight_bound: Duration,
+    /// Someone said how late the downstream can commit: the tool (`in_flight`) or the
+    /// registry ([`crate::RegistryBuilder::default_in_flight_bound`]). The built-in default
+    /// bounds how long a stuck handler is kept, but it is a guess about the downstream, and a
+    /// guess never frees a key: a "not found" under it goes to a person.
+    pub(crate) bound_declared: bool,
+    /// The reconciler's limits.
+    pub(crate) limits: Limits,
     /// Why the saved arguments no longer decode, when they do not.
     pub(crate) undecodable: Option<String>,
 }
 
+/// What a reconciler allows before it hands a record to a person.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Sends (the executor's included) after which a keyed operation still unsettled is
+    /// escalated, minus one: [`super::Reconciler::max_retries`].
+    pub(crate) max_retries: u32,
+    /// Read-backs failing in a row (this pass's included) after which the record is
+    /// escalated: [`super::Reconciler::max_failed_read_backs`].
+    pub(crate) max_failed_read_backs: u32,
+}
+
 impl Facts {
-    /// The facts of a tool declared by `spec`, for a reconciler allowing `max_retries`.
-    pub(crate) fn of(spec: &ToolSpec, max_retries: u32, undecodable: Option<String>) -> Facts {
+    /// The facts of a tool declared by `spec`, in a registry whose default in-flight bound
+    /// is `default_bound`, for a reconciler with `limits`.
+    pub(crate) fn of(
+        spec: &ToolSpec,
+        default_bound: Option<Duration>,
+        limits: Limits,
+        undecodable: Option<String>,
+    ) -> Facts {
         Facts {
             keyed: spec.downstream_kind() == Downstream::Keyed,
             window: spec.window_duration(),
             timeout: spec.timeout_duration(),
-            in_flight_bound: spec.in_flight_bound_duration(),
-            max_retries,
+            in_flight_bound: spec.effective_in_flight_bound(default_bound),
+            bound_declared: spec.in_flight_bound_duration().is_some() || default_bound.is_some(),
+            limits,
             undecodable,
         }
     }
@@ -88,13 +112,35 @@ pub(crate) enum Plan {
     },
 }
 
+/// How the evidence of a read-back that failed begins (`error: …`). [`evidence_of`] writes
+/// it and [`failed_read_backs_in_a_row`] counts it: no successful read-back's summary
+/// begins with it (they begin `found`, `not found` or `no read-back`), and records written
+/// before the count existed used the same form, so their failures count too.
+const FAILED_READ_BACK: &str = "error: ";
+
 /// The one-line evidence a read-back leaves on the record (`found completed ch_1`,
 /// `not found`, `error: …`).
 pub(crate) fn evidence_of(read_back: &Result<ReadBack, ToolError>) -> String {
     match read_back {
         Ok(rb) => rb.summary(),
-        Err(e) => format!("error: {e}"),
+        Err(e) => format!("{FAILED_READ_BACK}{e}"),
     }
+}
+
+/// How many of the record's latest read-backs failed, counting back from the newest to the
+/// first that answered. The store keeps the last [`EVIDENCE_KEPT`] read-backs at least
+/// (`rules::cap_evidence`), which is why [`super::Reconciler::max_failed_read_backs`] is
+/// at most that.
+///
+/// [`EVIDENCE_KEPT`]: crate::store::rules::EVIDENCE_KEPT
+fn failed_read_backs_in_a_row(record: &Record) -> u32 {
+    let n = record
+        .read_backs
+        .iter()
+        .rev()
+        .take_while(|rb| rb.result.starts_with(FAILED_READ_BACK))
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// Decides what to do with `record` at `now`; `tool` is `None` when the record's tool is not
@@ -130,23 +176,26 @@ pub(crate) fn plan(
     let unknown = record.state == RecordState::Unknown;
     let in_window = record.created_at.plus(tool.window) > now;
 
+    // A keyed operation is sent again while the window and the budget last. Once the budget
+    // is spent, the read-back still gets its chance to settle it (found completed, failed or
+    // pending); anything else is escalated (below, `exhausted`).
+    let mut exhausted = None;
     if unknown && tool.keyed && in_window {
         let sent = sends(record).count() as u32;
-        if sent >= tool.max_retries.saturating_add(1) {
-            return escalate(
-                format!("keyed downstream still unsettled after {sent} attempts with the same key"),
-                false,
-            );
+        if sent < tool.limits.max_retries.saturating_add(1) {
+            return Plan::Retry;
         }
-        return Plan::Retry;
+        exhausted = Some(format!(
+            "keyed downstream still unsettled after {sent} attempts with the same key"
+        ));
     }
 
     // An attempt that timed out may still be running (in this process or another) and
     // report its late result; give it that chance before reading back or escalating. Its
-    // handler is dropped `in_flight` after the timeout (without a bound, allow it one more
-    // timeout). A handler that itself returned "unknown" has nothing more to say.
+    // handler is dropped the in-flight bound after the timeout, so that is how long it may
+    // still report. A handler that itself returned "unknown" has nothing more to say.
     if unknown {
-        let grace = tool.in_flight_bound.unwrap_or(tool.timeout);
+        let grace = tool.in_flight_bound;
         let last_timeout = record
             .attempts
             .iter()
@@ -170,20 +219,37 @@ pub(crate) fn plan(
     let found = match read_back {
         Ok(found) => found,
         Err(e) => {
-            return Plan::NoteAndWait {
-                why: format!("read-back failed: {e}"),
+            if let Some(reason) = exhausted {
+                return escalate(format!("{reason}, and its read-back failed: {e}"), true);
             }
+            let failures = failed_read_backs_in_a_row(record).saturating_add(1);
+            let limit = tool.limits.max_failed_read_backs;
+            if failures >= limit {
+                return escalate(
+                    format!("read-back failed {failures} times in a row; last: {e}"),
+                    true,
+                );
+            }
+            return Plan::NoteAndWait {
+                why: format!("read-back failed ({failures} in a row, escalated at {limit}): {e}"),
+            };
         }
     };
     let summary = found.summary();
     let settlement = match found {
         ReadBack::Unsupported => {
-            let reason = match (record.state, tool.keyed) {
-                (RecordState::Pending, _) => {
-                    "pending, and the tool has no read-back to poll it with"
+            // Only an unknown record can have used up its sends.
+            let reason = match (exhausted, record.state, tool.keyed) {
+                (_, RecordState::Pending, _) => {
+                    "pending, and the tool has no read-back to poll it with".to_owned()
                 }
-                (_, true) => "safe retry window passed and the tool has no read-back",
-                _ => "downstream has no key contract and the tool has no read-back",
+                (Some(reason), _, _) => reason,
+                (None, _, true) => {
+                    "safe retry window passed and the tool has no read-back".to_owned()
+                }
+                (None, _, false) => {
+                    "downstream has no key contract and the tool has no read-back".to_owned()
+                }
             };
             return escalate(reason, false);
         }
@@ -209,12 +275,26 @@ pub(crate) fn plan(
         }
         ReadBack::Pending { downstream_ref } => {
             if record.state == RecordState::Pending {
-                return Plan::NoteAndWait { why: summary };
+                // Still pending: nothing new to keep, unless this answer ends a run of
+                // failed read-backs (kept, so the run's count starts over).
+                return if failed_read_backs_in_a_row(record) > 0 {
+                    Plan::NoteAndWait { why: summary }
+                } else {
+                    Plan::Wait { why: summary }
+                };
             }
             Settlement::new(RecordState::Pending).downstream_ref(downstream_ref.clone())
         }
         ReadBack::Ambiguous { .. } => return escalate(format!("read-back {summary}"), true),
-        ReadBack::NotFound => return not_found(record, tool, now, &summary),
+        // With its sends used up inside the window, nothing is released: a send still on its
+        // way (which the keyed downstream may be holding as in progress) could land after
+        // the key was freed, and the record of it would be gone. A person decides.
+        ReadBack::NotFound => {
+            if let Some(reason) = exhausted {
+                return escalate(format!("{reason}, and its read-back found nothing"), true);
+            }
+            return not_found(record, tool, now, &summary);
+        }
     };
     Plan::Settle {
         settlement,
@@ -231,12 +311,7 @@ fn not_found(record: &Record, tool: &Facts, now: Timestamp, summary: &str) -> Pl
         );
         return escalate(reason, true);
     }
-    let Some(bound) = tool.in_flight_bound else {
-        return escalate(
-            "read-back found nothing, but the tool declares no in-flight bound, so the original may still land",
-            true,
-        );
-    };
+    let bound = tool.in_flight_bound;
     // The last send may have left its handler as late as its timeout plus the bound (the
     // executor drops it then), and the downstream may commit up to the bound after that.
     let last_send = sends(record)
@@ -248,6 +323,18 @@ fn not_found(record: &Record, tool: &Facts, now: Timestamp, summary: &str) -> Pl
         return Plan::NoteAndWait {
             why: format!("not found yet; the original may land until {settled_by}"),
         };
+    }
+    if !tool.bound_declared {
+        // Freeing the key on a guess would let a late commit of an unkeyed send become a
+        // second effect; the guess only decides when to ask a person.
+        return escalate(
+            format!(
+                "read-back found nothing ({summary}), but the tool declares no in-flight bound, \
+                 so the original may still commit; declare `in_flight` to let the reconciler \
+                 release such records"
+            ),
+            true,
+        );
     }
     Plan::Release {
         why: format!(
@@ -278,7 +365,7 @@ mod tests {
     use super::*;
     use crate::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
     use crate::outcome::OutcomeClass;
-    use crate::store::{AttemptRecord, ClaimToken, Operation};
+    use crate::store::{AttemptRecord, ClaimToken, Operation, ReadBackRecord};
 
     fn at(secs: u64) -> Timestamp {
         Timestamp(secs * 1000)
@@ -333,14 +420,23 @@ mod tests {
         )
     }
 
+    /// The reconciler's limits: 3 retries, escalated at the 10th failed read-back in a row.
+    fn limits() -> Limits {
+        Limits {
+            max_retries: 3,
+            max_failed_read_backs: 10,
+        }
+    }
+
     /// An unkeyed tool: timeout 10 s, in-flight bound 5 s, window 60 s, 3 retries.
     fn unkeyed() -> Facts {
         Facts {
             keyed: false,
             window: secs(60),
             timeout: secs(10),
-            in_flight_bound: Some(secs(5)),
-            max_retries: 3,
+            in_flight_bound: secs(5),
+            bound_declared: true,
+            limits: limits(),
             undecodable: None,
         }
     }
@@ -352,11 +448,56 @@ mod tests {
         }
     }
 
-    fn unbounded() -> Facts {
-        Facts {
-            in_flight_bound: None,
-            ..unkeyed()
+    /// The spec behind [`unkeyed`], without its declared bound.
+    fn undeclared_spec() -> ToolSpec {
+        ToolSpec::new("charge").timeout(secs(10)).window(secs(60))
+    }
+
+    /// An unkeyed tool that declares no in-flight bound, in a registry that sets no default:
+    /// the effective bound is the default's floor (4 × 10 s is under 2 min).
+    fn undeclared() -> Facts {
+        Facts::of(&undeclared_spec(), None, limits(), None)
+    }
+
+    /// The same tool in a registry whose default bound is 7 s.
+    fn registry_default() -> Facts {
+        Facts::of(&undeclared_spec(), Some(secs(7)), limits(), None)
+    }
+
+    /// The tool declaring 5 s, in a registry whose default is 7 s: the declared one wins.
+    fn declared_over_default() -> Facts {
+        Facts::of(
+            &undeclared_spec().in_flight_bound(secs(5)),
+            Some(secs(7)),
+            limits(),
+            None,
+        )
+    }
+
+    /// `n` read-backs that failed, at 1 s, 2 s, …
+    fn failures(n: u64) -> Vec<ReadBackRecord> {
+        (1..=n)
+            .map(|i| ReadBackRecord {
+                at: at(i),
+                result: evidence_of(&Err(ToolError::unknown("503"))),
+            })
+            .collect()
+    }
+
+    fn with_read_backs(mut r: Record, read_backs: Vec<ReadBackRecord>) -> Record {
+        r.read_backs = read_backs;
+        r
+    }
+
+    fn answered(result: &str) -> ReadBackRecord {
+        ReadBackRecord {
+            at: at(20),
+            result: result.into(),
         }
+    }
+
+    fn reset() -> Option<Result<ReadBack, ToolError>> {
+        Some(Err(ToolError::unknown("connection reset")))
     }
 
     fn wait(why: &str) -> Plan {
@@ -512,17 +653,80 @@ mod tests {
                     false,
                 ),
             ),
-            // | unknown | keyed, inside the window, budget spent | escalate |
+            // | unknown | keyed, inside the window, budget spent | read back; what it cannot
+            // settle is escalated |
             row(
-                "keyed retry budget exhausted",
+                "keyed retry budget exhausted, no read-back",
                 sends(4),
                 Some(keyed()),
                 30,
-                None,
+                Some(Ok(ReadBack::Unsupported)),
                 escalated(
                     "keyed downstream still unsettled after 4 attempts with the same key",
                     false,
                 ),
+            ),
+            row(
+                "keyed retry budget exhausted, read-back finds completed",
+                sends(4),
+                Some(keyed()),
+                30,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            row(
+                "keyed retry budget exhausted, read-back finds failed",
+                sends(4),
+                Some(keyed()),
+                30,
+                Some(Ok(failed())),
+                settled(failed_settlement(), "found failed ch_2: card declined"),
+            ),
+            row(
+                "keyed retry budget exhausted, read-back fails: escalated at once, with it",
+                sends(4),
+                Some(keyed()),
+                30,
+                reset(),
+                escalated(
+                    "keyed downstream still unsettled after 4 attempts with the same key, and its read-back failed: outcome unknown: connection reset",
+                    true,
+                ),
+            ),
+            row(
+                "keyed retry budget exhausted, ambiguous",
+                sends(4),
+                Some(keyed()),
+                30,
+                Some(Ok(ambiguous())),
+                escalated("read-back found 2 effects: ch_1, ch_2", true),
+            ),
+            row(
+                "keyed retry budget exhausted, not found: escalated, never released",
+                sends(4),
+                Some(keyed()),
+                20,
+                Some(Ok(ReadBack::NotFound)),
+                escalated(
+                    "keyed downstream still unsettled after 4 attempts with the same key, and its read-back found nothing",
+                    true,
+                ),
+            ),
+            row(
+                "keyed retry budget exhausted, a timed-out attempt still inside its grace",
+                with_attempts(
+                    sends(3),
+                    vec![
+                        attempt(1, 0, 1, AttemptKind::Returned),
+                        attempt(2, 0, 1, AttemptKind::Returned),
+                        attempt(3, 0, 1, AttemptKind::Returned),
+                        attempt(4, 10, 20, AttemptKind::TimedOut),
+                    ],
+                ),
+                Some(keyed()),
+                24,
+                None,
+                wait("the last attempt may still report a late result until 1970-01-01T00:00:25.000Z"),
             ),
             // | unknown | keyed, inside the window | retry with the same key |
             row("keyed inside the window", sent_once(), Some(keyed()), 30, None, Plan::Retry),
@@ -561,12 +765,50 @@ mod tests {
                 wait("the last attempt may still report a late result until 1970-01-01T00:00:15.000Z"),
             ),
             row(
-                "timed-out attempt, no bound: one more timeout of grace",
+                "timed-out attempt, no declared bound: the default bound's grace",
                 with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
-                Some(unbounded()),
-                19,
+                Some(undeclared()),
+                129,
                 None,
-                wait("the last attempt may still report a late result until 1970-01-01T00:00:20.000Z"),
+                wait("the last attempt may still report a late result until 1970-01-01T00:02:10.000Z"),
+            ),
+            row(
+                "timed-out attempt, no declared bound: read back at the default bound",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(undeclared()),
+                130,
+                None,
+                Plan::ReadBack,
+            ),
+            row(
+                "timed-out attempt, no declared bound: the registry's default bound's grace",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(registry_default()),
+                16,
+                None,
+                wait("the last attempt may still report a late result until 1970-01-01T00:00:17.000Z"),
+            ),
+            row(
+                "timed-out attempt: a declared bound beats the registry's default",
+                with_attempts(unknown(), vec![attempt(1, 0, 10, AttemptKind::TimedOut)]),
+                Some(declared_over_default()),
+                15,
+                None,
+                Plan::ReadBack,
+            ),
+            row(
+                "an abandoned handler is not waited for past its bound",
+                with_attempts(
+                    unknown(),
+                    vec![
+                        attempt(1, 0, 10, AttemptKind::TimedOut),
+                        attempt(1, 0, 15, AttemptKind::Abandoned),
+                    ],
+                ),
+                Some(unkeyed()),
+                15,
+                None,
+                Plan::ReadBack,
             ),
             row(
                 "grace runs from the last timed-out attempt",
@@ -614,7 +856,7 @@ mod tests {
                 Some(unkeyed()),
                 12,
                 Some(Ok(pending())),
-                note("found pending re_1"),
+                wait("found pending re_1"),
             ),
             // | unknown, pending | no read-back | escalate |
             row(
@@ -641,22 +883,102 @@ mod tests {
                 Some(Ok(ReadBack::Unsupported)),
                 escalated("pending, and the tool has no read-back to poll it with", false),
             ),
-            // | any | read-back fails | wait, noted |
+            // | unknown, pending | the read-back fails for the Nth time in a row | escalate |
+            row(
+                "read-back fails the 10th time in a row: escalated",
+                with_read_backs(sent_once(), failures(9)),
+                Some(unkeyed()),
+                30,
+                reset(),
+                escalated(
+                    "read-back failed 10 times in a row; last: outcome unknown: connection reset",
+                    true,
+                ),
+            ),
+            row(
+                "pending record's read-back fails the 10th time in a row: escalated",
+                with_read_backs(pending_ref(), failures(9)),
+                Some(unkeyed()),
+                30,
+                reset(),
+                escalated(
+                    "read-back failed 10 times in a row; last: outcome unknown: connection reset",
+                    true,
+                ),
+            ),
+            row(
+                "a lower limit escalates sooner",
+                with_read_backs(sent_once(), failures(2)),
+                Some(Facts {
+                    limits: Limits {
+                        max_failed_read_backs: 3,
+                        ..limits()
+                    },
+                    ..unkeyed()
+                }),
+                30,
+                reset(),
+                escalated(
+                    "read-back failed 3 times in a row; last: outcome unknown: connection reset",
+                    true,
+                ),
+            ),
+            row(
+                "failed read-backs past the evidence cap's marker are not counted",
+                with_read_backs(
+                    sent_once(),
+                    failures(16)
+                        .into_iter()
+                        .chain([answered("idem evidence cap: 0 attempts and 40 read-backs dropped")])
+                        .chain(failures(15))
+                        .collect(),
+                ),
+                Some(Facts {
+                    limits: Limits {
+                        max_failed_read_backs: 17,
+                        ..limits()
+                    },
+                    ..unkeyed()
+                }),
+                30,
+                reset(),
+                note("read-back failed (16 in a row, escalated at 17): outcome unknown: connection reset"),
+            ),
+            // | unknown, pending | the read-back fails | wait, noted |
             row(
                 "read-back error",
                 sent_once(),
                 Some(unkeyed()),
                 30,
-                Some(Err(ToolError::unknown("connection reset"))),
-                note("read-back failed: outcome unknown: connection reset"),
+                reset(),
+                note("read-back failed (1 in a row, escalated at 10): outcome unknown: connection reset"),
+            ),
+            row(
+                "read-back fails the 9th time in a row: noted",
+                with_read_backs(sent_once(), failures(8)),
+                Some(unkeyed()),
+                30,
+                reset(),
+                note("read-back failed (9 in a row, escalated at 10): outcome unknown: connection reset"),
+            ),
+            row(
+                "a read-back that answered ends the run",
+                with_read_backs(
+                    sent_once(),
+                    failures(9).into_iter().chain([answered("not found")]).collect(),
+                ),
+                Some(unkeyed()),
+                30,
+                reset(),
+                note("read-back failed (1 in a row, escalated at 10): outcome unknown: connection reset"),
             ),
             row(
                 "read-back error on a pending record",
                 pending_ref(),
                 Some(unkeyed()),
                 30,
-                Some(Err(ToolError::unknown("connection reset"))),
-                note("read-back failed: outcome unknown: connection reset"),
+                reset(),
+                note("read-back failed (1 in a row, escalated at 10): outcome unknown: connection reset"),
             ),
             // | unknown | found completed, failed or pending | settle as found |
             row(
@@ -717,10 +1039,18 @@ mod tests {
                 Some(Ok(failed())),
                 settled(failed_settlement(), "found failed ch_2: card declined"),
             ),
-            // | pending | found pending | wait |
+            // | pending | found pending | wait (noted only when it ends a run of failures) |
             row(
                 "pending, read-back still pending",
                 pending_ref(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(pending())),
+                wait("found pending re_1"),
+            ),
+            row(
+                "pending, still pending after failed read-backs: noted, ending the run",
+                with_read_backs(pending_ref(), failures(3)),
                 Some(unkeyed()),
                 30,
                 Some(Ok(pending())),
@@ -752,17 +1082,37 @@ mod tests {
                 Some(Ok(ReadBack::NotFound)),
                 escalated("pending record's downstream ref re_1 not found downstream", true),
             ),
-            // | unknown | not found, no in-flight bound | escalate |
+            // | unknown | not found, no bound declared: the default bound applies |
             row(
-                "not found without an in-flight bound",
+                "not found, no declared bound: before twice the default bound",
                 sent_once(),
-                Some(unbounded()),
-                300,
+                Some(undeclared()),
+                249,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; the original may land until 1970-01-01T00:04:10.000Z"),
+            ),
+            row(
+                "not found, no declared bound: escalated (never released) at twice the default bound",
+                sent_once(),
+                Some(undeclared()),
+                250,
                 Some(Ok(ReadBack::NotFound)),
                 escalated(
-                    "read-back found nothing, but the tool declares no in-flight bound, so the original may still land",
+                    "read-back found nothing (not found), but the tool declares no in-flight \
+                     bound, so the original may still commit; declare `in_flight` to let the \
+                     reconciler release such records",
                     true,
                 ),
+            ),
+            row(
+                "not found, no declared bound: the registry's default bound",
+                sent_once(),
+                Some(registry_default()),
+                24,
+                Some(Ok(ReadBack::NotFound)),
+                Plan::Release {
+                    why: "read-back found nothing after the in-flight bound (not found); released, the intent may run again".into(),
+                },
             ),
             // | unknown | not found before last send + timeout + 2 × bound | wait, noted |
             row(
@@ -843,7 +1193,7 @@ mod tests {
         }
         assert_eq!(
             rows.len(),
-            35,
+            54,
             "rows added or lost: update the count and the docs"
         );
     }

@@ -64,6 +64,7 @@ pub struct RegistryBuilder {
     clock: Option<Arc<dyn Clock>>,
     retry: Option<RetryPolicy>,
     in_flight_wait: Option<Duration>,
+    default_in_flight_bound: Option<Duration>,
     max_args_bytes: Option<usize>,
     sink: Option<Arc<dyn EscalationSink>>,
     redact: Option<RedactHook>,
@@ -127,6 +128,21 @@ impl RegistryBuilder {
     /// the duplicate gets [`CallError::InFlight`].
     pub fn in_flight_wait(mut self, wait: Duration) -> Self {
         self.in_flight_wait = Some(wait);
+        self
+    }
+
+    /// The in-flight bound of every tool that declares none (`in_flight = "…"`,
+    /// [`ToolSpec::in_flight_bound`]). Without it each such tool gets
+    /// [`crate::tool::default_in_flight_bound`] of its timeout (4 × the timeout, between 2
+    /// and 30 minutes).
+    ///
+    /// A timed-out handler is dropped this long after its timeout, and the
+    /// [`crate::Reconciler`] built from this registry waits as long for its late result and
+    /// twice as long before a read-back's "not found" frees the key
+    /// ([`ToolSpec::effective_in_flight_bound`]). Set the same value on every registry that
+    /// shares the store, the `idem` CLI's included.
+    pub fn default_in_flight_bound(mut self, bound: Duration) -> Self {
+        self.default_in_flight_bound = Some(bound);
         self
     }
 
@@ -275,6 +291,7 @@ impl RegistryBuilder {
                     clock,
                     retry: self.retry.unwrap_or_default(),
                     in_flight_wait: self.in_flight_wait.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
+                    default_in_flight_bound: self.default_in_flight_bound,
                     sink,
                     notices: Arc::new(NoticeGate::new(CHANGED_PARAMS_NOTICE_WINDOW)),
                     key_migration: self.key_migration,

@@ -34,6 +34,30 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default safe retry window of a keyed downstream (its key retention, 24 h, minus a margin).
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(23 * 3600);
 
+/// The least in-flight bound [`default_in_flight_bound`] gives: 2 minutes.
+pub const MIN_DEFAULT_IN_FLIGHT_BOUND: Duration = Duration::from_secs(120);
+/// The most in-flight bound [`default_in_flight_bound`] gives: 30 minutes.
+pub const MAX_DEFAULT_IN_FLIGHT_BOUND: Duration = Duration::from_secs(30 * 60);
+
+/// The in-flight bound of a tool that declares none, in a registry that sets no default
+/// ([`crate::RegistryBuilder::default_in_flight_bound`]): four times the tool's timeout, at
+/// least [`MIN_DEFAULT_IN_FLIGHT_BOUND`] (2 min) and at most [`MAX_DEFAULT_IN_FLIGHT_BOUND`]
+/// (30 min). With the default 30 s timeout: 2 minutes.
+///
+/// Why these numbers: the timeout is what the tool's author expects a slow but healthy call
+/// to take, so a request still not committed four timeouts later is stuck, not slow. The
+/// floor sits above the request timeouts servers and proxies commonly enforce (60 s for
+/// nginx and most load balancers, 80 s for Stripe), after which a server has usually given
+/// the request up, so a short client timeout does not make the bound shorter than the
+/// downstream's own. The ceiling limits how long a stuck handler holds its task and memory,
+/// and how long its record waits before a read-back may release it. A downstream that can
+/// commit later than this must declare its bound ([`ToolSpec::in_flight_bound`]).
+pub fn default_in_flight_bound(timeout: Duration) -> Duration {
+    timeout
+        .saturating_mul(4)
+        .clamp(MIN_DEFAULT_IN_FLIGHT_BOUND, MAX_DEFAULT_IN_FLIGHT_BOUND)
+}
+
 /// Everything a tool declares about itself; built once, when the tool is registered.
 ///
 /// ```
@@ -77,17 +101,51 @@ impl ToolSpec {
 
     /// How long after its timeout an attempt's effect can still land downstream (the
     /// downstream's own request timeout plus queueing). The executor drops a timed-out
-    /// handler this long after its timeout, and a read-back's "not found" only means "did
-    /// not happen" once the last attempt's start + timeout + twice this bound has passed.
-    /// Without it, "not found" never does, and the reconciler escalates instead.
+    /// handler this long after its timeout (recording that it gave up on it), and a
+    /// read-back's "not found" only means "did not happen" once the last attempt's start +
+    /// timeout + twice this bound has passed.
+    ///
+    /// Undeclared, the registry's default applies
+    /// ([`crate::RegistryBuilder::default_in_flight_bound`]), else
+    /// [`default_in_flight_bound`] of the timeout; [`ToolSpec::effective_in_flight_bound`]
+    /// is the one rule both the executor and the reconciler use. The built-in default is a
+    /// guess: under it a read-back's "not found" is escalated to a person instead of freeing
+    /// the key, so declare the bound of a tool whose records the reconciler should release.
     pub fn in_flight_bound(mut self, bound: Duration) -> Self {
         self.in_flight_bound = Some(bound);
         self
     }
 
-    /// The declared in-flight bound, if any.
+    /// The declared in-flight bound, if any (see [`ToolSpec::effective_in_flight_bound`]
+    /// for the one that applies).
     pub fn in_flight_bound_duration(&self) -> Option<Duration> {
         self.in_flight_bound
+    }
+
+    /// The in-flight bound this tool is held to: the declared one; else `registry_default`
+    /// (a registry's [`crate::RegistryBuilder::default_in_flight_bound`]); else
+    /// [`default_in_flight_bound`] of the timeout.
+    ///
+    /// The executor drops a timed-out handler this long after its timeout, and the
+    /// reconciler waits the same bound for a late result and twice it before a read-back's
+    /// "not found" frees the key: both call this, so they cannot disagree in one registry.
+    /// Registries sharing a store (a service and the `idem` CLI) should set the same
+    /// default.
+    ///
+    /// ```
+    /// # use idem_runtime::tool::ToolSpec;
+    /// # use std::time::Duration;
+    /// let spec = ToolSpec::new("charge_card").timeout(Duration::from_secs(60));
+    /// assert_eq!(spec.effective_in_flight_bound(None), Duration::from_secs(240));
+    /// let minute = Duration::from_secs(60);
+    /// assert_eq!(spec.effective_in_flight_bound(Some(minute)), minute);
+    /// let declared = spec.in_flight_bound(Duration::from_secs(5));
+    /// assert_eq!(declared.effective_in_flight_bound(Some(minute)), Duration::from_secs(5));
+    /// ```
+    pub fn effective_in_flight_bound(&self, registry_default: Option<Duration>) -> Duration {
+        self.in_flight_bound
+            .or(registry_default)
+            .unwrap_or_else(|| default_in_flight_bound(self.timeout))
     }
 
     /// The description the model sees.
@@ -199,5 +257,47 @@ impl ToolSpec {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_bound_is_four_timeouts_between_its_floor_and_ceiling() {
+        let secs = Duration::from_secs;
+        let cases = [
+            (secs(1), MIN_DEFAULT_IN_FLIGHT_BOUND),
+            (DEFAULT_TIMEOUT, secs(120)),
+            (secs(31), secs(124)),
+            (secs(300), secs(1200)),
+            (secs(450), MAX_DEFAULT_IN_FLIGHT_BOUND),
+            (secs(3600), MAX_DEFAULT_IN_FLIGHT_BOUND),
+            (Duration::MAX, MAX_DEFAULT_IN_FLIGHT_BOUND),
+        ];
+        for (timeout, bound) in cases {
+            assert_eq!(
+                default_in_flight_bound(timeout),
+                bound,
+                "timeout {timeout:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn declared_then_registry_default_then_the_default() {
+        let spec = ToolSpec::new("t").timeout(Duration::from_secs(60));
+        let registry = Some(Duration::from_secs(9));
+        assert_eq!(
+            spec.effective_in_flight_bound(None),
+            Duration::from_secs(240)
+        );
+        assert_eq!(
+            spec.effective_in_flight_bound(registry),
+            Duration::from_secs(9)
+        );
+        let spec = spec.in_flight_bound(Duration::ZERO);
+        assert_eq!(spec.effective_in_flight_bound(registry), Duration::ZERO);
     }
 }
