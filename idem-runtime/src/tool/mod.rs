@@ -15,6 +15,6 @@ pub use context::{ReadCtx, WriteCtx};
 pub use erased::DynTool;
 pub use error::ToolError;
 pub use read_back::{ReadBack, ReadBackCtx};
-pub use schema::input_schema_for;
+pub use schema::{input_schema_for, output_schema_for};
 pub use spec::{Downstream, ToolKind, ToolSpec, DEFAULT_TIMEOUT, DEFAULT_WINDOW};
 pub use traits::{DynMarker, IntoDynTool, ReadMarker, ReadTool, Toolbox, WriteMarker, WriteTool};
