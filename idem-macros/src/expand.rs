@@ -181,6 +181,19 @@ pub(crate) fn tool_impl(
         }
     };
     let spec = spec(rt, tool);
+    // The probe is spanned on the return type, like every other mention of the output: a
+    // return type that is not a `Result` stays one error there. The `use` is not: one of
+    // the two traits always goes unused, which would be a warning at the user's `Result`.
+    let probe = quote_spanned! {ret_span=>
+        (&#rt::macro_support::OutputSchemaOf::<Self::Output>::new()).output_schema()
+    };
+    let output_schema = quote! {
+        {
+            #[allow(unused_imports)]
+            use #rt::macro_support::{HasOutputSchema as _, NoOutputSchema as _};
+            #probe
+        }
+    };
     let key_check = key_check(tool, &args_ty);
     let read_back = read_back(rt, tool, kind, receiver, &ctx, &args, &args_pat);
     let cfgs = &tool.cfgs;
@@ -192,7 +205,7 @@ pub(crate) fn tool_impl(
             type Output = #output;
 
             fn spec(&self) -> #rt::tool::ToolSpec {
-                #spec
+                #rt::macro_support::with_output_schema(#spec, #output_schema)
             }
 
             fn call(
