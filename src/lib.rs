@@ -50,8 +50,10 @@
 /// and none breaks. Detection is resolved at compile time by method resolution (an autoref
 /// probe, as `key(..)` uses for serde names: a trait implemented for `T: JsonSchema` is found
 /// before a fallback implemented for everything one reference further), not by
-/// specialization, so it works on stable Rust for the concrete types handlers return. To
-/// leave a schema out, or give another, implement [`WriteTool`]/[`ReadTool`] by hand.
+/// specialization, so it works on stable Rust for the concrete types handlers return.
+/// `no_output_schema` leaves it out (for a type whose `Serialize` does not match its
+/// `JsonSchema`: clients check structured content against the schema); to give another,
+/// implement [`WriteTool`]/[`ReadTool`] by hand.
 ///
 /// The fn becomes `fn charge_card() -> charge_card`, returning the tool (whose type is named
 /// like the fn and has a `NAME` constant); `Registry::builder().tool(charge_card)` takes it.
@@ -66,6 +68,7 @@
 /// | `name = "…"` | both | the name the model sees (default: the fn's); 1–64 of `[A-Za-z0-9_-]` |
 /// | `description = "…"` | both | default: the doc comment, wrapped lines folded |
 /// | `timeout = "30s"` | both | per attempt; `ms`, `s`, `m`, `h`, or sums like `"1h30m"` |
+/// | `no_output_schema` | both | no output schema, even when `T` implements `JsonSchema` |
 /// | `key(field, …)` | write | key material: these fields of the args (default: all of them) |
 /// | `downstream = "keyed"` | write | the downstream honours idempotency keys (default `"unkeyed"`) |
 /// | `window = "23h"` | write | safe retry window of a keyed downstream |

@@ -138,6 +138,17 @@ impl Billing {
         })
     }
 
+    /// The last receipt, with its output schema left out on purpose.
+    #[tool(read, no_output_schema)]
+    async fn last_receipt(&self, _ctx: ReadCtx) -> Result<Receipt, ToolError> {
+        let (customer, cents) = self.charges().pop().unwrap_or_default();
+        Ok(Receipt {
+            customer,
+            cents,
+            memo: None,
+        })
+    }
+
     /// Say it back.
     #[tool(read)]
     async fn echo(&self, _ctx: ReadCtx, args: Echo) -> Result<String, ToolError> {
@@ -530,12 +541,14 @@ async fn completed_calls_carry_structured_content_valid_against_the_output_schem
             .unwrap_or_else(|| panic!("{name}: no outputSchema"));
         assert_eq!(schema["type"], "object", "{name}: {schema}");
     }
-    // No schema: `Value` says nothing, `Plain` has none (the macro found no `JsonSchema`).
-    for name in ["charge", "settle_as", "count"] {
+    // No schema: `Value` says nothing, `Plain` has none (the macro found no `JsonSchema`),
+    // and `last_receipt` asked for none.
+    for name in ["charge", "settle_as", "count", "last_receipt"] {
         assert_eq!(schemas[name], None, "{name}");
     }
     let spec = |name: &str| server.registry().get(name).unwrap().spec().clone();
     assert!(spec("count").output_schema_value().is_none());
+    assert!(spec("last_receipt").output_schema_value().is_none());
     assert!(spec("receipt_charge").output_schema_value().is_some());
 
     let args = json!({"customer": "acme", "cents": 4900});

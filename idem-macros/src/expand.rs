@@ -187,12 +187,15 @@ pub(crate) fn tool_impl(
     let probe = quote_spanned! {ret_span=>
         (&#rt::macro_support::OutputSchemaOf::<Self::Output>::new()).output_schema()
     };
-    let output_schema = quote! {
-        {
-            #[allow(unused_imports)]
-            use #rt::macro_support::{HasOutputSchema as _, NoOutputSchema as _};
-            #probe
-        }
+    let spec = match tool.attr.no_output_schema {
+        Some(_) => spec,
+        None => quote! {
+            #rt::macro_support::with_output_schema(#spec, {
+                #[allow(unused_imports)]
+                use #rt::macro_support::{HasOutputSchema as _, NoOutputSchema as _};
+                #probe
+            })
+        },
     };
     let key_check = key_check(tool, &args_ty);
     let read_back = read_back(rt, tool, kind, receiver, &ctx, &args, &args_pat);
@@ -205,7 +208,7 @@ pub(crate) fn tool_impl(
             type Output = #output;
 
             fn spec(&self) -> #rt::tool::ToolSpec {
-                #rt::macro_support::with_output_schema(#spec, #output_schema)
+                #spec
             }
 
             fn call(

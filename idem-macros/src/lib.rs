@@ -34,10 +34,11 @@
 //! `Ok` type with `(&OutputSchemaOf::<Self::Output>::new()).output_schema()`. Method resolution
 //! finds `HasOutputSchema` (for `OutputSchemaOf<T>` where `T: JsonSchema`) before
 //! `NoOutputSchema` (for `&OutputSchemaOf<T>`, any `T`), so an output type with `JsonSchema`
-//! gets a schema and any other compiles as it always did, without one. An option would have
-//! made every existing tool opt in by hand; the probe needs nothing from the user, works on
-//! stable (no specialization) because handlers name concrete types, and cannot fail to
-//! compile.
+//! gets a schema and any other compiles as it always did, without one. An opt-in option would
+//! have made every existing tool change to gain it; the probe needs nothing from the user,
+//! works on stable (no specialization) because handlers name concrete types, and cannot fail
+//! to compile. The option `no_output_schema` drops the probe, for a type whose `Serialize`
+//! does not match its `JsonSchema`.
 #![forbid(unsafe_code)]
 
 mod args;
