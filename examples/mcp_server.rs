@@ -1,5 +1,9 @@
-//! An MCP server over an idem registry: a `charge` write against an in-process ledger and a
-//! `ledger` read that reports it. Repeat a `tools/call` as often as you like: one charge.
+//! An MCP server over an idem registry: a `charge` write against an in-process ledger, a
+//! `ledger` read that reports it and a `customers` read that lists who was charged. Repeat a
+//! `tools/call` as often as you like: one charge. Each tool's output type derives
+//! `JsonSchema` (through `#[idem::args]`), so each is listed with an `outputSchema` and
+//! answers with `structuredContent`; `customers` returns a list, which MCP carries wrapped
+//! as `{"result": [...]}`.
 //!
 //! ```text
 //! cargo run --example mcp_server --features mcp                             # stdio
@@ -100,6 +104,23 @@ impl Billing {
             count: charges.len(),
             charges,
         })
+    }
+
+    /// The customers charged so far, each once, in order of their first charge.
+    #[tool(read)]
+    async fn customers(&self, _ctx: ReadCtx) -> Result<Vec<String>, ToolError> {
+        let mut names: Vec<String> = Vec::new();
+        for charge in self
+            .charges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            if !names.contains(&charge.customer) {
+                names.push(charge.customer.clone());
+            }
+        }
+        Ok(names)
     }
 }
 

@@ -40,6 +40,21 @@
 /// - `T: Serialize` is the output the model sees (and, for writes, what repeats replay);
 ///   `E` is [`ToolError`] or any type with `impl From<E> for ToolError`.
 ///
+/// # Output schema
+///
+/// When `T` implements `JsonSchema`, the tool's [`ToolSpec`] carries its schema
+/// ([`ToolSpec::output_schema`]): MCP clients get it as `outputSchema` and the output as
+/// `structuredContent` (see [`definitions::mcp_output_schema`]); the OpenAI and Anthropic
+/// formats have no place for it. When `T` does not, the tool simply has no output schema:
+/// the macro detects it rather than asking for an option, so no existing tool needs a change
+/// and none breaks. Detection is resolved at compile time by method resolution (an autoref
+/// probe, as `key(..)` uses for serde names: a trait implemented for `T: JsonSchema` is found
+/// before a fallback implemented for everything one reference further), not by
+/// specialization, so it works on stable Rust for the concrete types handlers return.
+/// `no_output_schema` leaves it out (for a type whose `Serialize` does not match its
+/// `JsonSchema`: clients check structured content against the schema); to give another,
+/// implement [`WriteTool`]/[`ReadTool`] by hand.
+///
 /// The fn becomes `fn charge_card() -> charge_card`, returning the tool (whose type is named
 /// like the fn and has a `NAME` constant); `Registry::builder().tool(charge_card)` takes it.
 /// The handler itself is reached through [`WriteTool::call`] / [`ReadTool::call`]: in a test,
@@ -53,6 +68,7 @@
 /// | `name = "…"` | both | the name the model sees (default: the fn's); 1–64 of `[A-Za-z0-9_-]` |
 /// | `description = "…"` | both | default: the doc comment, wrapped lines folded |
 /// | `timeout = "30s"` | both | per attempt; `ms`, `s`, `m`, `h`, or sums like `"1h30m"` |
+/// | `no_output_schema` | both | no output schema, even when `T` implements `JsonSchema` |
 /// | `key(field, …)` | write | key material: these fields of the args (default: all of them) |
 /// | `downstream = "keyed"` | write | the downstream honours idempotency keys (default `"unkeyed"`) |
 /// | `window = "23h"` | write | safe retry window of a keyed downstream |

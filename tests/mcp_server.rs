@@ -26,6 +26,20 @@ struct Echo {
     text: String,
 }
 
+/// What `receipt_charge` returns: an object output, so its own schema is the outputSchema.
+#[idem::args]
+struct Receipt {
+    customer: String,
+    cents: u64,
+    memo: Option<String>,
+}
+
+/// An output type without `JsonSchema`: its tool compiles as ever and has no output schema.
+#[derive(serde::Serialize)]
+struct Plain {
+    count: usize,
+}
+
 /// The downstream: every charge a handler made, and every time the slow handler started.
 #[derive(Default)]
 struct Billing {
@@ -94,6 +108,45 @@ impl Billing {
             .unwrap()
             .push((args.customer, args.cents));
         Ok(json!({"charged": args.cents}))
+    }
+
+    /// Charge a customer and hand back a receipt.
+    #[tool(write)]
+    async fn receipt_charge(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<Receipt, ToolError> {
+        self.charges
+            .lock()
+            .unwrap()
+            .push((args.customer.clone(), args.cents));
+        Ok(Receipt {
+            customer: args.customer,
+            cents: args.cents,
+            memo: None,
+        })
+    }
+
+    /// Every charge so far: a list, so its outputSchema is wrapped in `result`.
+    #[tool(read)]
+    async fn charged(&self, _ctx: ReadCtx) -> Result<Vec<(String, u64)>, ToolError> {
+        Ok(self.charges())
+    }
+
+    /// How many charges, in a type that has no JSON Schema.
+    #[tool(read)]
+    async fn count(&self, _ctx: ReadCtx) -> Result<Plain, ToolError> {
+        Ok(Plain {
+            count: self.charges().len(),
+        })
+    }
+
+    /// The last receipt, with its output schema left out on purpose.
+    #[tool(read, no_output_schema)]
+    async fn last_receipt(&self, _ctx: ReadCtx) -> Result<Receipt, ToolError> {
+        let (customer, cents) = self.charges().pop().unwrap_or_default();
+        Ok(Receipt {
+            customer,
+            cents,
+            memo: None,
+        })
     }
 
     /// Say it back.
@@ -445,4 +498,151 @@ async fn a_client_that_hangs_up_mid_call_does_not_abandon_the_charge() {
         json!(true),
         "{reply}"
     );
+}
+
+/// The outputSchema each tool is listed with, by name (`None`: listed without one).
+async fn output_schemas(client: &mut Client) -> std::collections::HashMap<String, Option<Value>> {
+    let reply = client.request("tools/list", json!({})).await;
+    result(&reply)["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t.get("outputSchema").cloned(),
+            )
+        })
+        .collect()
+}
+
+fn assert_valid(schema: &Value, content: &Value, reply: &Value) {
+    let validator = jsonschema::validator_for(schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(content)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{content} against {schema}: {errors:?}; {reply}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_calls_carry_structured_content_valid_against_the_output_schema() {
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let mut client = initialized(&server).await;
+    let schemas = output_schemas(&mut client).await;
+    // Typed outputs are listed with a schema; `serde_json::Value` outputs without one.
+    for name in ["receipt_charge", "charged", "echo"] {
+        let schema = schemas[name]
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: no outputSchema"));
+        assert_eq!(schema["type"], "object", "{name}: {schema}");
+    }
+    // No schema: `Value` says nothing, `Plain` has none (the macro found no `JsonSchema`),
+    // and `last_receipt` asked for none.
+    for name in ["charge", "settle_as", "count", "last_receipt"] {
+        assert_eq!(schemas[name], None, "{name}");
+    }
+    let spec = |name: &str| server.registry().get(name).unwrap().spec().clone();
+    assert!(spec("count").output_schema_value().is_none());
+    assert!(spec("last_receipt").output_schema_value().is_none());
+    assert!(spec("receipt_charge").output_schema_value().is_some());
+
+    let args = json!({"customer": "acme", "cents": 4900});
+    let first = client.call_tool("receipt_charge", args.clone(), None).await;
+    let again = client.call_tool("receipt_charge", args, None).await;
+    assert_eq!(billing.charges(), vec![("acme".to_owned(), 4900)]);
+    let receipt_schema = schemas["receipt_charge"].as_ref().unwrap();
+    for reply in [&first, &again] {
+        assert!(!is_error(reply), "{reply}");
+        assert_valid(receipt_schema, &result(reply)["structuredContent"], reply);
+    }
+    assert_eq!(
+        result(&first)["structuredContent"],
+        json!({"customer": "acme", "cents": 4900, "memo": null})
+    );
+    assert_eq!(result(&again)["_meta"]["idem/replayed"], json!(true));
+    assert_eq!(
+        result(&again)["structuredContent"],
+        result(&first)["structuredContent"]
+    );
+
+    // Outputs that are not objects travel wrapped, as their schemas say.
+    let charged = client.call_tool("charged", json!({}), None).await;
+    assert_valid(
+        schemas["charged"].as_ref().unwrap(),
+        &result(&charged)["structuredContent"],
+        &charged,
+    );
+    assert_eq!(
+        result(&charged)["structuredContent"],
+        json!({"result": [["acme", 4900]]})
+    );
+    let echo = client.call_tool("echo", json!({"text": "hi"}), None).await;
+    assert_valid(
+        schemas["echo"].as_ref().unwrap(),
+        &result(&echo)["structuredContent"],
+        &echo,
+    );
+    assert_eq!(result(&echo)["structuredContent"], json!({"result": "hi"}));
+
+    // Without an output schema, an object output is still the structured content.
+    let count = client.call_tool("count", json!({}), None).await;
+    assert_eq!(
+        result(&count)["structuredContent"],
+        json!({"count": 1}),
+        "{count}"
+    );
+
+    // The validator is not vacuous: the unwrapped list breaks the listed schema.
+    let validator = jsonschema::validator_for(schemas["charged"].as_ref().unwrap()).unwrap();
+    assert!(!validator.is_valid(&json!([["acme", 4900]])));
+
+    // Refused arguments claim nothing: an error, no structured content, no charge.
+    let bad = client
+        .call_tool("receipt_charge", json!({"customer": "acme"}), None)
+        .await;
+    assert!(
+        is_error(&bad) && result(&bad).get("structuredContent").is_none(),
+        "{bad}"
+    );
+    assert_eq!(billing.charges().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_result_of_a_tool_with_an_output_schema_is_not_an_empty_success() {
+    use idem::store::Retention;
+    use idem::{ManualClock, MemoryStore, Timestamp};
+
+    let clock = ManualClock::new(Timestamp(1_600_000_000_000));
+    let store = MemoryStore::with_clock(Arc::new(clock.clone())).retention(Retention {
+        results: Duration::from_secs(3600),
+        tombstones: Duration::from_secs(30 * 24 * 3600),
+    });
+    let billing = Arc::new(Billing::default());
+    let registry = Registry::builder()
+        .toolbox(billing.clone())
+        .store(store)
+        .build()
+        .unwrap();
+    let server = McpServer::new(registry);
+    let mut client = initialized(&server).await;
+    let args = json!({"customer": "acme", "cents": 4900});
+    let first = client.call_tool("receipt_charge", args.clone(), None).await;
+    assert!(!is_error(&first), "{first}");
+
+    // The saved result outlives its retention: the repeat finds only the tombstone. A
+    // success would promise structured content it cannot give (clients that validate, like
+    // the official Python SDK, raise), so it is an error whose text says it was done.
+    clock.advance(Duration::from_secs(2 * 3600));
+    let again = client.call_tool("receipt_charge", args, None).await;
+    assert_eq!(billing.charges().len(), 1, "{again}");
+    assert!(is_error(&again), "{again}");
+    assert_eq!(outcome(&again), "completed", "{again}");
+    assert!(result(&again).get("structuredContent").is_none(), "{again}");
+    let text = result(&again)["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("already done"), "{text}");
 }

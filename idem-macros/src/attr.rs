@@ -13,7 +13,7 @@ use crate::duration;
 
 /// Every option, in the order the "unknown option" error lists them.
 const VALID: &str = "`read`, `write`, `name = \"…\"`, `description = \"…\"`, `timeout = \"30s\"`, \
-     and for write tools `key(field, …)`, `downstream = \"keyed\" | \"unkeyed\"`, \
+     `no_output_schema`, and for write tools `key(field, …)`, `downstream = \"keyed\" | \"unkeyed\"`, \
      `window = \"23h\"`, `lease = \"1m\"`, `destructive`, `reconcile = path::to_read_back`, \
      `in_flight = \"2m\"`";
 
@@ -67,6 +67,8 @@ pub(crate) struct ToolAttr {
     pub(crate) reconcile: Option<syn::Path>,
     /// `in_flight = "2m"`: how long after a send the effect may still land downstream.
     pub(crate) in_flight: Option<DurationOpt>,
+    /// `no_output_schema`: no output schema even when the output type has one.
+    pub(crate) no_output_schema: Option<Span>,
     /// Both `read` and `write` were given (already an error): skip checks that need the kind.
     pub(crate) kind_conflict: bool,
 }
@@ -311,9 +313,14 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 set_once(&mut attr.reconcile, path, &name, span, errors);
             }
         }
-        "destructive" => {
+        "destructive" | "no_output_schema" => {
             if flag(&meta, &name, errors) {
-                set_once(&mut attr.destructive, span, &name, span, errors);
+                let slot = if name == "destructive" {
+                    &mut attr.destructive
+                } else {
+                    &mut attr.no_output_schema
+                };
+                set_once(slot, span, &name, span, errors);
             }
         }
         _ => errors.at(

@@ -181,6 +181,22 @@ pub(crate) fn tool_impl(
         }
     };
     let spec = spec(rt, tool);
+    // The probe is spanned on the return type, like every other mention of the output: a
+    // return type that is not a `Result` stays one error there. The `use` is not: one of
+    // the two traits always goes unused, which would be a warning at the user's `Result`.
+    let probe = quote_spanned! {ret_span=>
+        (&#rt::macro_support::OutputSchemaOf::<Self::Output>::new()).output_schema()
+    };
+    let spec = match tool.attr.no_output_schema {
+        Some(_) => spec,
+        None => quote! {
+            #rt::macro_support::with_output_schema(#spec, {
+                #[allow(unused_imports)]
+                use #rt::macro_support::{HasOutputSchema as _, NoOutputSchema as _};
+                #probe
+            })
+        },
+    };
     let key_check = key_check(tool, &args_ty);
     let read_back = read_back(rt, tool, kind, receiver, &ctx, &args, &args_pat);
     let cfgs = &tool.cfgs;

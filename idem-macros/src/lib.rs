@@ -29,6 +29,16 @@
 //! The macros recognise the context parameter by position and shape, and the generated code
 //! passes it through a hidden trait spanned on the user's type, so the type checker has the
 //! last word (see `idem_runtime::macro_support`).
+//!
+//! The output schema is detected, not asked for: the generated `spec()` probes the handler's
+//! `Ok` type with `(&OutputSchemaOf::<Self::Output>::new()).output_schema()`. Method resolution
+//! finds `HasOutputSchema` (for `OutputSchemaOf<T>` where `T: JsonSchema`) before
+//! `NoOutputSchema` (for `&OutputSchemaOf<T>`, any `T`), so an output type with `JsonSchema`
+//! gets a schema and any other compiles as it always did, without one. An opt-in option would
+//! have made every existing tool change to gain it; the probe needs nothing from the user,
+//! works on stable (no specialization) because handlers name concrete types, and cannot fail
+//! to compile. The option `no_output_schema` drops the probe, for a type whose `Serialize`
+//! does not match its `JsonSchema`.
 #![forbid(unsafe_code)]
 
 mod args;

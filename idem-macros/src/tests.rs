@@ -27,6 +27,20 @@ fn read_tool() {
 }
 
 #[test]
+fn read_tool_without_output_schema() {
+    let out = crate::expand::tool(
+        quote!(read, no_output_schema),
+        quote! {
+            /// Count a customer's charges.
+            async fn count_charges(ctx: ReadCtx) -> Result<Count, ToolError> {
+                billing::count(ctx.run_id()).await
+            }
+        },
+    );
+    insta::assert_snapshot!(pretty(out));
+}
+
+#[test]
 fn write_tool() {
     let out = crate::expand::tool(
         quote!(

@@ -14,7 +14,9 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 
-use crate::tool::{DynTool, IntoDynTool, ReadCtx, ToolError, WriteCtx};
+use crate::tool::{
+    output_schema_for, DynTool, IntoDynTool, ReadCtx, ToolError, ToolSpec, WriteCtx,
+};
 
 /// Implemented only by [`WriteCtx`]: the first parameter of a `#[tool(write)]` handler.
 #[diagnostic::on_unimplemented(
@@ -169,6 +171,55 @@ pub trait ByFieldName {
 impl<T: ?Sized> ByFieldName for &KeyName<T> {
     fn key_name(&self, rust: &'static str) -> &'static str {
         rust
+    }
+}
+
+/// Probes whether a tool's output type `T` has a JSON Schema:
+/// `(&OutputSchemaOf::<T>::new()).output_schema()`, with both traits below in scope. Method
+/// resolution tries the receiver `&OutputSchemaOf<T>` before auto-referencing it, so it picks
+/// [`HasOutputSchema`] (implemented for `OutputSchemaOf<T>` when `T: JsonSchema`) when it
+/// applies and [`NoOutputSchema`] (for `&OutputSchemaOf<T>`, any `T`) otherwise. Generated
+/// code names a concrete type, so the choice is made at compile time, without specialization,
+/// and an output type without `JsonSchema` compiles as before.
+pub struct OutputSchemaOf<T: ?Sized>(PhantomData<fn() -> PhantomData<T>>);
+
+impl<T: ?Sized> OutputSchemaOf<T> {
+    /// The probe for `T`.
+    #[allow(clippy::new_without_default)]
+    pub const fn new() -> Self {
+        OutputSchemaOf(PhantomData)
+    }
+}
+
+/// The output schema, for an output type that implements `JsonSchema`.
+pub trait HasOutputSchema {
+    /// `Some` schema of the output type.
+    fn output_schema(&self) -> Option<serde_json::Value>;
+}
+
+impl<T: JsonSchema> HasOutputSchema for OutputSchemaOf<T> {
+    fn output_schema(&self) -> Option<serde_json::Value> {
+        Some(output_schema_for::<T>())
+    }
+}
+
+/// No output schema, for any other output type.
+pub trait NoOutputSchema {
+    /// `None`.
+    fn output_schema(&self) -> Option<serde_json::Value>;
+}
+
+impl<T: ?Sized> NoOutputSchema for &OutputSchemaOf<T> {
+    fn output_schema(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// `spec` with the output schema the probe found, if any.
+pub fn with_output_schema(spec: ToolSpec, schema: Option<serde_json::Value>) -> ToolSpec {
+    match schema {
+        Some(schema) => spec.output_schema(schema),
+        None => spec,
     }
 }
 

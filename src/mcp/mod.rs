@@ -20,8 +20,13 @@
 //! - `tools/call`: carried out by [`Registry::call`](crate::Registry::call). The result's
 //!   text is [`ToolResult::text`](crate::ToolResult::text); `isError` is set for every call
 //!   that did not complete — refused, rejected, failed, pending, unknown, escalated — so an
-//!   unknown outcome never reads as success. A completed call whose output is a JSON object
-//!   also carries it as `structuredContent`. The result's `_meta` has the outcome class
+//!   unknown outcome never reads as success. A tool whose output type has a JSON Schema is
+//!   listed with an `outputSchema` ([`mcp_output_schema`](crate::definitions::mcp_output_schema):
+//!   an output that is not a JSON object is wrapped as `{"result": …}`), and its completed
+//!   calls carry the output as `structuredContent` valid against it
+//!   ([`mcp_structured_content`](crate::definitions::mcp_structured_content)); a tool without
+//!   one still sends an object output as `structuredContent`. No other outcome carries
+//!   structured content. The result's `_meta` has the outcome class
 //!   ([`OUTCOME_KEY`]), the idempotency key ([`KEY_KEY`]) and whether it was replayed
 //!   ([`REPLAYED_KEY`]).
 //! - An unknown tool, or a malformed `_meta` field of ours, is a JSON-RPC error

@@ -13,7 +13,8 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::Value;
 
 use super::meta::{self, CallMeta};
-use crate::{CallError, Format, Outcome, OutcomeClass, Registry, ToolCall, ToolKind, ToolResult};
+use crate::definitions::{mcp_output_schema, mcp_structured_content};
+use crate::{CallError, Format, OutcomeClass, Registry, ToolCall, ToolKind, ToolResult, ToolSpec};
 
 /// Serves a [`Registry`] as an MCP server.
 ///
@@ -229,10 +230,12 @@ impl ServerHandler for McpHandler {
         // when the client goes away (cancels it, drops it), a claimed write runs to its end and
         // settles its record; a retry gets what it recorded.
         let registry = registry.clone();
+        // Cheap (`Arc`s): the spec, its output schema included, is not copied.
+        let tool = tool.clone();
         let result = tokio::spawn(async move { registry.call(call).await })
             .await
             .map_err(|e| ErrorData::internal_error(format!("the call's task failed: {e}"), None))?;
-        Ok(to_call_tool_result(&result).into())
+        Ok(to_call_tool_result(tool.spec(), &result).into())
     }
 }
 
@@ -262,34 +265,36 @@ fn sessionless_refusal() -> CallToolResult {
     result
 }
 
-/// True when the model may read the result as success: a completed call, fresh or replayed
-/// (or one whose saved result has expired). Everything else — refused, rejected, failed,
-/// pending, unknown, escalated, and any outcome added later — is an error to MCP clients.
+/// True when the model may read the result as success: [`ToolResult::is_error`] is false (a
+/// completed call, fresh or replayed, or one whose saved result has expired). The same rule
+/// as the providers' `is_error`; everything else is an error to MCP clients.
 fn succeeded(result: &ToolResult) -> bool {
-    matches!(
-        result.outcome(),
-        Some(
-            Outcome::Completed { .. }
-                | Outcome::ResultExpired {
-                    was: OutcomeClass::Completed
-                }
-        )
-    )
+    !result.is_error()
 }
 
-/// A [`ToolResult`] as MCP's `CallToolResult`: the model-facing text, `isError` unless it
-/// completed, the output as structured content when it is a JSON object, and what idem knows
-/// in `_meta` ([`meta::OUTCOME_KEY`], [`meta::KEY_KEY`], [`meta::REPLAYED_KEY`]).
-pub fn to_call_tool_result(result: &ToolResult) -> CallToolResult {
+/// A [`ToolResult`] of the tool `spec` describes as MCP's `CallToolResult`: the model-facing
+/// text, `isError` unless it completed, the output as structured content
+/// ([`mcp_structured_content`]: the output itself when it is a JSON object, `{"result": …}`
+/// when the tool's output schema is wrapped), and what idem knows in `_meta`
+/// ([`meta::OUTCOME_KEY`], [`meta::KEY_KEY`], [`meta::REPLAYED_KEY`]).
+///
+/// A tool with an `outputSchema` promises structured content with every success, and clients
+/// hold it to that (the official Python SDK raises otherwise). So a completed call of such a
+/// tool that has no structured content to give — its saved result expired ("already done;
+/// result no longer kept") — is sent with `isError`, its text saying what happened.
+pub fn to_call_tool_result(spec: &ToolSpec, result: &ToolResult) -> CallToolResult {
     let content = vec![ContentBlock::text(result.text())];
-    let mut out = if succeeded(result) {
-        let mut ok = CallToolResult::success(content);
-        if let Some(output @ Value::Object(_)) = result.output() {
-            ok.structured_content = Some(output.clone());
+    let structured = result
+        .output()
+        .and_then(|output| mcp_structured_content(spec, output));
+    let mut out = match (succeeded(result), structured) {
+        (true, Some(structured)) => {
+            let mut ok = CallToolResult::success(content);
+            ok.structured_content = Some(structured);
+            ok
         }
-        ok
-    } else {
-        CallToolResult::error(content)
+        (true, None) if mcp_output_schema(spec).is_none() => CallToolResult::success(content),
+        _ => CallToolResult::error(content),
     };
     let mut m = MetaObject::new();
     let outcome = result.class().map_or("refused", OutcomeClass::as_str);

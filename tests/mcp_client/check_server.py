@@ -3,6 +3,10 @@ streamable HTTP, and checks what must hold, on the server's ledger rather than i
 
 - initialize; every listed tool validates against the MCP `Tool` definition of the vendored
   JSON Schema of the negotiated protocol version;
+- every tool has an `outputSchema` (`customers`, a list, wrapped as `{"result": [...]}`), and
+  the structured content of completed calls validates against it: the SDK itself checks it
+  on every `call_tool` (and raises otherwise; shown not to be vacuous by handing it a
+  result that breaks the schema), and so does this script;
 - a write called twice (the client lost the first reply) is one charge;
 - bad input gets a protocol answer and changes nothing: an unknown tool, arguments of the
   wrong type or shape, oversized arguments, malformed JSON-RPC, a call before `initialize`;
@@ -98,7 +102,7 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
     validator = tool_validator(version)
     tools = (await client.list_tools()).tools
     names = sorted(t.name for t in tools)
-    c.check(f"{label}: tools/list has charge and ledger", names == ["charge", "ledger"], names)
+    c.check(f"{label}: tools/list has charge, customers and ledger", names == ["charge", "customers", "ledger"], names)
     for tool in tools:
         errors = [e.message for e in validator.iter_errors(wire(tool))]
         c.check(f"{label}: tool {tool.name} is a valid MCP {version} Tool", not errors, errors)
@@ -128,6 +132,8 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
         wire(again),
     )
 
+    await output_schema_checks(c, client, tools, first, label)
+
     # Bad input: each gets an answer, nothing is charged.
     try:
         reply = await client.call_tool("refund_everything", {})
@@ -152,6 +158,47 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
         not other.is_error and ledger_lines(ledger) == before + 2,
         wire(other),
     )
+
+
+async def output_schema_checks(c: Checks, client: Client, tools: list[Any], charge: Any, label: str) -> None:
+    """Structured content against the listed output schemas. `call_tool` has already passed
+    each completed result through the SDK's own check (it raises on a mismatch); this
+    validates again here, and shows that the SDK's check rejects a broken result."""
+    schemas = {t.name: t.output_schema for t in tools}
+    c.check(
+        f"{label}: every tool has an object outputSchema",
+        all(s is not None and s.get("type") == "object" for s in schemas.values()),
+        schemas,
+    )
+    c.check(
+        f"{label}: customers' list output is wrapped in result",
+        (schemas.get("customers") or {}).get("properties", {}).get("result", {}).get("type") == "array",
+        schemas.get("customers"),
+    )
+    customers = await client.call_tool("customers", {})
+    ledger = await client.call_tool("ledger", {})
+    for name, result in (("charge", charge), ("customers", customers), ("ledger", ledger)):
+        validator = jsonschema.validators.validator_for(schemas[name])(schemas[name])
+        errors = [e.message for e in validator.iter_errors(result.structured_content)]
+        c.check(
+            f"{label}: {name}'s structuredContent validates against its outputSchema",
+            not result.is_error and result.structured_content is not None and not errors,
+            (wire(result), errors),
+        )
+    c.check(
+        f"{label}: customers lists who was charged",
+        customers.structured_content == {"result": ["acme"]},
+        wire(customers),
+    )
+    # The SDK's own check is live: the same result with its structured content broken, or
+    # missing, is refused.
+    for broken in ({"result": "acme"}, None):
+        tampered = customers.model_copy(update={"structured_content": broken})
+        try:
+            await client.session.validate_tool_result("customers", tampered)
+            c.check(f"{label}: the SDK refuses structuredContent {broken!r}", False, "accepted")
+        except RuntimeError as e:
+            c.check(f"{label}: the SDK refuses structuredContent {broken!r}", True, e)
 
 
 async def raw_stdio_checks(c: Checks, server: str, ledger: Path) -> None:

@@ -3,12 +3,13 @@
 
 mod strict;
 
-pub use crate::tool::input_schema_for;
+pub use crate::tool::{input_schema_for, output_schema_for};
 pub use strict::to_strict;
 
 use serde_json::{json, Value};
 
-use crate::tool::{DynTool, ToolKind};
+use crate::tool::schema::subschema_as_object;
+use crate::tool::{DynTool, ToolKind, ToolSpec};
 
 /// Which API's tool-definition shape to produce. More shapes will come as APIs do, so a
 /// `match` on it needs a wildcard arm.
@@ -24,7 +25,9 @@ pub enum Format {
     OpenAiResponses,
     /// `{name, description, input_schema}`.
     Anthropic,
-    /// MCP `Tool`: `{name, description, inputSchema, annotations}`.
+    /// MCP `Tool`: `{name, description, inputSchema, outputSchema, annotations}`;
+    /// `outputSchema` only for a tool that declares an output schema (see
+    /// [`mcp_output_schema`]).
     Mcp,
 }
 
@@ -95,11 +98,15 @@ pub fn definition(tool: &DynTool, format: Format, options: &DefinitionOptions) -
                     "idempotentHint": true,
                 }),
             };
-            json!({
+            let mut def = json!({
                 "name": spec.name(),
                 "inputSchema": schema,
                 "annotations": annotations,
-            })
+            });
+            if let Some(output) = mcp_output_schema(spec) {
+                def["outputSchema"] = output;
+            }
+            def
         }
     };
     describe(&mut def, spec.description_text());
@@ -130,5 +137,96 @@ fn openai_parameters(def: &mut Value, schema: &Value, options: &DefinitionOption
 fn describe(def: &mut Value, description: &str) {
     if !description.is_empty() {
         def["description"] = Value::String(description.to_owned());
+    }
+}
+
+/// The property that holds the output of a tool whose output is not a JSON object, in its
+/// MCP `outputSchema` and `structuredContent`: `{"result": [..]}` for a `Vec`, as the
+/// official MCP SDKs do.
+pub const MCP_RESULT_PROPERTY: &str = "result";
+
+/// How a tool's output travels as MCP structured content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum McpOutput {
+    /// The schema's root is an object: the output is the structured content.
+    Direct,
+    /// Any other schema: the structured content is `{"result": output}`.
+    Wrapped,
+}
+
+/// Keywords that annotate a schema without constraining what it accepts.
+const ANNOTATIONS: [&str; 7] = [
+    "$schema",
+    "$id",
+    "$comment",
+    "title",
+    "description",
+    "default",
+    "examples",
+];
+
+fn mcp_output(spec: &ToolSpec) -> Option<McpOutput> {
+    match spec.output_schema_value()? {
+        Value::Object(root) if root.get("type").and_then(Value::as_str) == Some("object") => {
+            Some(McpOutput::Direct)
+        }
+        // A schema that accepts any JSON (a `serde_json::Value` output) tells a client
+        // nothing: the tool is offered as one without an output schema, and an object output
+        // is still its structured content, unwrapped.
+        Value::Object(root) if root.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) => None,
+        Value::Object(_) => Some(McpOutput::Wrapped),
+        // `true` accepts anything (as above); `false` nothing, so the tool never completes.
+        // Neither is worth an output schema. Anything else is not a schema at all.
+        _ => None,
+    }
+}
+
+/// The MCP `outputSchema` of a tool: its declared output schema when the root is
+/// `"type": "object"` (MCP 2025-11-25 accepts nothing else at the root); any other schema (a
+/// `Vec`, a string, an enum, an `Option`) wrapped as the object
+/// `{"type": "object", "properties": {"result": schema}, "required": ["result"]}`, its
+/// `$defs` moved to the new root where its `$ref`s point. `None` when the tool declares no
+/// output schema, or one that accepts any JSON value (`serde_json::Value`), or one that is
+/// not a JSON Schema object. [`mcp_structured_content`] shapes the output to match.
+///
+/// ```
+/// # use idem_runtime::definitions::{mcp_output_schema, output_schema_for};
+/// # use idem_runtime::ToolSpec;
+/// let spec = ToolSpec::new("customers").output_schema(output_schema_for::<Vec<String>>());
+/// let schema = mcp_output_schema(&spec).unwrap();
+/// assert_eq!(schema["type"], "object");
+/// assert_eq!(schema["properties"]["result"]["type"], "array");
+/// ```
+pub fn mcp_output_schema(spec: &ToolSpec) -> Option<Value> {
+    let how = mcp_output(spec)?;
+    let mut schema = spec.output_schema_value()?.clone();
+    subschema_as_object(&mut schema);
+    if how == McpOutput::Direct {
+        return Some(schema);
+    }
+    let mut root = serde_json::Map::new();
+    if let Value::Object(inner) = &mut schema {
+        inner.remove("$schema");
+        for defs in ["$defs", "definitions"] {
+            if let Some(d) = inner.remove(defs) {
+                root.insert(defs.to_owned(), d);
+            }
+        }
+    }
+    root.insert("type".into(), json!("object"));
+    root.insert("properties".into(), json!({ MCP_RESULT_PROPERTY: schema }));
+    root.insert("required".into(), json!([MCP_RESULT_PROPERTY]));
+    Some(Value::Object(root))
+}
+
+/// The MCP `structuredContent` of a completed call of the tool `spec` describes, whose output
+/// is `output`; it validates against [`mcp_output_schema`]. A tool with a wrapped output
+/// schema gets `{"result": output}`; any other tool gets its output when that is a JSON
+/// object, and `None` otherwise (with a direct output schema, only an output that breaks
+/// its own type's schema, such as the `null` saved for one that did not serialize).
+pub fn mcp_structured_content(spec: &ToolSpec, output: &Value) -> Option<Value> {
+    match mcp_output(spec) {
+        Some(McpOutput::Wrapped) => Some(json!({ MCP_RESULT_PROPERTY: output })),
+        Some(McpOutput::Direct) | None => output.is_object().then(|| output.clone()),
     }
 }

@@ -15,7 +15,7 @@ pub use context::{ReadCtx, WriteCtx};
 pub use erased::DynTool;
 pub use error::ToolError;
 pub use read_back::{ReadBack, ReadBackCtx};
-pub use schema::input_schema_for;
+pub use schema::{input_schema_for, output_schema_for};
 pub use spec::{
     default_in_flight_bound, Downstream, ToolKind, ToolSpec, DEFAULT_TIMEOUT, DEFAULT_WINDOW,
     MAX_DEFAULT_IN_FLIGHT_BOUND, MIN_DEFAULT_IN_FLIGHT_BOUND,

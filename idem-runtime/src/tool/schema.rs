@@ -1,5 +1,5 @@
-//! Input schemas: generated once per tool from its `Args` type, in the form every client
-//! accepts.
+//! Input and output schemas: generated once per tool from its `Args` type (in the form every
+//! client accepts) and, when it has one, from its output type.
 
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
@@ -23,12 +23,43 @@ pub fn input_schema_for<T: JsonSchema>() -> Value {
     value
 }
 
+/// The output schema of a tool's output type: what `serde_json::to_value` of a `T` produces,
+/// as JSON Schema 2020-12 (schemars' serialize contract: a field skipped when empty is not
+/// `required`). No `$schema` URL, subschemas inlined (recursive types keep `$defs`), boolean
+/// subschemas written as objects. Unlike an input schema, `Option<T>` fields keep their
+/// `null`: the output carries it. The root is whatever the type is (an object for a struct, an
+/// array for a `Vec`); `definitions` decides how a format that wants an object carries it.
+///
+/// ```
+/// # use idem_runtime::tool::{output_schema_for, ToolSpec};
+/// #[derive(serde::Serialize, schemars::JsonSchema)]
+/// struct Receipt { id: String, cents: u64 }
+///
+/// let spec = ToolSpec::new("charge").output_schema(output_schema_for::<Receipt>());
+/// assert_eq!(spec.output_schema_value().unwrap()["type"], "object");
+/// ```
+pub fn output_schema_for<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .for_serialize()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut value = generator.into_root_schema_for::<T>().to_value();
+    subschema_as_object(&mut value);
+    if let Value::Object(root) = &mut value {
+        root.remove("$schema");
+    }
+    value
+}
+
 /// Writes boolean subschemas (`true` for a `serde_json::Value` field, `false` for one that
 /// takes nothing) as the objects `{}` and `{"not": {}}`: some published tool schemas (MCP
 /// 2025-11-25) require every property's schema to be an object. Only keywords that hold
 /// subschemas are rewritten (`default: true` or `uniqueItems: true` are values), and
 /// `additionalProperties` keeps its boolean, which every format accepts.
-fn objects_for_booleans(schema: &mut Value) {
+pub(crate) fn objects_for_booleans(schema: &mut Value) {
     let Value::Object(map) = schema else { return };
     for (key, child) in map.iter_mut() {
         match (key.as_str(), child) {
@@ -51,7 +82,8 @@ fn objects_for_booleans(schema: &mut Value) {
     }
 }
 
-fn subschema_as_object(v: &mut Value) {
+/// [`objects_for_booleans`] for a schema that may itself be a boolean.
+pub(crate) fn subschema_as_object(v: &mut Value) {
     match v {
         Value::Bool(true) => *v = Value::Object(Map::new()),
         Value::Bool(false) => *v = serde_json::json!({"not": {}}),

@@ -4,6 +4,8 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use serde_json::Value;
+
 /// Whether a tool reads or changes the world.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -81,6 +83,7 @@ pub struct ToolSpec {
     destructive: bool,
     key_fields: Vec<Cow<'static, str>>,
     in_flight_bound: Option<Duration>,
+    output_schema: Option<Value>,
 }
 
 impl ToolSpec {
@@ -96,6 +99,7 @@ impl ToolSpec {
             destructive: false,
             key_fields: Vec::new(),
             in_flight_bound: None,
+            output_schema: None,
         }
     }
 
@@ -186,6 +190,22 @@ impl ToolSpec {
     pub fn destructive(mut self, destructive: bool) -> Self {
         self.destructive = destructive;
         self
+    }
+
+    /// The JSON Schema of the tool's output: what [`crate::tool::output_schema_for`] makes
+    /// of the output type. MCP clients get it as the tool's `outputSchema` and the output as
+    /// `structuredContent` (see [`crate::definitions::mcp_output_schema`]); the other formats
+    /// carry no output schema. `#[tool]` sets it when the output type implements
+    /// `JsonSchema`. A value that is not a schema (neither an object nor a boolean) is
+    /// ignored by the definitions.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// The output's JSON Schema, if the tool declares one.
+    pub fn output_schema_value(&self) -> Option<&Value> {
+        self.output_schema.as_ref()
     }
 
     /// Derive the key from these fields of the arguments instead of the whole arguments.
