@@ -32,7 +32,7 @@ pub enum Fault {
     StoreErrorAfter,
     /// A store operation takes seconds.
     StoreLatency,
-    /// A durable store is closed and reopened mid-run (SQLite only).
+    /// A durable store is closed and reopened mid-run (SQLite, Redis, PostgreSQL).
     StoreReopen,
     // The workers.
     /// A worker dies between claim and settle (its call task is dropped).

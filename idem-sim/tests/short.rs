@@ -1,6 +1,9 @@
 //! The simulation's short mode, run by `cargo test` (and so by CI): at least 10,000
 //! simulated calls over each of MemoryStore and SQLite, with the fault modes drawn at
-//! random per seed. A failing seed prints the command that replays it.
+//! random per seed, and shorter runs over Redis and PostgreSQL (features `redis`,
+//! `postgres`; servers from `IDEM_REDIS_URL`, `IDEM_POSTGRES_URL`: without one they skip,
+//! saying why, and fail under `IDEM_REQUIRE_BACKENDS=1`). A failing seed prints the command
+//! that replays it.
 //!
 //! `IDEM_SIM_SEED` moves the first seed (default 1), to explore beyond the fixed range.
 
@@ -48,6 +51,72 @@ fn short_mode_over_memory_store() {
 fn short_mode_over_sqlite() {
     let totals = short_run(StoreKind::Sqlite, 10_000);
     assert_eq!(totals.keyed_duplicates(), 0);
+}
+
+/// Whether the server for `store` is configured: `var` set. If not, says why the test
+/// skips, or fails it under `IDEM_REQUIRE_BACKENDS=1` (CI), where a server that did not
+/// start must not leave the run green.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn server(store: StoreKind, var: &str) -> bool {
+    if std::env::var(var).is_ok_and(|v| !v.trim().is_empty()) {
+        return true;
+    }
+    let why = format!(
+        "{var} is not set (`source .ci/services.sh && idem_services_start` starts a server)"
+    );
+    if std::env::var("IDEM_REQUIRE_BACKENDS").is_ok_and(|v| v.trim() == "1") {
+        panic!(
+            "the simulation over {} cannot run: {why}; IDEM_REQUIRE_BACKENDS=1 makes that a failure",
+            store.name()
+        );
+    }
+    eprintln!("skipping the simulation over {}: {why}", store.name());
+    false
+}
+
+/// A networked store's short run: random fault mixes, then every mode on for two seeds
+/// (each mode that belongs to an intent must fire, the reconnect included).
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn networked_run(store: StoreKind, calls: u64) {
+    let totals = short_run(store, calls);
+    assert_eq!(totals.keyed_duplicates(), 0);
+    let mut cfg = Config::new(0, store);
+    cfg.faults = Some(FaultSet::all());
+    let failures = std::sync::Mutex::new(Vec::new());
+    let all = run_many(&cfg, first_seed(), Budget::Seeds(2), 1, &|report| {
+        if let Some(f) = report.failure() {
+            failures.lock().unwrap().push(f);
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    for f in Fault::ALL
+        .into_iter()
+        .filter(|f| *f != Fault::ReconcilerKill)
+    {
+        assert!(
+            all.intents_with(f) > 0,
+            "{f} never fired over {}",
+            store.name()
+        );
+    }
+    assert_eq!(all.keyed_duplicates(), 0);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn short_mode_over_redis() {
+    if server(StoreKind::Redis, "IDEM_REDIS_URL") {
+        networked_run(StoreKind::Redis, 3_000);
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn short_mode_over_postgres() {
+    if server(StoreKind::Postgres, "IDEM_POSTGRES_URL") {
+        networked_run(StoreKind::Postgres, 2_000);
+    }
 }
 
 /// The figures only mean something if the faults happen: with every mode on, each one
