@@ -75,7 +75,8 @@ fn server(store: StoreKind, var: &str) -> bool {
 }
 
 /// A networked store's short run: random fault mixes, then every mode on for two seeds
-/// (each mode that belongs to an intent must fire, the reconnect included).
+/// (each mode that belongs to an intent must fire, the reconnect included), and a seed
+/// run twice.
 #[cfg(any(feature = "redis", feature = "postgres"))]
 fn networked_run(store: StoreKind, calls: u64) {
     let totals = short_run(store, calls);
@@ -101,6 +102,12 @@ fn networked_run(store: StoreKind, calls: u64) {
         );
     }
     assert_eq!(all.keyed_duplicates(), 0);
+    // Store operations run one at a time, in virtual time: a seed replays here too.
+    let mut one = Config::new(first_seed() + 1000, store);
+    one.faults = Some(FaultSet::all());
+    let (a, b) = (run_seed(&one), run_seed(&one));
+    assert_eq!(format!("{:?}", a.intents), format!("{:?}", b.intents));
+    assert_eq!(a.violations, b.violations);
 }
 
 #[cfg(feature = "redis")]
