@@ -13,7 +13,7 @@ base="${2:-memory}"
 features=()
 case "$base" in
     memory) ;;
-    redis | postgres) features=(--features "$base") ;;
+    redis | postgres) features=(--features redis,postgres) ;;
     *) echo "unknown store $base (memory, redis or postgres)" >&2; exit 2 ;;
 esac
 cargo build -q -p idem-sim --release "${features[@]}"
