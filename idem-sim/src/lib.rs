@@ -11,7 +11,7 @@
 //!
 //! Over Redis and PostgreSQL (features `redis`, `postgres`) every store operation runs on a
 //! separate real-time runtime while the simulation waits, so virtual time holds there too
-//! (see [`net`]).
+//! (see `src/net.rs`).
 //!
 //! `cargo run -p idem-sim --release -- --calls 1000000 --store memory --seed 1`
 #![warn(missing_docs)]
