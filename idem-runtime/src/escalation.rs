@@ -6,14 +6,26 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::identity::IdemKey;
+use crate::identity::{Fingerprint, IdemKey};
 use crate::store::{AttemptRecord, Operation, ReadBackRecord, Record, RecordState, Timestamp};
 
 /// Everything known about an operation a person must decide: the intent, key, tool and
 /// arguments, every attempt with its times and errors, every read-back, downstream refs.
+///
+/// Delivery is **at least once**: the [`crate::Reconciler`] hands an escalation to its sink
+/// before it records the operation as escalated, so a reconciler that dies in between
+/// delivers it again on its next pass. Both deliveries carry the same [`Escalation::id`]; a
+/// sink that must page only once de-duplicates on it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct Escalation {
+    /// Identifies this escalation: the same on every delivery of it, different for every
+    /// other escalation or notice. A record escalated by the reconciler gets
+    /// `KEY/CREATED/escalated` (one per record: it is never escalated twice); a notice
+    /// (same key with changed parameters, a late result) gets one that also names when it was
+    /// raised and why. Empty in escalations written before it existed.
+    #[serde(default)]
+    pub id: String,
     /// The operation's key.
     pub key: IdemKey,
     /// The tool.
@@ -40,9 +52,29 @@ pub struct Escalation {
 }
 
 impl Escalation {
-    /// An escalation describing `record`, for `reason`.
+    /// An escalation describing `record`, for `reason`: a notice raised at `at`, its
+    /// [`Escalation::id`] naming the record, `at` and `reason`.
     pub fn from_record(record: &Record, reason: impl Into<String>, at: Timestamp) -> Self {
+        let reason = reason.into();
+        let why = Fingerprint::of_canonical(reason.as_bytes()).to_hex();
+        let id = format!(
+            "{}/{}/notice/{}/{}",
+            record.key,
+            record.created_at.as_millis(),
+            at.as_millis(),
+            &why[..why.len().min(16)]
+        );
         Escalation {
+            id,
+            ..Escalation::escalating(record, reason, at)
+        }
+    }
+
+    /// The escalation of `record` itself (the reconciler hands it to a person): its id
+    /// names only the record, so delivering it again after a crash repeats the same id.
+    pub(crate) fn escalating(record: &Record, reason: impl Into<String>, at: Timestamp) -> Self {
+        Escalation {
+            id: format!("{}/{}/escalated", record.key, record.created_at.as_millis()),
             key: record.key.clone(),
             tool: record.tool.clone(),
             reason: reason.into(),
@@ -61,7 +93,11 @@ impl Escalation {
 /// Where escalations go: a log, a file a person watches, a pager, a ticket queue.
 #[async_trait::async_trait]
 pub trait EscalationSink: Send + Sync + std::fmt::Debug + 'static {
-    /// Delivers one escalation. Errors are logged; the record stays escalated either way.
+    /// Delivers one escalation. Called at least once per escalated record (see
+    /// [`Escalation`]): de-duplicate on [`Escalation::id`] if a repeat matters. An error from
+    /// the reconciler's delivery leaves the record as it was (unknown or pending), logged, and
+    /// the next pass escalates it again; an error delivering a notice (changed parameters, a
+    /// late result) is logged and the notice is not sent again.
     async fn deliver(&self, escalation: &Escalation) -> Result<(), String>;
 }
 
@@ -77,7 +113,7 @@ pub struct LogSink;
 #[async_trait::async_trait]
 impl EscalationSink for LogSink {
     async fn deliver(&self, e: &Escalation) -> Result<(), String> {
-        tracing::error!(key = %e.key, tool = %e.tool, state = %e.state, reason = %e.reason,
+        tracing::error!(id = %e.id, key = %e.key, tool = %e.tool, state = %e.state, reason = %e.reason,
             downstream_ref = e.downstream_ref.as_deref().unwrap_or(""),
             attempts = e.attempts.len(), read_backs = e.read_backs.len(),
             "escalated to a person");

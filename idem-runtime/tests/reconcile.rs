@@ -1,16 +1,19 @@
 //! The reconciler's decisions, each asserted against a stub downstream's ledger.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::reconcile::{resolve, Action, CallbackSink, Escalation};
-use idem_runtime::store::{ManualClock, Timestamp};
+use idem_runtime::reconcile::{resolve, Action, Escalation, EscalationSink};
+use idem_runtime::store::{
+    ClaimOutcome, ClaimRequest, ClaimToken, ListCursor, ManualClock, Record, Settlement,
+    StoreError, Timestamp,
+};
 use idem_runtime::{
-    CallError, Downstream, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
-    RecordState, Registry, Resolution, RetryPolicy, ToolCall, ToolError, ToolSpec, WriteCtx,
-    WriteTool,
+    CallError, Downstream, IdemKey, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx,
+    Reconciler, RecordState, Registry, Resolution, RetryPolicy, ToolCall, ToolError, ToolSpec,
+    WriteCtx, WriteTool,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -169,12 +172,115 @@ impl WriteTool for Charge {
     }
 }
 
+/// What the store and the sink do to the reconciler's escalation, when armed.
+#[derive(Default)]
+struct Trap {
+    /// A settle to `escalated` never returns: the reconciler dies (its future is dropped)
+    /// between delivering the escalation and recording it.
+    hang_escalated_settle: AtomicBool,
+    /// A settle to `escalated` fails before it is applied.
+    fail_escalated_settle: AtomicBool,
+    /// The sink refuses this many deliveries.
+    sink_refusals: AtomicU32,
+}
+
+/// The test's `MemoryStore`, behind the [`Trap`].
+#[derive(Debug)]
+struct Trapped {
+    inner: Arc<MemoryStore>,
+    trap: Arc<Trap>,
+}
+
+impl std::fmt::Debug for Trap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Trap")
+    }
+}
+
+#[async_trait::async_trait]
+impl IdemStore for Trapped {
+    fn clock(&self) -> Arc<dyn idem_runtime::Clock> {
+        self.inner.clock()
+    }
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.inner.claim(req).await
+    }
+    async fn renew(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.inner.renew(key, token, lease).await
+    }
+    async fn settle(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        s: Settlement,
+    ) -> Result<(), StoreError> {
+        if s.state == RecordState::Escalated {
+            if self.trap.hang_escalated_settle.load(Ordering::SeqCst) {
+                return std::future::pending().await;
+            }
+            if self
+                .trap
+                .fail_escalated_settle
+                .swap(false, Ordering::SeqCst)
+            {
+                return Err(StoreError::Unavailable("connection reset".into()));
+            }
+        }
+        self.inner.settle(key, token, s).await
+    }
+    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn reclaim(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        lease: Duration,
+    ) -> Result<ClaimToken, StoreError> {
+        self.inner.reclaim(key, expected, lease).await
+    }
+    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
+        self.inner.list(state, limit).await
+    }
+    async fn list_after(
+        &self,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        self.inner.list_after(state, after, limit).await
+    }
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &idem_runtime::store::ReleaseNote,
+    ) -> Result<(), StoreError> {
+        self.inner.release_unsettled(key, expected, note).await
+    }
+    async fn releases(
+        &self,
+        key: &IdemKey,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, StoreError> {
+        self.inner.releases(key).await
+    }
+}
+
 struct World {
     registry: Registry,
     store: Arc<MemoryStore>,
     clock: ManualClock,
     stub: Arc<Stub>,
     escalations: Arc<Mutex<Vec<Escalation>>>,
+    trap: Arc<Trap>,
 }
 
 impl World {
@@ -183,6 +289,8 @@ impl World {
         let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
         let escalations = Arc::new(Mutex::new(Vec::new()));
         let seen = escalations.clone();
+        let trap = Arc::new(Trap::default());
+        let refuse = trap.clone();
         let base = ToolSpec::new("charge").description("Charge.");
         let base = if stub.keyed {
             base.downstream(Downstream::Keyed)
@@ -190,12 +298,13 @@ impl World {
             base
         };
         let registry = Registry::builder()
-            .shared_store(store.clone())
+            .store(Trapped {
+                inner: store.clone(),
+                trap: trap.clone(),
+            })
             .clock(Arc::new(clock.clone()))
             .retry_policy(RetryPolicy::never())
-            .escalation_sink(Arc::new(CallbackSink(move |e: &Escalation| {
-                seen.lock().unwrap().push(e.clone())
-            })))
+            .escalation_sink(Arc::new(RefusingSink { seen, refuse }))
             .tool(Charge {
                 stub: stub.clone(),
                 spec: spec(base),
@@ -209,6 +318,7 @@ impl World {
             clock,
             stub,
             escalations,
+            trap,
         }
     }
 
@@ -242,6 +352,28 @@ impl World {
             .into_iter()
             .map(|d| d.action)
             .collect()
+    }
+}
+
+/// Keeps every escalation it takes; refuses as many as the trap says first.
+#[derive(Debug)]
+struct RefusingSink {
+    seen: Arc<Mutex<Vec<Escalation>>>,
+    refuse: Arc<Trap>,
+}
+
+#[async_trait::async_trait]
+impl EscalationSink for RefusingSink {
+    async fn deliver(&self, e: &Escalation) -> Result<(), String> {
+        let refused =
+            self.refuse
+                .sink_refusals
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if refused.is_ok() {
+            return Err("pager unreachable".into());
+        }
+        self.seen.lock().unwrap().push(e.clone());
+        Ok(())
     }
 }
 
@@ -873,4 +1005,89 @@ async fn a_keyed_record_out_of_attempts_that_is_not_found_is_escalated_not_relea
     assert_eq!(w.stub.charges(), 1);
     assert_eq!(w.call().await.class(), Some(OutcomeClass::Escalated));
     assert_eq!(w.stub.sends.load(Ordering::SeqCst), 4);
+}
+
+/// A reconciler that dies between handing the escalation to the sink and recording the
+/// record escalated (its pass is dropped at the settle): the person was told, and the record,
+/// left running under the dead reconciler's takeover, lapses to unknown and is escalated
+/// again, under the same id, by the next pass. Told twice, never not at all.
+#[tokio::test]
+async fn a_reconciler_killed_between_the_sink_and_the_settle_still_told_a_person() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), false, |s| s);
+    let first = w.call().await;
+    let key = first.key().unwrap().clone();
+    w.trap.hang_escalated_settle.store(true, Ordering::SeqCst);
+    let reconciler = Reconciler::new(&w.registry);
+    let killed = tokio::time::timeout(Duration::from_millis(200), reconciler.run_once()).await;
+    assert!(
+        killed.is_err(),
+        "the pass hung at the settle and was dropped"
+    );
+    {
+        let told = w.escalations.lock().unwrap();
+        assert_eq!(told.len(), 1, "delivered before the settle");
+        assert_eq!(told[0].key, key);
+        assert_eq!(told[0].state, RecordState::Escalated);
+    }
+    let record = w.store.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        RecordState::Running,
+        "the settle never happened"
+    );
+
+    // The process is gone; its takeover lapses and the next reconciler escalates again.
+    w.trap.hang_escalated_settle.store(false, Ordering::SeqCst);
+    let lease = w.registry.get("charge").unwrap().spec().lease_duration();
+    w.clock.advance(lease + Duration::from_secs(1));
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    let told = w.escalations.lock().unwrap().clone();
+    assert_eq!(told.len(), 2, "told again: at least once, maybe twice");
+    assert_eq!(told[0].id, told[1].id, "one id: a sink can drop the repeat");
+    assert!(told[0].id.contains(key.as_str()), "{}", told[0].id);
+    assert_eq!(
+        w.pass().await,
+        Vec::<Action>::new(),
+        "escalated: not walked again"
+    );
+    assert_eq!(w.escalations.lock().unwrap().len(), 2);
+}
+
+/// The settle's store call fails (not applied) after the delivery: the same as a crash there,
+/// the decision says so, and the record is escalated by a later pass.
+#[tokio::test]
+async fn an_escalated_settle_that_fails_after_the_delivery_is_escalated_again() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), false, |s| s);
+    let first = w.call().await;
+    w.trap.fail_escalated_settle.store(true, Ordering::SeqCst);
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.escalations.lock().unwrap().len(), 1);
+    assert_eq!(w.state(&first).await, Some(RecordState::Running));
+    let lease = w.registry.get("charge").unwrap().spec().lease_duration();
+    w.clock.advance(lease + Duration::from_secs(1));
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    assert_eq!(w.escalations.lock().unwrap().len(), 2);
+    assert_eq!(
+        (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
+        (1, 1)
+    );
+}
+
+/// A sink that refuses the escalation: the record is put back as it was (unknown, the
+/// evidence kept), not escalated with nobody told, and the next pass delivers it.
+#[tokio::test]
+async fn a_refused_escalation_leaves_the_record_unknown_until_a_sink_takes_it() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), false, |s| s);
+    let first = w.call().await;
+    w.trap.sink_refusals.store(1, Ordering::SeqCst);
+    assert_eq!(w.pass().await, [Action::Waiting]);
+    assert!(w.escalations.lock().unwrap().is_empty());
+    let record = w.store.get(first.key().unwrap()).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Unknown);
+    assert_eq!(record.attempts.len(), 1, "the evidence stays");
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    assert_eq!(w.escalations.lock().unwrap().len(), 1);
 }

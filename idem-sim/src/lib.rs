@@ -9,6 +9,10 @@
 //! system heals, the [`idem::Reconciler`] settles what it can with read-backs, and the
 //! invariants are checked on the ledger and the store (see [`check`]).
 //!
+//! Over Redis and PostgreSQL (features `redis`, `postgres`) every store operation runs on a
+//! separate real-time runtime while the simulation waits, so virtual time holds there too
+//! (see `src/net.rs`).
+//!
 //! `cargo run -p idem-sim --release -- --calls 1000000 --store memory --seed 1`
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -16,6 +20,8 @@
 pub mod check;
 pub mod downstream;
 pub mod faults;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub mod net;
 pub mod report;
 pub mod rng;
 pub mod sim;

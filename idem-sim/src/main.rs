@@ -1,20 +1,25 @@
 //! `idem-sim`: runs the simulation and prints the figures per fault mode.
 //!
 //! ```text
-//! idem-sim [--store memory|sqlite] [--seed N] [--calls N | --seeds N] [--intents N]
+//! idem-sim [--store memory|sqlite|redis|postgres] [--seed N] [--calls N | --seeds N] [--intents N]
 //!          [--workers N] [--faults all|none|name,name…] [--jobs N]
 //! ```
 //!
 //! With `--seed` alone it runs that one seed (a replay); with `--calls` or `--seeds` it
 //! runs consecutive seeds from `--seed` (default 1). Exits 1 if any seed broke an
 //! invariant, after printing each failing seed's replay command.
+//!
+//! `--store redis` and `--store postgres` need the `redis` / `postgres` features and a
+//! server in `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL` (each seed uses its own key prefix or
+//! schema and removes it when it ends).
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use idem_sim::{run_many, Budget, Config, FaultSet, StoreKind};
 
-const USAGE: &str = "usage: idem-sim [--store memory|sqlite] [--seed N] [--calls N | --seeds N] \
+const USAGE: &str =
+    "usage: idem-sim [--store memory|sqlite|redis|postgres] [--seed N] [--calls N | --seeds N] \
 [--intents N] [--workers N] [--faults all|none|name,…] [--jobs N]";
 
 fn main() -> ExitCode {

@@ -27,6 +27,14 @@ pub enum StoreKind {
     /// One SQLite file, opened by every worker separately.
     #[cfg(feature = "sqlite")]
     Sqlite,
+    /// One Redis (`IDEM_REDIS_URL`), a key prefix per seed, each worker with its own
+    /// connection.
+    #[cfg(feature = "redis")]
+    Redis,
+    /// One PostgreSQL (`IDEM_POSTGRES_URL`), a schema per seed, each worker with its own
+    /// connection pool.
+    #[cfg(feature = "postgres")]
+    Postgres,
 }
 
 impl StoreKind {
@@ -36,6 +44,33 @@ impl StoreKind {
             StoreKind::Memory => "memory",
             #[cfg(feature = "sqlite")]
             StoreKind::Sqlite => "sqlite",
+            #[cfg(feature = "redis")]
+            StoreKind::Redis => "redis",
+            #[cfg(feature = "postgres")]
+            StoreKind::Postgres => "postgres",
+        }
+    }
+
+    /// The cargo feature that builds it in, if it needs one beyond the defaults.
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            #[cfg(feature = "redis")]
+            StoreKind::Redis => Some("redis"),
+            #[cfg(feature = "postgres")]
+            StoreKind::Postgres => Some("postgres"),
+            _ => None,
+        }
+    }
+
+    /// The networked store behind it, if it is one.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    fn backend(self) -> Option<crate::net::Backend> {
+        match self {
+            #[cfg(feature = "redis")]
+            StoreKind::Redis => Some(crate::net::Backend::Redis),
+            #[cfg(feature = "postgres")]
+            StoreKind::Postgres => Some(crate::net::Backend::Postgres),
+            _ => None,
         }
     }
 
@@ -45,7 +80,16 @@ impl StoreKind {
             "memory" => Ok(StoreKind::Memory),
             #[cfg(feature = "sqlite")]
             "sqlite" => Ok(StoreKind::Sqlite),
-            _ => Err(format!("unknown store `{s}` (memory or sqlite)")),
+            #[cfg(feature = "redis")]
+            "redis" => Ok(StoreKind::Redis),
+            #[cfg(feature = "postgres")]
+            "postgres" => Ok(StoreKind::Postgres),
+            other if ["sqlite", "redis", "postgres"].contains(&other) => Err(format!(
+                "store `{s}` is not built in: build with `--features {s}`"
+            )),
+            _ => Err(format!(
+                "unknown store `{s}` (memory, sqlite, redis or postgres)"
+            )),
         }
     }
 }
@@ -77,10 +121,15 @@ impl Config {
         }
     }
 
-    /// The command that replays this seed.
+    /// The command that replays this seed (over Redis or PostgreSQL, with the server's URL
+    /// in `IDEM_REDIS_URL` or `IDEM_POSTGRES_URL`).
     pub fn replay_command(&self) -> String {
+        let features = self
+            .store
+            .feature()
+            .map_or(String::new(), |f| format!(" --features {f}"));
         let mut cmd = format!(
-            "cargo run -p idem-sim --release -- --store {} --seed {} --intents {} --workers {}",
+            "cargo run -p idem-sim --release{features} -- --store {} --seed {} --intents {} --workers {}",
             self.store.name(),
             self.seed,
             self.intents,
@@ -121,6 +170,14 @@ async fn simulate(cfg: &Config) -> SeedReport {
     let downstream = Downstream::new(Arc::clone(&world));
     let base: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(Timestamp(1_800_000_000_000)));
     let sqlite_path = sqlite_path(cfg);
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    let space = match cfg.store.backend() {
+        Some(b) => match crate::net::Space::fresh(b, cfg.seed) {
+            Ok(s) => Some(s),
+            Err(e) => return SeedReport::broken(cfg, e),
+        },
+        None => None,
+    };
 
     let shared: Arc<dyn IdemStore> = Arc::new(MemoryStore::with_clock(Arc::clone(&base)));
     let sink = {
@@ -150,6 +207,23 @@ async fn simulate(cfg: &Config) -> SeedReport {
                     Ok(Some(s)) => (s, reopen),
                     Ok(None) => unreachable!("a SQLite reopen opens a store"),
                     Err(e) => return SeedReport::broken(cfg, format!("cannot open SQLite: {e}")),
+                }
+            }
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            _ => {
+                let Some(space) = &space else {
+                    unreachable!("a networked store has its space")
+                };
+                let reopen = Reopen::Net(space.clone(), Arc::clone(&clock));
+                match space.open(Arc::clone(&clock)) {
+                    Ok(s) => (s, reopen),
+                    Err(e) => {
+                        let _ = space.remove();
+                        return SeedReport::broken(
+                            cfg,
+                            format!("cannot open the {} store: {e}", cfg.store.name()),
+                        );
+                    }
                 }
             }
         };
@@ -281,6 +355,12 @@ async fn simulate(cfg: &Config) -> SeedReport {
     drop(sim);
     drop(reconciler_registry);
     remove_sqlite(&sqlite_path);
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    if let Some(space) = &space {
+        if let Err(e) = space.remove() {
+            eprintln!("idem-sim: seed {}: {e}", cfg.seed);
+        }
+    }
     report
 }
 

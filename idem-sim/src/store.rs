@@ -1,11 +1,14 @@
 //! A store wrapper that injects the store's faults: an error before the operation is
 //! applied, an error after it was applied (the reply is lost), latency spikes, and for
-//! SQLite a close and reopen mid-run. It also freezes with its worker.
+//! durable stores a close and reopen mid-run (SQLite: the file opened again; Redis and
+//! PostgreSQL: new connections). It also freezes with its worker.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem::store::{ClaimOutcome, ClaimRequest, ClaimToken, ListCursor, Settlement};
+use idem::store::{
+    ClaimOutcome, ClaimRequest, ClaimToken, ListCursor, ReleaseNote, ReleaseRecord, Settlement,
+};
 use idem::{Clock, IdemKey, IdemStore, Record, RecordState, StoreError};
 
 use crate::faults::Fault;
@@ -20,6 +23,10 @@ pub enum Reopen {
     /// A SQLite file, opened with this clock.
     #[cfg(feature = "sqlite")]
     Sqlite(std::path::PathBuf, Arc<dyn Clock>),
+    /// A seed's key space on a Redis or PostgreSQL server, connected to again with this
+    /// clock (a reconnect: new connections, the records stay).
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    Net(crate::net::Space, Arc<dyn Clock>),
 }
 
 impl Reopen {
@@ -36,6 +43,8 @@ impl Reopen {
                     .await?;
                 Ok(Some(Arc::new(store)))
             }
+            #[cfg(any(feature = "redis", feature = "postgres"))]
+            Reopen::Net(space, clock) => space.open(Arc::clone(clock)).map(Some),
         }
     }
 }
@@ -178,6 +187,26 @@ impl IdemStore for SimStore {
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
         let inner = self.inner();
         faulty!(self, Some(key), "release", inner.release(key, token))
+    }
+
+    async fn release_unsettled(
+        &self,
+        key: &IdemKey,
+        expected: ClaimToken,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        let inner = self.inner();
+        faulty!(
+            self,
+            Some(key),
+            "release_unsettled",
+            inner.release_unsettled(key, expected, note)
+        )
+    }
+
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let inner = self.inner();
+        faulty!(self, Some(key), "releases", inner.releases(key))
     }
 
     async fn reclaim(

@@ -80,16 +80,13 @@ pub(crate) async fn run(
             Some(r) if r < deadline => r,
             _ => deadline,
         };
+        // The timer is checked before the handler is polled (`biased`, timer first): a worker
+        // that wakes past the deadline (a stalled process, a slow renewal) must not give the
+        // handler another step, which could be the send, once the attempt is over.
         tokio::select! {
             biased;
-            out = &mut fut => {
-                return match out {
-                    Ok(r) => AttemptEnd::Returned(r),
-                    Err(msg) => AttemptEnd::Panicked(msg),
-                };
-            }
-            _ = tokio::time::sleep_until(wake) => {
-                if wake >= deadline {
+            () = tokio::time::sleep_until(wake) => {
+                if tokio::time::Instant::now() >= deadline {
                     return AttemptEnd::TimedOut(fut);
                 }
                 if let Some(l) = &lease {
@@ -102,6 +99,12 @@ pub(crate) async fn run(
                         tracing::warn!(key = %l.key, error = %e, "could not renew the claim's lease");
                     }
                 }
+            }
+            out = &mut fut => {
+                return match out {
+                    Ok(r) => AttemptEnd::Returned(r),
+                    Err(msg) => AttemptEnd::Panicked(msg),
+                };
             }
         }
     }

@@ -21,9 +21,13 @@ pub(super) struct LateAttempt {
     pub(super) token: ClaimToken,
     pub(super) attempt: u32,
     pub(super) started_at: Timestamp,
-    /// Drop the handler this long after its timeout: the tool's effective in-flight bound
+    /// The tool's effective in-flight bound
     /// ([`crate::tool::ToolSpec::effective_in_flight_bound`]).
     pub(super) abandon_after: Duration,
+    /// When the handler is dropped: the attempt's deadline plus `abandon_after`, fixed when
+    /// the attempt began, so nothing that happens after the timeout (a slow store read, a
+    /// stalled worker) can stretch the bound the reconciler relies on.
+    pub(super) abandon_at: tokio::time::Instant,
     /// The tool's lease, for taking over a record that moved on meanwhile.
     pub(super) lease: Duration,
 }
@@ -50,13 +54,21 @@ impl Executor {
             attempt,
             started_at,
             abandon_after,
+            abandon_at,
             lease,
         } = late;
         tokio::spawn(
             async move {
                 // Past the bound the handler is dropped here: awaiting it longer would hold its
                 // task and memory for a result the reconciler no longer waits for.
-                let outcome = tokio::time::timeout(abandon_after, fut).await.ok();
+                // The deadline is checked before the handler is polled (`biased`): a worker
+                // that wakes past it must not let the handler take one more step, which could
+                // be the send.
+                let outcome = tokio::select! {
+                    biased;
+                    () = tokio::time::sleep_until(abandon_at) => None,
+                    result = fut => Some(result),
+                };
                 let (settlement, kind, class, message) = match &outcome {
                     Some(Ok(r)) => (
                         settlement_of(r),

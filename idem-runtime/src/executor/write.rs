@@ -336,12 +336,14 @@ impl Executor {
                     Some(format!("handler panicked: {p}")),
                 ),
                 AttemptEnd::TimedOut(fut) => {
+                    let bound = spec.effective_in_flight_bound(self.default_in_flight_bound);
                     let late = LateAttempt {
                         key: key.clone(),
                         token,
                         attempt,
                         started_at,
-                        abandon_after: spec.effective_in_flight_bound(self.default_in_flight_bound),
+                        abandon_after: bound,
+                        abandon_at: deadline + bound,
                         lease: spec.lease_duration(),
                     };
                     self.watch_late_result(fut, late).await;

@@ -550,6 +550,15 @@ impl Reconciler {
             })
     }
 
+    /// Hands `record` to a person: takes it over, delivers the escalation to the sink, and
+    /// only then settles the record escalated (an escalated record is never walked again, so
+    /// the order is what makes delivery at least once).
+    ///
+    /// A reconciler that dies, or whose store fails, between the delivery and the settle
+    /// leaves the record running under its takeover: the lease lapses, the record reads
+    /// unknown, and a later pass escalates it again. The person may be told twice, with the
+    /// same [`Escalation::id`] both times; never not at all. A sink that refuses the escalation
+    /// gets it again on the next pass: the record is put back as it was (unknown or pending).
     async fn escalate(
         &self,
         record: &Record,
@@ -557,40 +566,45 @@ impl Reconciler {
         read_backs: Vec<ReadBackRecord>,
     ) -> Result<Decision, Decision> {
         let token = self.takeover(record).await?;
+        // The record as it will read once settled escalated.
+        let mut escalated = record.clone();
+        escalated.state = RecordState::Escalated;
+        escalated.token = token;
+        escalated.message = Some(reason.to_owned());
+        escalated.read_backs.extend(read_backs.iter().cloned());
+        let escalation = Escalation::escalating(&escalated, reason, self.now());
+        if let Err(e) = self.sink.deliver(&escalation).await {
+            tracing::error!(key = %record.key, id = %escalation.id, error = %e,
+                "escalation sink failed; the record is put back and escalated again next pass");
+            let mut back = Settlement::new(record.state).read_backs(read_backs);
+            back.payload = record.payload.clone();
+            back.message = record.message.clone();
+            if let Err(put) = self.store().settle(&record.key, token, back).await {
+                tracing::warn!(key = %record.key, error = %put,
+                    "could not put the record back; it reads unknown once the takeover's lease lapses");
+            }
+            return Err(Decision::on(
+                record,
+                Action::Waiting,
+                format!("could not escalate: the escalation sink failed: {e}"),
+            ));
+        }
         let s = Settlement::new(RecordState::Escalated)
             .message(reason)
             .read_backs(read_backs);
-        let settled = self.store().settle(&record.key, token, s).await;
-        let now = self.now();
-        let read = self.store().get(&record.key).await;
-        if let Err(e) = settled {
-            // A settle whose reply was lost may still have landed, and an escalated record
-            // is never walked again: unless the sink hears of it now, no person ever does.
-            // Only a record still running under this token (it turns unknown and is walked
-            // again) or settled otherwise shows the escalation did not land or is moot; a
-            // record taken over by someone else (the late-result watcher puts an escalated
-            // record back as it was) or one that cannot be read is delivered: a person may
-            // be told twice, never not at all.
-            let landed = match &read {
-                Err(_) => true,
-                Ok(Some(r)) => {
-                    r.state == RecordState::Escalated
-                        || (r.state == RecordState::Running && r.token != token)
-                }
-                Ok(None) => false,
-            };
-            if !landed {
-                return Err(Decision::on(
-                    record,
-                    Action::Waiting,
-                    format!("could not escalate: {e}"),
-                ));
-            }
-        }
-        let escalated = read.ok().flatten();
-        let escalation = Escalation::from_record(escalated.as_ref().unwrap_or(record), reason, now);
-        if let Err(e) = self.sink.deliver(&escalation).await {
-            tracing::error!(key = %record.key, error = %e, "escalation sink failed; the record stays escalated");
+        if let Err(e) = self.store().settle(&record.key, token, s).await {
+            // The person has been told. If the settle did not land (its reply may be lost
+            // after it did), the takeover lapses to unknown and a later pass escalates the
+            // record again, under the same id.
+            tracing::warn!(key = %record.key, id = %escalation.id, error = %e,
+                "escalation delivered, but recording it failed");
+            return Ok(Decision::on(
+                record,
+                Action::Escalated,
+                format!(
+                    "{reason} (delivered; recording it failed, so it may be delivered again: {e})"
+                ),
+            ));
         }
         Ok(Decision::on(record, Action::Escalated, reason.to_owned()))
     }
