@@ -1,6 +1,7 @@
 //! Expose: the [`Registry`] that dispatches calls by name and exports tool definitions.
 
 mod error;
+mod observe;
 mod size;
 
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use crate::call::{CallArgs, CallError};
 use crate::definitions::{definition, DefinitionOptions, Format};
 use crate::escalation::{Escalation, EscalationSink, LogSink, NoticeGate, RedactingSink, Redactor};
 use crate::executor::{Executed, Executor, RetryPolicy};
-use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
+use crate::store::{Clock, IdemStore, Instrumented, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
 
@@ -50,6 +51,8 @@ struct Inner {
     tools: HashMap<String, DynTool>,
     /// Registration order, for definitions.
     order: Vec<String>,
+    /// The store as given; the executor's is the same one behind [`Instrumented`].
+    store: Arc<dyn IdemStore>,
     executor: Executor,
     max_args_bytes: usize,
     require_tenant: bool,
@@ -257,7 +260,7 @@ impl RegistryBuilder {
                 tools,
                 order,
                 executor: Executor {
-                    store,
+                    store: Arc::new(Instrumented::new(store.clone())),
                     clock,
                     retry: self.retry.unwrap_or_default(),
                     in_flight_wait: self.in_flight_wait.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
@@ -266,6 +269,7 @@ impl RegistryBuilder {
                 },
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
                 require_tenant: self.require_tenant,
+                store,
             }),
         })
     }
@@ -315,8 +319,14 @@ impl Registry {
         RegistryBuilder::default()
     }
 
-    /// The store this registry claims in.
+    /// The store this registry claims in, as it was given (without the [`Instrumented`]
+    /// wrapper the registry's own operations go through).
     pub fn store(&self) -> &Arc<dyn IdemStore> {
+        &self.inner.store
+    }
+
+    /// The store as the registry's executor and reconciler use it: traced and timed.
+    pub(crate) fn observed_store(&self) -> &Arc<dyn IdemStore> {
         &self.inner.executor.store
     }
 
@@ -358,6 +368,7 @@ impl Registry {
     ///
     /// Never panics and never runs a handler for a call it refuses; see [`ToolResult`].
     pub async fn call(&self, call: ToolCall) -> ToolResult {
+        let timer = crate::observe::Timer::start();
         let span = tracing::info_span!(
             "idem.call",
             tool = %call.tool,
@@ -373,6 +384,7 @@ impl Registry {
         };
         // The executor records the key on this span as soon as it derives it.
         span.record("class", class);
+        observe::call_finished(&call.tool, &executed, timer);
         if let (CallArgs::Value(args), Err(CallError::InvalidArgs { .. })) =
             (call.args, &executed.result)
         {
