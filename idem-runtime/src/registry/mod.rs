@@ -371,7 +371,8 @@ impl Registry {
         let timer = crate::observe::Timer::start();
         let span = tracing::info_span!(
             "idem.call",
-            tool = %call.tool,
+            // The name as asked for, which the model chose: bounded like the error's echo.
+            tool = bounded_name(&call.tool),
             run_id = %call.scope.run_id(),
             call_id = call.call_id.as_deref().unwrap_or(""),
             key = tracing::field::Empty,
@@ -489,6 +490,16 @@ fn echoed_name(name: &str) -> String {
         end -= 1;
     }
     format!("{}…", &name[..end])
+}
+
+/// A requested tool name cut to the longest a tool name can be (64 bytes), for spans: a
+/// model's runaway name is not written into every trace in full.
+fn bounded_name(name: &str) -> &str {
+    let mut end = name.len().min(64);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
 }
 
 /// Refuses arguments that are not a JSON object when the tool's schema asks for one. Serde

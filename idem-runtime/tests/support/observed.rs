@@ -103,7 +103,10 @@ pub async fn run() -> Ran {
     let fresh = registry.call(call("charge", 100)).await;
     let replay = registry.call(call("charge", 100)).await;
     let changed = registry.call(call("charge", 200)).await;
-    let unknown_tool = registry.call(call(&format!("nope_{SECRET}"), 100)).await;
+    // A model's made-up tool name, longer than any tool name can be: spans keep only the
+    // first 64 bytes of it, metrics none.
+    let made_up = format!("nope_{}{SECRET}", "x".repeat(60));
+    let unknown_tool = registry.call(call(&made_up, 100)).await;
     let timed_out = registry.call(call("slow_charge", 100)).await;
     // Past the timed-out attempt's in-flight bound: no read-back, no key contract, so the
     // reconciler escalates.
