@@ -1,5 +1,6 @@
 //! Metrics to Prometheus: install `metrics-exporter-prometheus` on loopback, make a few
-//! calls (a fresh charge, its replay, a changed-parameters repeat, an unknown tool), and
+//! calls (a fresh charge, its replay, a changed-parameters repeat, an unknown tool, a send
+//! that times out), run a reconciliation pass (which escalates the timed-out send), and
 //! print what a Prometheus server scraping the endpoint would read.
 //!
 //! ```sh
@@ -14,7 +15,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use idem::{tool, Registry, ToolCall, ToolError, WriteCtx};
+use idem::{tool, Reconciler, Registry, ToolCall, ToolError, WriteCtx};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -34,6 +35,12 @@ async fn charge_card(ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolErro
     Ok(format!("charged {} {} cents under {}", args.customer, args.cents, ctx.key()))
 }
 
+/// Send a parcel (this courier never answers).
+#[tool(write, timeout = "50ms")]
+async fn send_parcel(_ctx: WriteCtx, _args: ChargeArgs) -> Result<String, ToolError> {
+    std::future::pending().await
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A free port on loopback (the exporter binds it itself).
@@ -48,7 +55,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .install()?;
     idem::observe::describe_metrics();
 
-    let registry = Registry::builder().tool(charge_card).build()?;
+    let registry = Registry::builder()
+        .tool(charge_card)
+        .tool(send_parcel)
+        .build()?;
     let charge = |cents: u64| {
         ToolCall::new("run-1", "charge_card", json!({"customer": "cus_42", "cents": cents}))
             .intent("invoice-7")
@@ -57,9 +67,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let again = registry.call(charge(4900)).await; // the model asks again: replayed
     let changed = registry.call(charge(5900)).await; // same intent, other amount: refused
     let unknown = registry.call(ToolCall::new("run-1", "refund", json!({}))).await;
-    println!("# calls: {first:?}\n#        {again:?}\n#        {changed:?}\n#        {unknown:?}",
-        first = first.text(), again = again.text(), changed = changed.text(), unknown = unknown.text());
-    println!("# charges made: {}\n", CHARGES.load(Ordering::SeqCst));
+    let parcel = json!({"customer": "cus_42", "cents": 0});
+    let timed_out = registry.call(ToolCall::new("run-1", "send_parcel", parcel)).await;
+    for result in [&first, &again, &changed, &unknown, &timed_out] {
+        println!("# {}: {}", result.tool(), result.text());
+    }
+    println!("# charges made: {}", CHARGES.load(Ordering::SeqCst));
+    // Once the timed-out send can no longer land, the reconciler has nothing to settle it
+    // with (no key contract, no read-back) and hands it to a person.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for decision in Reconciler::new(&registry).run_once().await? {
+        println!("# reconciled {}: {:?}", decision.tool, decision.action);
+    }
+    println!();
 
     let scrape = tokio::task::spawn_blocking(move || scrape(addr)).await??;
     print!("{scrape}");

@@ -166,6 +166,8 @@ fn describe_record(span: &Span, record: &Option<Record>) {
     }
 }
 
+// A `&Vec` because it describes what `list` returns, through `fn(&Span, &T)`.
+#[allow(clippy::ptr_arg)]
 fn describe_list(span: &Span, records: &Vec<Record>) {
     span.record("count", records.len());
 }
