@@ -32,7 +32,12 @@ static CHARGES: AtomicU32 = AtomicU32::new(0);
 #[tool(write)]
 async fn charge_card(ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
     CHARGES.fetch_add(1, Ordering::SeqCst);
-    Ok(format!("charged {} {} cents under {}", args.customer, args.cents, ctx.key()))
+    Ok(format!(
+        "charged {} {} cents under {}",
+        args.customer,
+        args.cents,
+        ctx.key()
+    ))
 }
 
 /// Send a parcel (this courier never answers).
@@ -60,15 +65,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool(send_parcel)
         .build()?;
     let charge = |cents: u64| {
-        ToolCall::new("run-1", "charge_card", json!({"customer": "cus_42", "cents": cents}))
-            .intent("invoice-7")
+        ToolCall::new(
+            "run-1",
+            "charge_card",
+            json!({"customer": "cus_42", "cents": cents}),
+        )
+        .intent("invoice-7")
     };
     let first = registry.call(charge(4900)).await;
     let again = registry.call(charge(4900)).await; // the model asks again: replayed
     let changed = registry.call(charge(5900)).await; // same intent, other amount: refused
-    let unknown = registry.call(ToolCall::new("run-1", "refund", json!({}))).await;
+    let unknown = registry
+        .call(ToolCall::new("run-1", "refund", json!({})))
+        .await;
     let parcel = json!({"customer": "cus_42", "cents": 0});
-    let timed_out = registry.call(ToolCall::new("run-1", "send_parcel", parcel)).await;
+    let timed_out = registry
+        .call(ToolCall::new("run-1", "send_parcel", parcel))
+        .await;
     for result in [&first, &again, &changed, &unknown, &timed_out] {
         println!("# {}: {}", result.tool(), result.text());
     }

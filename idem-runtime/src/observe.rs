@@ -152,15 +152,59 @@ fn labels_of(labels: &[(&'static str, Label)]) -> Vec<metrics::Label> {
 #[cfg(feature = "metrics")]
 pub fn describe_metrics() {
     use metrics::{describe_counter, describe_histogram, Unit};
-    describe_counter!(CALLS, Unit::Count, "Tool calls, by tool and outcome class (or `refused`).");
-    describe_histogram!(CALL_DURATION, Unit::Seconds, "How long tool calls took, by tool and class.");
-    describe_counter!(REPLAYS, Unit::Count, "Calls answered from a saved record without running the handler.");
-    describe_counter!(UNKNOWN_OUTCOMES, Unit::Count, "Calls that ran and ended with an unknown outcome.");
-    describe_counter!(CHANGED_PARAMS, Unit::Count, "Same key, changed parameters: refused calls.");
-    describe_counter!(REFUSALS, Unit::Count, "Refused calls (nothing ran), by reason.");
-    describe_counter!(ESCALATIONS, Unit::Count, "Records the reconciler handed to a person.");
-    describe_histogram!(STORE_OP_DURATION, Unit::Seconds, "Store operations, by backend, operation and result.");
-    describe_counter!(RECONCILE_PASSES, Unit::Count, "Reconciliation passes, by mode and result.");
-    describe_histogram!(RECONCILE_PASS_DURATION, Unit::Seconds, "How long reconciliation passes took.");
-    describe_counter!(RECONCILE_DECISIONS, Unit::Count, "Records a reconciliation pass decided on, by action.");
+    describe_counter!(
+        CALLS,
+        Unit::Count,
+        "Tool calls, by tool and outcome class (or `refused`)."
+    );
+    describe_histogram!(
+        CALL_DURATION,
+        Unit::Seconds,
+        "How long tool calls took, by tool and class."
+    );
+    describe_counter!(
+        REPLAYS,
+        Unit::Count,
+        "Calls answered from a saved record without running the handler."
+    );
+    describe_counter!(
+        UNKNOWN_OUTCOMES,
+        Unit::Count,
+        "Calls that ran and ended with an unknown outcome."
+    );
+    describe_counter!(
+        CHANGED_PARAMS,
+        Unit::Count,
+        "Same key, changed parameters: refused calls."
+    );
+    describe_counter!(
+        REFUSALS,
+        Unit::Count,
+        "Refused calls (nothing ran), by reason."
+    );
+    describe_counter!(
+        ESCALATIONS,
+        Unit::Count,
+        "Records the reconciler handed to a person."
+    );
+    describe_histogram!(
+        STORE_OP_DURATION,
+        Unit::Seconds,
+        "Store operations, by backend, operation and result."
+    );
+    describe_counter!(
+        RECONCILE_PASSES,
+        Unit::Count,
+        "Reconciliation passes, by mode and result."
+    );
+    describe_histogram!(
+        RECONCILE_PASS_DURATION,
+        Unit::Seconds,
+        "How long reconciliation passes took."
+    );
+    describe_counter!(
+        RECONCILE_DECISIONS,
+        Unit::Count,
+        "Records a reconciliation pass decided on, by action."
+    );
 }

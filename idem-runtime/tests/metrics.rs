@@ -19,7 +19,8 @@ type Seen = BTreeMap<(String, Vec<(String, String)>), u64>;
 fn record_sequence() -> (observed::Ran, Seen) {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    let ran = metrics::with_local_recorder(&recorder, || observed::runtime().block_on(observed::run()));
+    let ran =
+        metrics::with_local_recorder(&recorder, || observed::runtime().block_on(observed::run()));
     let mut seen = Seen::new();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let (kind, key) = key.into_parts();
@@ -63,32 +64,81 @@ fn a_scripted_sequence_is_counted_exactly() {
     assert_eq!(ran.sends, 2);
 
     // Calls by tool and class.
-    assert_eq!(get(&seen, observe::CALLS, &[("tool", "charge"), ("class", "completed")]), 2);
-    assert_eq!(get(&seen, observe::CALLS, &[("tool", "charge"), ("class", "refused")]), 1);
-    assert_eq!(get(&seen, observe::CALLS, &[("tool", "slow_charge"), ("class", "unknown")]), 1);
     assert_eq!(
-        get(&seen, observe::CALLS, &[("tool", observe::UNREGISTERED_TOOL), ("class", "refused")]),
+        get(
+            &seen,
+            observe::CALLS,
+            &[("tool", "charge"), ("class", "completed")]
+        ),
+        2
+    );
+    assert_eq!(
+        get(
+            &seen,
+            observe::CALLS,
+            &[("tool", "charge"), ("class", "refused")]
+        ),
+        1
+    );
+    assert_eq!(
+        get(
+            &seen,
+            observe::CALLS,
+            &[("tool", "slow_charge"), ("class", "unknown")]
+        ),
+        1
+    );
+    assert_eq!(
+        get(
+            &seen,
+            observe::CALLS,
+            &[("tool", observe::UNREGISTERED_TOOL), ("class", "refused")]
+        ),
         1
     );
     assert_eq!(total(&seen, observe::CALLS), 5);
-    assert_eq!(total(&seen, observe::CALL_DURATION), 5, "one latency sample per call");
+    assert_eq!(
+        total(&seen, observe::CALL_DURATION),
+        5,
+        "one latency sample per call"
+    );
 
     // Replays, unknowns, refusals.
-    assert_eq!(get(&seen, observe::REPLAYS, &[("tool", "charge"), ("class", "completed")]), 1);
+    assert_eq!(
+        get(
+            &seen,
+            observe::REPLAYS,
+            &[("tool", "charge"), ("class", "completed")]
+        ),
+        1
+    );
     assert_eq!(total(&seen, observe::REPLAYS), 1);
-    assert_eq!(get(&seen, observe::UNKNOWN_OUTCOMES, &[("tool", "slow_charge")]), 1);
+    assert_eq!(
+        get(&seen, observe::UNKNOWN_OUTCOMES, &[("tool", "slow_charge")]),
+        1
+    );
     assert_eq!(total(&seen, observe::UNKNOWN_OUTCOMES), 1);
-    assert_eq!(get(&seen, observe::CHANGED_PARAMS, &[("tool", "charge")]), 1);
+    assert_eq!(
+        get(&seen, observe::CHANGED_PARAMS, &[("tool", "charge")]),
+        1
+    );
     assert_eq!(total(&seen, observe::CHANGED_PARAMS), 1);
     assert_eq!(
-        get(&seen, observe::REFUSALS, &[("tool", "charge"), ("reason", "changed_params")]),
+        get(
+            &seen,
+            observe::REFUSALS,
+            &[("tool", "charge"), ("reason", "changed_params")]
+        ),
         1
     );
     assert_eq!(
         get(
             &seen,
             observe::REFUSALS,
-            &[("tool", observe::UNREGISTERED_TOOL), ("reason", "unknown_tool")]
+            &[
+                ("tool", observe::UNREGISTERED_TOOL),
+                ("reason", "unknown_tool")
+            ]
         ),
         1
     );
@@ -96,9 +146,19 @@ fn a_scripted_sequence_is_counted_exactly() {
 
     // The reconciliation pass: one decision, an escalation.
     assert_eq!(ran.decisions.len(), 1);
-    assert_eq!(get(&seen, observe::RECONCILE_PASSES, &[("mode", "once"), ("result", "ok")]), 1);
+    assert_eq!(
+        get(
+            &seen,
+            observe::RECONCILE_PASSES,
+            &[("mode", "once"), ("result", "ok")]
+        ),
+        1
+    );
     assert_eq!(total(&seen, observe::RECONCILE_PASSES), 1);
-    assert_eq!(get(&seen, observe::RECONCILE_PASS_DURATION, &[("mode", "once")]), 1);
+    assert_eq!(
+        get(&seen, observe::RECONCILE_PASS_DURATION, &[("mode", "once")]),
+        1
+    );
     assert_eq!(
         get(
             &seen,
@@ -108,7 +168,10 @@ fn a_scripted_sequence_is_counted_exactly() {
         1
     );
     assert_eq!(total(&seen, observe::RECONCILE_DECISIONS), 1);
-    assert_eq!(get(&seen, observe::ESCALATIONS, &[("tool", "slow_charge")]), 1);
+    assert_eq!(
+        get(&seen, observe::ESCALATIONS, &[("tool", "slow_charge")]),
+        1
+    );
     assert_eq!(total(&seen, observe::ESCALATIONS), 1);
 
     // Store operations, by operation: four claims (fresh, replay, changed, slow), three
@@ -134,10 +197,22 @@ fn a_scripted_sequence_is_counted_exactly() {
 fn labels_come_from_bounded_sets_and_carry_nothing_of_a_call() {
     let (ran, seen) = record_sequence();
     let allowed: &[(&str, &[&str])] = &[
-        ("tool", &["charge", "slow_charge", observe::UNREGISTERED_TOOL]),
+        (
+            "tool",
+            &["charge", "slow_charge", observe::UNREGISTERED_TOOL],
+        ),
         (
             "class",
-            &["completed", "failed", "pending", "unknown", "escalated", "rejected", "unavailable", "refused"],
+            &[
+                "completed",
+                "failed",
+                "pending",
+                "unknown",
+                "escalated",
+                "rejected",
+                "unavailable",
+                "refused",
+            ],
         ),
         ("reason", &["unknown_tool", "changed_params"]),
         ("backend", &["memory"]),
@@ -147,7 +222,7 @@ fn labels_come_from_bounded_sets_and_carry_nothing_of_a_call() {
         ("action", &["escalated"]),
     ];
     let keys = [ran.charge_key().as_str(), ran.slow_key().as_str()];
-    for ((name, labels), _) in &seen {
+    for (name, labels) in seen.keys() {
         assert!(name.starts_with("idem_"), "{name}");
         for (k, v) in labels {
             let values = allowed
@@ -155,7 +230,10 @@ fn labels_come_from_bounded_sets_and_carry_nothing_of_a_call() {
                 .find(|(label, _)| label == k)
                 .unwrap_or_else(|| panic!("unexpected label {k} on {name}"))
                 .1;
-            assert!(values.contains(&v.as_str()), "{name}: {k}={v} is not a bounded value");
+            assert!(
+                values.contains(&v.as_str()),
+                "{name}: {k}={v} is not a bounded value"
+            );
             assert!(!v.contains(SECRET) && !keys.contains(&v.as_str()));
         }
     }

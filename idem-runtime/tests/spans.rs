@@ -94,7 +94,9 @@ fn capture() -> (observed::Ran, Vec<Seen>, Vec<Seen>) {
 fn store_ops<'a>(spans: &'a [Seen], op: &str, key: &str) -> Vec<&'a Seen> {
     spans
         .iter()
-        .filter(|s| s.name == "idem.store" && s.field("op") == Some(op) && s.field("key") == Some(key))
+        .filter(|s| {
+            s.name == "idem.store" && s.field("op") == Some(op) && s.field("key") == Some(key)
+        })
         .collect()
 }
 
@@ -107,7 +109,9 @@ fn store_operations_have_spans_with_key_tool_state_attempt_and_backend() {
     // Every store span names its backend.
     let store_spans: Vec<&Seen> = spans.iter().filter(|s| s.name == "idem.store").collect();
     assert!(!store_spans.is_empty());
-    assert!(store_spans.iter().all(|s| s.field("backend") == Some("memory")));
+    assert!(store_spans
+        .iter()
+        .all(|s| s.field("backend") == Some("memory")));
 
     // The charge's key was claimed three times: the fresh call, its replay, the changed
     // repeat; what each claim found is on its span.
@@ -140,10 +144,9 @@ fn store_operations_have_spans_with_key_tool_state_attempt_and_backend() {
     assert_eq!(store_ops(&spans, "reclaim", slow).len(), 1);
 
     // The attempt and the call spans around them.
-    assert!(spans
-        .iter()
-        .any(|s| s.name == "idem.attempt" && s.field("attempt") == Some("1")
-            && s.field("class") == Some("unknown")));
+    assert!(spans.iter().any(|s| s.name == "idem.attempt"
+        && s.field("attempt") == Some("1")
+        && s.field("class") == Some("unknown")));
     assert!(spans.iter().any(|s| s.name == "idem.call"
         && s.field("key") == Some(slow)
         && s.field("class") == Some("unknown")));
@@ -153,7 +156,10 @@ fn store_operations_have_spans_with_key_tool_state_attempt_and_backend() {
 fn a_reconcile_pass_and_its_decisions_have_spans() {
     let (ran, spans, _) = capture();
     let slow = ran.slow_key().as_str();
-    let passes: Vec<&Seen> = spans.iter().filter(|s| s.name == "idem.reconcile.pass").collect();
+    let passes: Vec<&Seen> = spans
+        .iter()
+        .filter(|s| s.name == "idem.reconcile.pass")
+        .collect();
     assert_eq!(passes.len(), 1);
     assert_eq!(passes[0].field("mode"), Some("once"));
     assert_eq!(passes[0].field("decisions"), Some("1"));
@@ -175,7 +181,10 @@ fn a_reconcile_pass_and_its_decisions_have_spans() {
 #[test]
 fn no_argument_tenant_principal_or_output_is_recorded() {
     let (ran, spans, events) = capture();
-    assert!(ran.fresh.output().unwrap().to_string().contains(SECRET), "the output holds it");
+    assert!(
+        ran.fresh.output().unwrap().to_string().contains(SECRET),
+        "the output holds it"
+    );
     let mut fields = 0;
     for seen in spans.iter().chain(&events) {
         for (name, value) in &seen.fields {
@@ -189,8 +198,11 @@ fn no_argument_tenant_principal_or_output_is_recorded() {
     }
     // The made-up tool name is kept to the 64 bytes a tool name can have.
     assert!(spans.iter().any(|s| s.name == "idem.call"
-        && s.field("tool").is_some_and(|t| t.starts_with("nope_x") && t.len() == 64)));
+        && s.field("tool")
+            .is_some_and(|t| t.starts_with("nope_x") && t.len() == 64)));
     // Something was recorded: spans with fields, and events (the escalation's log line).
     assert!(fields > 50, "only {fields} fields recorded");
-    assert!(events.iter().any(|e| e.field("message") == Some("escalated to a person")));
+    assert!(events
+        .iter()
+        .any(|e| e.field("message") == Some("escalated to a person")));
 }

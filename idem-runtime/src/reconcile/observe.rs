@@ -46,8 +46,13 @@ pub(super) async fn pass(
     mode: Mode,
     walk: impl Future<Output = Result<Vec<Decision>, StoreError>>,
 ) -> Result<Vec<Decision>, StoreError> {
-    let span = tracing::info_span!("idem.reconcile.pass", mode = mode.as_str(),
-        decisions = Empty, escalated = Empty, error = Empty);
+    let span = tracing::info_span!(
+        "idem.reconcile.pass",
+        mode = mode.as_str(),
+        decisions = Empty,
+        escalated = Empty,
+        error = Empty
+    );
     let timer = Timer::start();
     let result = walk.instrument(span.clone()).await;
     match &result {
@@ -70,9 +75,14 @@ pub(super) async fn pass(
 impl Reconciler {
     /// [`Reconciler::decide`] inside a decision span, counted.
     pub(super) async fn decide_observed(&self, record: Record) -> Decision {
-        let span = tracing::info_span!("idem.reconcile.decision", key = record.key.as_str(),
-            tool = record.tool.as_str(), from = record.state.as_str(),
-            attempts = record.attempts.len(), action = Empty);
+        let span = tracing::info_span!(
+            "idem.reconcile.decision",
+            key = record.key.as_str(),
+            tool = record.tool.as_str(),
+            from = record.state.as_str(),
+            attempts = record.attempts.len(),
+            action = Empty
+        );
         let decision = self.decide(record).instrument(span.clone()).await;
         span.record("action", action_name(decision.action));
         self.record_decision(&decision);

@@ -191,9 +191,16 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!("idem.store", op = "claim", backend = self.backend,
-            key = req.key.as_str(), tool = req.tool.as_str(), state = Empty, outcome = Empty,
-            error = Empty);
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "claim",
+            backend = self.backend,
+            key = req.key.as_str(),
+            tool = req.tool.as_str(),
+            state = Empty,
+            outcome = Empty,
+            error = Empty
+        );
         self.observe("claim", span, self.store().claim(req), describe_claim)
     }
 
@@ -208,8 +215,14 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!("idem.store", op = "renew", backend = self.backend,
-            key = key.as_str(), outcome = Empty, error = Empty);
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "renew",
+            backend = self.backend,
+            key = key.as_str(),
+            outcome = Empty,
+            error = Empty
+        );
         let fut = self.store().renew(key, token, lease);
         self.observe("renew", span, fut, describe_nothing)
     }
@@ -225,10 +238,16 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!("idem.store", op = "settle", backend = self.backend,
-            key = key.as_str(), state = settlement.state.as_str(),
-            attempt = settlement.attempts.last().map(|a| a.attempt), outcome = Empty,
-            error = Empty);
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "settle",
+            backend = self.backend,
+            key = key.as_str(),
+            state = settlement.state.as_str(),
+            attempt = settlement.attempts.last().map(|a| a.attempt),
+            outcome = Empty,
+            error = Empty
+        );
         let fut = self.store().settle(key, token, settlement);
         self.observe("settle", span, fut, describe_nothing)
     }
@@ -243,8 +262,14 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!("idem.store", op = "release", backend = self.backend,
-            key = key.as_str(), outcome = Empty, error = Empty);
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "release",
+            backend = self.backend,
+            key = key.as_str(),
+            outcome = Empty,
+            error = Empty
+        );
         let fut = self.store().release(key, token);
         self.observe("release", span, fut, describe_nothing)
     }
@@ -260,8 +285,14 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!("idem.store", op = "reclaim", backend = self.backend,
-            key = key.as_str(), outcome = Empty, error = Empty);
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "reclaim",
+            backend = self.backend,
+            key = key.as_str(),
+            outcome = Empty,
+            error = Empty
+        );
         let fut = self.store().reclaim(key, expected, lease);
         self.observe("reclaim", span, fut, describe_nothing)
     }
@@ -275,8 +306,15 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!("idem.store", op = "get", backend = self.backend,
-            key = key.as_str(), state = Empty, outcome = Empty, error = Empty);
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "get",
+            backend = self.backend,
+            key = key.as_str(),
+            state = Empty,
+            outcome = Empty,
+            error = Empty
+        );
         self.observe("get", span, self.store().get(key), describe_record)
     }
 
@@ -289,8 +327,14 @@ impl IdemStore for Instrumented {
         'life0: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!("idem.store", op = "list", backend = self.backend,
-            state = state.as_str(), count = Empty, error = Empty);
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "list",
+            backend = self.backend,
+            state = state.as_str(),
+            count = Empty,
+            error = Empty
+        );
         self.observe("list", span, self.store().list(state, limit), describe_list)
     }
 
@@ -305,8 +349,14 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!("idem.store", op = "list_after",
-            backend = self.backend, state = state.as_str(), count = Empty, error = Empty);
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "list_after",
+            backend = self.backend,
+            state = state.as_str(),
+            count = Empty,
+            error = Empty
+        );
         let fut = self.store().list_after(state, after, limit);
         self.observe("list_after", span, fut, describe_list)
     }
@@ -329,9 +379,15 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!("idem.store", op = "wait_settled",
-            backend = self.backend, key = key.as_str(), state = Empty, outcome = Empty,
-            error = Empty);
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "wait_settled",
+            backend = self.backend,
+            key = key.as_str(),
+            state = Empty,
+            outcome = Empty,
+            error = Empty
+        );
         let fut = self.store().wait_settled(key, timeout);
         self.observe("wait_settled", span, fut, describe_record)
     }

@@ -52,7 +52,11 @@ impl WriteTool for Slow {
             .description("Charge slowly.")
             .timeout(Duration::from_millis(50))
     }
-    async fn call(&self, _ctx: WriteCtx, _args: ChargeArgs) -> Result<serde_json::Value, ToolError> {
+    async fn call(
+        &self,
+        _ctx: WriteCtx,
+        _args: ChargeArgs,
+    ) -> Result<serde_json::Value, ToolError> {
         self.0.fetch_add(1, Ordering::SeqCst);
         std::future::pending().await
     }
@@ -80,10 +84,14 @@ impl Ran {
 }
 
 fn call(tool: &str, cents: u64) -> ToolCall {
-    ToolCall::new("run-1", tool, json!({ "card": format!("4242 {SECRET}"), "cents": cents }))
-        .tenant(format!("tenant-{SECRET}"))
-        .principal(format!("principal-{SECRET}"))
-        .intent("order-1")
+    ToolCall::new(
+        "run-1",
+        tool,
+        json!({ "card": format!("4242 {SECRET}"), "cents": cents }),
+    )
+    .tenant(format!("tenant-{SECRET}"))
+    .principal(format!("principal-{SECRET}"))
+    .intent("order-1")
 }
 
 /// Runs the sequence on a current-thread runtime with paused time (the caller installs
@@ -120,8 +128,14 @@ pub async fn run() -> Ran {
     // the truth and not against themselves.
     assert!(fresh.is_completed() && !fresh.replayed());
     assert!(replay.is_completed() && replay.replayed());
-    assert!(matches!(changed.error(), Some(idem_runtime::CallError::ChangedParams { .. })));
-    assert!(matches!(unknown_tool.error(), Some(idem_runtime::CallError::UnknownTool { .. })));
+    assert!(matches!(
+        changed.error(),
+        Some(idem_runtime::CallError::ChangedParams { .. })
+    ));
+    assert!(matches!(
+        unknown_tool.error(),
+        Some(idem_runtime::CallError::UnknownTool { .. })
+    ));
     assert_eq!(timed_out.class(), Some(idem_runtime::OutcomeClass::Unknown));
     let slow = store.get(timed_out.key().unwrap()).await.unwrap().unwrap();
     assert_eq!(slow.state, idem_runtime::RecordState::Escalated);
