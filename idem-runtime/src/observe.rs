@@ -1,8 +1,10 @@
 //! Observe: the spans idem opens and the metrics it records, by name.
 //!
 //! Everything here is off until a program asks for it. Spans go through `tracing`: without
-//! a subscriber interested in them they are not built, and the store spans (level `DEBUG`)
-//! are skipped entirely, not even timed, under an `INFO` filter. Metrics go through the
+//! a subscriber interested in them they are not built, and without the `metrics` feature a
+//! store operation nobody traces (the store spans are at level `DEBUG`, so under an `INFO`
+//! filter too) goes to the store untouched: no span, no timer, no extra allocation.
+//! Metrics go through the
 //! [`metrics`](https://docs.rs/metrics) facade, compiled in only with the cargo feature
 //! `metrics` (`idem/metrics`), and recorded by whatever recorder the program installs (a
 //! Prometheus exporter, StatsD, a test's debugging recorder); with none installed they cost
@@ -28,8 +30,9 @@
 //! In `idem.store`, `state` is the record state a claim found or a settle writes, `outcome`
 //! what the operation answered (`claimed`, `existing`, `mismatch`; `found`, `absent`; `ok`),
 //! `attempt` the number of the last attempt a settle records, `count` how many records a
-//! listing returned, and `error` the [`StoreError`](crate::StoreError) kind ([`store_error`
-//! labels](#labels)). `tool` is filled in where the operation names it (a claim).
+//! listing returned, and `error` the [`StoreError`](crate::StoreError)'s kind (the store
+//! `result` values in [Labels](#labels), never its text). `tool` is filled in where the
+//! operation names it (a claim).
 //!
 //! # Metrics (feature `metrics`)
 //!
@@ -48,7 +51,8 @@
 //! | [`RECONCILE_DECISIONS`] | counter | `tool`, `action` | records | each record a pass decided on, by what it did |
 //!
 //! A histogram's count is also the number of events, so store operations per backend and
-//! operation are `count(idem_store_op_duration_seconds)`.
+//! operation are `count(idem_store_op_duration_seconds)`. `describe_metrics()` gives the
+//! recorder each metric's unit and help text.
 //!
 //! # Labels
 //!
