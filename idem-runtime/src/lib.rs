@@ -16,6 +16,9 @@
 //! 8. the executor (private): claim → run under timeout and lease → classify → settle;
 //! 9. [`registry`]: tools by name, dispatch, definitions for a whole registry;
 //! 10. [`reconcile`]: the [`Reconciler`] and a person's [`resolve`](reconcile::resolve).
+//!
+//! Under them all, [`observe`] names the spans and metrics (feature `metrics`) the layers
+//! record.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -26,6 +29,7 @@ mod executor;
 pub mod identity;
 #[doc(hidden)]
 pub mod macro_support;
+pub mod observe;
 pub mod outcome;
 pub mod reconcile;
 pub mod registry;

@@ -46,6 +46,7 @@
 //! ([`crate::store::IdemStore::list_after`]), so records that stay unknown or pending for
 //! long cannot keep newer ones from ever being looked at.
 
+mod observe;
 mod plan;
 mod resolve;
 
@@ -247,7 +248,7 @@ impl Reconciler {
     }
 
     fn store(&self) -> &Arc<dyn IdemStore> {
-        self.registry.store()
+        self.registry.observed_store()
     }
 
     fn now(&self) -> Timestamp {
@@ -260,6 +261,10 @@ impl Reconciler {
     /// are included when the walk reaches them. Does not move [`Reconciler::run_once`]'s
     /// position.
     pub async fn run_all(&self) -> Result<Vec<Decision>, StoreError> {
+        observe::pass(observe::Mode::All, self.walk_all()).await
+    }
+
+    async fn walk_all(&self) -> Result<Vec<Decision>, StoreError> {
         let mut decisions = Vec::new();
         for state in WALKED {
             let mut after: Option<ListCursor> = None;
@@ -271,7 +276,7 @@ impl Reconciler {
                 let last_page = page.len() < self.batch;
                 after = page.last().map(ListCursor::of).or(after);
                 for record in page {
-                    decisions.push(self.decide(record).await);
+                    decisions.push(self.decide_observed(record).await);
                 }
                 if last_page {
                     break;
@@ -284,6 +289,10 @@ impl Reconciler {
     /// One pass over unknown and pending records: up to [`Reconciler::batch`] of each, from
     /// where this reconciler's previous pass stopped.
     pub async fn run_once(&self) -> Result<Vec<Decision>, StoreError> {
+        observe::pass(observe::Mode::Once, self.walk_once()).await
+    }
+
+    async fn walk_once(&self) -> Result<Vec<Decision>, StoreError> {
         let mut decisions = Vec::new();
         for (i, state) in WALKED.into_iter().enumerate() {
             self.walk_state(i, state, &mut decisions).await?;
@@ -327,7 +336,7 @@ impl Reconciler {
                 after = Some(ListCursor::of(last));
             }
             for record in page {
-                decisions.push(self.decide(record).await);
+                decisions.push(self.decide_observed(record).await);
             }
             if lapped {
                 break;

@@ -1,6 +1,7 @@
 //! Expose: the [`Registry`] that dispatches calls by name and exports tool definitions.
 
 mod error;
+mod observe;
 mod size;
 
 use std::collections::HashMap;
@@ -19,7 +20,7 @@ use crate::definitions::{definition, DefinitionOptions, Format};
 use crate::escalation::{Escalation, EscalationSink, LogSink, NoticeGate, RedactingSink, Redactor};
 use crate::executor::{Executed, Executor, RetryPolicy};
 use crate::identity::KeyMigration;
-use crate::store::{Clock, IdemStore, MemoryStore, SystemClock};
+use crate::store::{Clock, IdemStore, Instrumented, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
 
@@ -51,6 +52,8 @@ struct Inner {
     tools: HashMap<String, DynTool>,
     /// Registration order, for definitions.
     order: Vec<String>,
+    /// The store as given; the executor's is the same one behind [`Instrumented`].
+    store: Arc<dyn IdemStore>,
     executor: Executor,
     max_args_bytes: usize,
     require_tenant: bool,
@@ -287,7 +290,7 @@ impl RegistryBuilder {
                 tools,
                 order,
                 executor: Executor {
-                    store,
+                    store: Arc::new(Instrumented::new(store.clone())),
                     clock,
                     retry: self.retry.unwrap_or_default(),
                     in_flight_wait: self.in_flight_wait.unwrap_or(DEFAULT_IN_FLIGHT_WAIT),
@@ -298,6 +301,7 @@ impl RegistryBuilder {
                 },
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
                 require_tenant: self.require_tenant,
+                store,
             }),
         })
     }
@@ -347,8 +351,14 @@ impl Registry {
         RegistryBuilder::default()
     }
 
-    /// The store this registry claims in.
+    /// The store this registry claims in, as it was given (without the [`Instrumented`]
+    /// wrapper the registry's own operations go through).
     pub fn store(&self) -> &Arc<dyn IdemStore> {
+        &self.inner.store
+    }
+
+    /// The store as the registry's executor and reconciler use it: traced and timed.
+    pub(crate) fn observed_store(&self) -> &Arc<dyn IdemStore> {
         &self.inner.executor.store
     }
 
@@ -390,9 +400,11 @@ impl Registry {
     ///
     /// Never panics and never runs a handler for a call it refuses; see [`ToolResult`].
     pub async fn call(&self, call: ToolCall) -> ToolResult {
+        let timer = crate::observe::Timer::start();
         let span = tracing::info_span!(
             "idem.call",
-            tool = %call.tool,
+            // The name as asked for, which the model chose: bounded like the error's echo.
+            tool = bounded_name(&call.tool),
             run_id = %call.scope.run_id(),
             call_id = call.call_id.as_deref().unwrap_or(""),
             key = tracing::field::Empty,
@@ -405,6 +417,7 @@ impl Registry {
         };
         // The executor records the key on this span as soon as it derives it.
         span.record("class", class);
+        observe::call_finished(&call.tool, &executed, timer);
         if let (CallArgs::Value(args), Err(CallError::InvalidArgs { .. })) =
             (call.args, &executed.result)
         {
@@ -509,6 +522,16 @@ fn echoed_name(name: &str) -> String {
         end -= 1;
     }
     format!("{}…", &name[..end])
+}
+
+/// A requested tool name cut to the longest a tool name can be (64 bytes), for spans: a
+/// model's runaway name is not written into every trace in full.
+fn bounded_name(name: &str) -> &str {
+    let mut end = name.len().min(64);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
 }
 
 /// Refuses arguments that are not a JSON object when the tool's schema asks for one. Serde

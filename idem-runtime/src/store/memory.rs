@@ -313,6 +313,9 @@ fn wake(slot: &mut Slot) {
 
 #[async_trait::async_trait]
 impl IdemStore for MemoryStore {
+    fn backend_name(&self) -> &'static str {
+        "memory"
+    }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

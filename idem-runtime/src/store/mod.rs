@@ -26,6 +26,7 @@
 mod clock;
 #[cfg(feature = "testing")]
 pub mod conformance;
+mod instrumented;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -49,6 +50,7 @@ pub use self::redis::{RedisStore, RedisStoreBuilder};
 pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
 pub(crate) use clock::deadline_after;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
+pub use instrumented::Instrumented;
 pub use memory::{MemoryStore, DEFAULT_CAPACITY};
 pub use record::{
     AttemptKind, AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState,
@@ -354,6 +356,14 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
         Arc::new(SystemClock)
     }
 
+    /// A short, fixed name for this kind of store (`memory`, `sqlite`, `redis`, `postgres`),
+    /// recorded in spans and as the `backend` label of store metrics ([`crate::observe`]).
+    /// It must be a constant per type, never derived from data (a URL, a prefix): label
+    /// values must stay few. The default is `custom`.
+    fn backend_name(&self) -> &'static str {
+        "custom"
+    }
+
     /// Waits up to `timeout` for `key`'s record to leave `Running`; returns it as last seen.
     ///
     /// The default polls [`IdemStore::get`] with backoff; backends that can push a
@@ -385,6 +395,9 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
 impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
     fn clock(&self) -> Arc<dyn Clock> {
         (**self).clock()
+    }
+    fn backend_name(&self) -> &'static str {
+        (**self).backend_name()
     }
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         (**self).claim(req).await

@@ -1159,6 +1159,9 @@ async fn put(
 
 #[async_trait::async_trait]
 impl IdemStore for PostgresStore {
+    fn backend_name(&self) -> &'static str {
+        "postgres"
+    }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

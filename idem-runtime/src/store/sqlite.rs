@@ -1007,6 +1007,9 @@ fn list_rows(
 
 #[async_trait::async_trait]
 impl IdemStore for SqliteStore {
+    fn backend_name(&self) -> &'static str {
+        "sqlite"
+    }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

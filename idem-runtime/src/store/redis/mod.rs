@@ -571,6 +571,9 @@ fn decode_record(fields: &Value, record_prefix: &str) -> Result<Record, StoreErr
 
 #[async_trait::async_trait]
 impl IdemStore for RedisStore {
+    fn backend_name(&self) -> &'static str {
+        "redis"
+    }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }
