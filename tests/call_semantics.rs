@@ -8,14 +8,13 @@
 //! the rule it holds the code to.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::identity::KeyMaterial;
 use idem::reconcile::{resolve, Action, CallbackSink, Resolution, ResolveError};
-use idem::store::{Clock, ManualClock, Retention, Timestamp, TokioClock};
+use idem::store::{Clock, Retention, Timestamp, TokioClock};
 use idem::{
     tool, BuildError, CallError, Downstream, Escalation, Format, IdemKey, IdemStore, MemoryStore,
     Outcome, OutcomeClass, ReadBack, ReadBackCtx, ReadCtx, ReadTool, Reconciler, RecordState,
@@ -1340,7 +1339,10 @@ fn definitions_carry_names_descriptions_schemas_and_hints_in_every_format() {
 
 #[cfg(feature = "sqlite")]
 mod sqlite {
+    use std::path::PathBuf;
+
     use super::*;
+    use idem::store::ManualClock;
     use idem::SqliteStore;
 
     /// A fresh directory under the system temp dir, removed on drop.

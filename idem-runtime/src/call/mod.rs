@@ -200,7 +200,10 @@ impl ToolResult {
     /// Pending, unknown and escalated calls are errors too: none is a success the model may
     /// build on, and the text says what state the call is in. A refusal executed nothing.
     /// An expired result counts as what it was: the tombstone of a completion is not an
-    /// error, that of a failure is. Every integration (MCP, the providers, rig) uses this.
+    /// error, that of a failure is. Every integration (MCP, the providers, rig) uses this,
+    /// with one exception forced by MCP: a tool that lists an `outputSchema` must return
+    /// structured content with every success, so there an expired completion, which has no
+    /// content left, is sent as an error (its `_meta` outcome still says completed).
     pub fn is_error(&self) -> bool {
         !matches!(
             self.outcome(),
