@@ -255,3 +255,28 @@ async fn the_reconciler_waits_for_the_default_bound_and_no_longer() {
     assert_eq!(w.record(&key).await.state, RecordState::Escalated);
     assert_eq!(w.sends.load(Ordering::SeqCst), 1);
 }
+
+/// `Duration::MAX` reads as "never abandon": it must not overflow the watcher's deadline
+/// (a panic inside `Registry::call` would leave the claim running with nobody told).
+#[tokio::test(start_paused = true)]
+async fn an_unbounded_declaration_never_drops_the_handler_and_never_panics() {
+    for (declared, registry_default) in [(Some(Duration::MAX), None), (None, Some(Duration::MAX))] {
+        let spec = match declared {
+            Some(bound) => charge().in_flight_bound(bound),
+            None => charge(),
+        };
+        let w = world(spec, |b| match registry_default {
+            Some(bound) => b.default_in_flight_bound(bound),
+            None => b,
+        });
+        let key = w.call_times_out().await;
+        tokio::time::sleep(Duration::from_secs(3 * 3600)).await;
+        assert!(!w.dropped(), "kept running: no bound was set");
+        let record = w.record(&key).await;
+        assert_eq!(record.state, RecordState::Unknown);
+        assert!(record
+            .attempts
+            .iter()
+            .all(|a| a.kind != AttemptKind::Abandoned));
+    }
+}

@@ -469,6 +469,8 @@ struct ClaimsMeet {
     inner: MemoryStore,
     meet: tokio::sync::Barrier,
     held: std::sync::atomic::AtomicUsize,
+    /// Releases fail (a store outage that begins after the claims).
+    refuse_releases: bool,
 }
 
 #[async_trait::async_trait]
@@ -486,6 +488,9 @@ impl IdemStore for ClaimsMeet {
         self.inner.settle(key, token, s).await
     }
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> StoreResult<()> {
+        if self.refuse_releases {
+            return Err(StoreError::Unavailable("connection reset".into()));
+        }
         self.inner.release(key, token).await
     }
     async fn reclaim(
@@ -512,6 +517,7 @@ async fn claims_made_in_the_same_instant_under_two_formats_run_once() {
         inner: MemoryStore::new(),
         meet: tokio::sync::Barrier::new(2),
         held: Default::default(),
+        refuse_releases: false,
     });
     let ledger = Ledger::default();
     let phase_one = registry(
@@ -684,5 +690,132 @@ fn the_documented_v1_vectors_hold() {
             bytes,
         );
         assert_eq!(layout, w.key, "{}: layout", v.name);
+    }
+}
+
+/// A worker of the new build claimed an operation under v2 and died before it looked under
+/// v1, where an old build had already run it: two claims of one operation. The v2 claim
+/// lapses to unknown with nothing sent; a reconciler that sent it again (the keyed
+/// downstream would see a new key) or freed it would let a second charge in. It escalates.
+#[tokio::test]
+async fn a_reconciler_never_resends_an_operation_claimed_under_both_formats() {
+    use idem_runtime::identity::CanonicalJson;
+    use idem_runtime::store::{ManualClock, Operation, Timestamp};
+    use idem_runtime::{Downstream, Fingerprint, Reconciler};
+
+    let clock = ManualClock::new(Timestamp(1_800_000_000_000));
+    let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let ledger = Ledger::default();
+    let keyed = spec()
+        .downstream(Downstream::Keyed)
+        .lease(Duration::from_secs(5));
+    let old = registry(
+        store.clone(),
+        &ledger,
+        None,
+        keyed.clone(),
+        KeyMigration::claim_under(KeyFormat::V1),
+    );
+    let new = registry(
+        store.clone(),
+        &ledger,
+        None,
+        keyed,
+        KeyMigration::honour_previous(KeyFormat::V1),
+    );
+    assert!(old.call(charge("run-1", "acme", 4900)).await.is_completed());
+
+    let args = json!({ "customer": "acme", "amount_cents": 4900 });
+    let canonical = to_canonical_vec(&args);
+    let v2 = KeyFormat::V2
+        .key(
+            &Scope::run("run-1"),
+            "charge",
+            idem_runtime::identity::KeyMaterial::Args(&canonical),
+        )
+        .unwrap();
+    let claimed = store
+        .claim(&ClaimRequest {
+            key: v2.clone(),
+            fingerprint: Fingerprint::of_canonical(&canonical),
+            tool: "charge".into(),
+            lease: Duration::from_secs(5),
+            operation: Some(Operation {
+                scope: Scope::run("run-1"),
+                intent: None,
+                args: CanonicalJson::from_value(&args),
+            }),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claimed, ClaimOutcome::Claimed(_)));
+    clock.advance(Duration::from_secs(10)); // the dead worker's lease lapses: unknown
+
+    let decisions = Reconciler::new(&new).run_once().await.unwrap();
+    let on_v2: Vec<_> = decisions.iter().filter(|d| d.key == v2).collect();
+    assert_eq!(on_v2.len(), 1, "{decisions:?}");
+    assert_eq!(
+        on_v2[0].action,
+        idem_runtime::Action::Escalated,
+        "{decisions:?}"
+    );
+    assert_eq!(
+        store.get(&v2).await.unwrap().unwrap().state,
+        RecordState::Escalated
+    );
+    assert_eq!(ledger.charges_of("acme"), 1, "not sent again");
+}
+
+/// Both workers of the race above stand back, and neither claim can be released: each is
+/// parked as escalated (nothing ran under it), both callers are told so, and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_that_stand_back_and_cannot_be_released_are_parked_for_a_person() {
+    let meet = Arc::new(ClaimsMeet {
+        inner: MemoryStore::new(),
+        meet: tokio::sync::Barrier::new(2),
+        held: Default::default(),
+        refuse_releases: true,
+    });
+    let store: Arc<dyn IdemStore> = meet.clone();
+    let ledger = Ledger::default();
+    let phase_one = registry(
+        store.clone(),
+        &ledger,
+        None,
+        spec(),
+        KeyMigration::claim_previous(KeyFormat::V1),
+    );
+    let phase_two = new_build(store, &ledger);
+    let (a, b) = tokio::join!(
+        tokio::spawn({
+            let r = phase_one.clone();
+            async move { r.call(charge("run-1", "acme", 1)).await }
+        }),
+        tokio::spawn({
+            let r = phase_two.clone();
+            async move { r.call(charge("run-1", "acme", 1)).await }
+        }),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let escalated = meet.inner.list(RecordState::Escalated, 10).await.unwrap();
+    let ran = ledger.charges_of("acme");
+    if ran == 0 {
+        // Both stood back: both claims are parked, and neither caller was told "completed".
+        assert_eq!(escalated.len(), 2, "{escalated:?}");
+        assert!(escalated.iter().all(|r| r
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("two key formats")));
+        assert!(
+            !a.is_completed() && !b.is_completed(),
+            "{} / {}",
+            a.text(),
+            b.text()
+        );
+    } else {
+        // One saw the other first: it stood back (parked), the other ran once.
+        assert_eq!(ran, 1);
+        assert_eq!(escalated.len(), 1, "{escalated:?}");
     }
 }

@@ -182,6 +182,8 @@ struct Trap {
     fail_escalated_settle: AtomicBool,
     /// The sink refuses this many deliveries.
     sink_refusals: AtomicU32,
+    /// The sink never answers (a webhook that hangs).
+    sink_hangs: AtomicBool,
 }
 
 /// The test's `MemoryStore`, behind the [`Trap`].
@@ -371,6 +373,9 @@ impl EscalationSink for RefusingSink {
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if refused.is_ok() {
             return Err("pager unreachable".into());
+        }
+        if self.refuse.sink_hangs.load(Ordering::SeqCst) {
+            return std::future::pending().await;
         }
         self.seen.lock().unwrap().push(e.clone());
         Ok(())
@@ -1087,6 +1092,33 @@ async fn a_refused_escalation_leaves_the_record_unknown_until_a_sink_takes_it() 
     let record = w.store.get(first.key().unwrap()).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Unknown);
     assert_eq!(record.attempts.len(), 1, "the evidence stays");
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
+    assert_eq!(w.escalations.lock().unwrap().len(), 1);
+}
+
+/// A sink that never answers: the reconciler gives up on it at half the takeover's lease,
+/// before the takeover can lapse, and puts the record back as it was; the next pass, with the
+/// sink answering again, escalates it.
+#[tokio::test(start_paused = true)]
+async fn a_sink_that_hangs_is_a_refusal_before_the_takeover_lapses() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), false, |s| s);
+    let first = w.call().await;
+    w.trap.sink_hangs.store(true, Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    assert_eq!(w.pass().await, [Action::Waiting]);
+    let lease = w.registry.get("charge").unwrap().spec().lease_duration();
+    assert!(
+        started.elapsed() < lease,
+        "gave up before the takeover's lease ran out"
+    );
+    let record = w.store.get(first.key().unwrap()).await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        RecordState::Unknown,
+        "put back, not left running"
+    );
+    w.trap.sink_hangs.store(false, Ordering::SeqCst);
     assert_eq!(w.pass().await, [Action::Escalated]);
     assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
     assert_eq!(w.escalations.lock().unwrap().len(), 1);

@@ -11,11 +11,11 @@ use super::late::LateAttempt;
 use super::{evidence, Executed, Executor};
 use crate::call::{CallError, ToolCall};
 use crate::escalation::Escalation;
-use crate::identity::{CanonicalJson, IdemKey, KeyFormat, KeyMaterial, Scope};
+use crate::identity::{CanonicalJson, IdemKey, KeyFormat, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
 use crate::store::{
     rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Operation, Record,
-    RecordState, StoreError, Timestamp,
+    RecordState, Settlement, StoreError, Timestamp,
 };
 use crate::tool::erased::{Ctx, Decoded, RawArgs};
 use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
@@ -55,24 +55,9 @@ impl Executor {
             );
         };
         let claim_format = self.key_migration.claim_format();
-        let canonical = &identity.canonical;
-        let derive = |format: KeyFormat| {
-            let material = match (&call.intent, &identity.key_fields) {
-                (Some(intent), _) => KeyMaterial::Intent(intent),
-                (None, Some(fields)) => KeyMaterial::Fields(fields),
-                (None, None) if format == KeyFormat::V2 => {
-                    KeyMaterial::ArgsFingerprint(&identity.fingerprint)
-                }
-                (None, None) => KeyMaterial::Args(canonical),
-            };
-            let key = format.key(&call.scope, spec.name(), material)?;
-            let fingerprint = if format == KeyFormat::CURRENT {
-                identity.fingerprint
-            } else {
-                format.fingerprint(canonical)
-            };
-            Some((key, fingerprint))
-        };
+        let intent = call.intent.as_deref();
+        let derive =
+            |format: KeyFormat| format.identify(&call.scope, spec.name(), intent, &identity);
         let Some((key, fingerprint)) = derive(claim_format) else {
             // Not reachable with the formats of this build (each derives from the canonical
             // arguments); refused rather than trusted to stay so.
@@ -129,8 +114,10 @@ impl Executor {
     /// record found under it is this operation's claim. It is looked up before the claim and
     /// again after a won claim, since a worker claiming under that format may have slipped in
     /// between; the claim just won is then released (nothing ran under it) and the other
-    /// record answers. Two workers that each find the other's claim both stand back, so the
-    /// race can cost an "in flight" answer but never a second execution.
+    /// record answers. Two workers that each find the other's claim both stand back, wait
+    /// for the other's (now released) claim and try again; the race can cost a wait, or an
+    /// "in flight" answer if it repeats, but never a second execution. A claim that cannot
+    /// be released is parked as escalated.
     async fn claim(
         &self,
         tool: &str,
@@ -161,14 +148,14 @@ impl Executor {
                         let found = match self.find(other).await {
                             Ok(found) => found,
                             Err(e) => {
-                                self.stand_back(req, token).await;
+                                self.stand_back(req, token, &other.key).await;
                                 return Err(refused(&other.key, e));
                             }
                         };
                         match found {
                             None => return Ok(token),
                             Some(outcome) => {
-                                self.stand_back(req, token).await;
+                                self.stand_back(req, token, &other.key).await;
                                 outcome
                             }
                         }
@@ -224,13 +211,28 @@ impl Executor {
     }
 
     /// Gives up a claim won under one key format because the operation is claimed under
-    /// the other: nothing ran under it.
-    async fn stand_back(&self, req: &ClaimRequest, token: ClaimToken) {
-        if let Err(e) = self.store().release(&req.key, token).await {
-            // The claim stays running until its lease lapses, then reads unknown: a person
-            // sees it, and nothing runs twice.
-            tracing::error!(key = %req.key, error = %e,
-                "could not release a claim shadowed by another key format's claim");
+    /// the other (`other`): nothing ran under it.
+    async fn stand_back(&self, req: &ClaimRequest, token: ClaimToken, other: &IdemKey) {
+        let mut failure = None;
+        for _ in 0..3 {
+            match self.store().release(&req.key, token).await {
+                Ok(()) => return,
+                Err(e) => failure = Some(e),
+            }
+        }
+        // Left running, the claim would lapse to unknown, and a reconciler could send it
+        // again under this key while the operation lives under the other one. (A reconciler
+        // looks under the other format's key before it sends again or frees a key, so this
+        // is the second line.) Park it where only a person acts.
+        let why = format!(
+            "claimed under two key formats: this claim stood back for the one under {other} \
+             and could not be released ({}); nothing ran under this key",
+            failure.map_or_else(String::new, |e| e.to_string())
+        );
+        let parked = Settlement::new(RecordState::Escalated).message(why);
+        if let Err(e) = self.store().settle(&req.key, token, parked).await {
+            tracing::error!(key = %req.key, other = %other, error = %e,
+                "could not release or park a claim shadowed by another key format's claim");
         }
     }
 
@@ -343,7 +345,7 @@ impl Executor {
                         attempt,
                         started_at,
                         abandon_after: bound,
-                        abandon_at: deadline + bound,
+                        abandon_at: crate::store::instant_after(deadline, bound),
                         lease: spec.lease_duration(),
                     };
                     self.watch_late_result(fut, late).await;

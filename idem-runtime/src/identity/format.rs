@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use sha2::{Digest, Sha256};
 
-use super::{Fingerprint, IdemKey, KeyMaterial, Scope};
+use super::{ArgsIdentity, Fingerprint, IdemKey, KeyMaterial, Scope};
 
 /// A version of the key and fingerprint derivation (`docs/keys.md`, section 6).
 ///
@@ -71,6 +71,35 @@ impl KeyFormat {
         }
     }
 
+    /// The key and fingerprint of one operation under this format: its scope, tool, intent
+    /// id (if the caller gave one) and the identity of its arguments (with the tool's key
+    /// fields selected, if it names any). The material follows the usual precedence: the
+    /// intent id, else the key fields, else the whole arguments.
+    pub fn identify(
+        self,
+        scope: &Scope,
+        tool: &str,
+        intent: Option<&str>,
+        args: &ArgsIdentity,
+    ) -> Option<(IdemKey, Fingerprint)> {
+        let material = match (intent, &args.key_fields) {
+            (Some(intent), _) => KeyMaterial::Intent(intent),
+            (None, Some(fields)) => KeyMaterial::Fields(fields),
+            // The current format keys whole arguments by their fingerprint, already taken.
+            (None, None) if self == KeyFormat::V2 => {
+                KeyMaterial::ArgsFingerprint(&args.fingerprint)
+            }
+            (None, None) => KeyMaterial::Args(&args.canonical),
+        };
+        let key = self.key(scope, tool, material)?;
+        let fingerprint = if self == KeyFormat::V2 {
+            args.fingerprint
+        } else {
+            self.fingerprint(&args.canonical)
+        };
+        Some((key, fingerprint))
+    }
+
     /// The fingerprint of canonical arguments under this format.
     pub fn fingerprint(self, canonical_args: &[u8]) -> Fingerprint {
         match self {
@@ -125,7 +154,9 @@ impl FromStr for KeyFormat {
 ///
 /// Honouring a second format costs one extra store read per call before the claim, and one
 /// after a won claim (which closes the race with a worker claiming under the other format in
-/// between; if both find each other, both stand back and the call reports "in flight").
+/// between; if both find each other, both stand back and try again, and a call that keeps
+/// colliding reports "in flight"). A reconciler of a registry with a migration also looks
+/// under the other format's key before it sends an operation again or frees its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyMigration {
     claim: KeyFormat,

@@ -61,6 +61,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::executor::ClaimedRun;
+use crate::identity::{ArgsIdentity, IdemKey};
 use crate::outcome::OutcomeClass;
 use crate::registry::Registry;
 use crate::store::{
@@ -372,6 +373,38 @@ impl Reconciler {
         })
     }
 
+    /// During a key-format migration ([`crate::RegistryBuilder::key_migration`]), the key
+    /// under the other format of `record`'s operation, if a record holds it: the operation
+    /// was claimed twice (a worker stood back from a claim it could not release, or crashed
+    /// between its claim and its look under the other key), and only one of the claims may
+    /// ever be sent or freed. `None` without a migration, or when the other key is free.
+    async fn claimed_elsewhere(
+        &self,
+        record: &Record,
+        identity: Option<&ArgsIdentity>,
+    ) -> Result<Option<IdemKey>, StoreError> {
+        let migration = self.registry.executor().key_migration;
+        let (Some(honoured), Some(operation), Some(identity)) =
+            (migration.honoured_format(), &record.operation, identity)
+        else {
+            return Ok(None);
+        };
+        for format in [migration.claim_format(), honoured] {
+            let Some((key, _)) = format.identify(
+                &operation.scope,
+                &record.tool,
+                operation.intent.as_deref(),
+                identity,
+            ) else {
+                continue;
+            };
+            if key != record.key && self.store().get(&key).await?.is_some() {
+                return Ok(Some(key));
+            }
+        }
+        Ok(None)
+    }
+
     /// Plans what to do with `record` (reading back first when the plan asks for it) and
     /// does it.
     async fn decide(&self, record: Record) -> Decision {
@@ -388,7 +421,10 @@ impl Reconciler {
             Some(Err(e)) => Some(format!("{e:?}")),
             _ => None,
         };
-        let mut typed = decoded.and_then(|d| d.ok()).map(|d| d.typed);
+        let (mut typed, identity) = match decoded.and_then(|d| d.ok()) {
+            Some(d) => (Some(d.typed), d.identity),
+            None => (None, None),
+        };
         let limits = Limits {
             max_retries: self.max_retries,
             max_failed_read_backs: self.max_failed_read_backs,
@@ -421,6 +457,29 @@ impl Reconciler {
         }
 
         let decision = |action, detail: String| Decision::on(&record, action, detail);
+        if matches!(next, Plan::Retry | Plan::Release { .. }) {
+            // Sending again or freeing the key is only safe if this key is the operation's
+            // only claim; during a key-format migration it may hold another.
+            match self.claimed_elsewhere(&record, identity.as_ref()).await {
+                Ok(None) => {}
+                Ok(Some(other)) => {
+                    let reason = format!(
+                        "the operation is also claimed under another key format's key {other}; \
+                         not sent again and not released: a person decides"
+                    );
+                    return self
+                        .escalate(&record, &reason, evidence.into_iter().collect())
+                        .await
+                        .unwrap_or_else(|d| d);
+                }
+                Err(e) => {
+                    return decision(
+                        Action::Waiting,
+                        format!("could not look for a claim under the other key format: {e}"),
+                    )
+                }
+            }
+        }
         match next {
             Plan::Skip { why } => decision(Action::Skipped, why),
             Plan::Retry => {
@@ -542,11 +601,15 @@ impl Reconciler {
         }
     }
 
-    async fn takeover(&self, record: &Record) -> Result<ClaimToken, Decision> {
-        let lease = self
-            .registry
+    /// How long a takeover holds a record: the lease of its tool.
+    fn takeover_lease(&self, record: &Record) -> Duration {
+        self.registry
             .get(&record.tool)
-            .map_or(Duration::from_secs(60), |t| t.spec().lease_duration());
+            .map_or(Duration::from_secs(60), |t| t.spec().lease_duration())
+    }
+
+    async fn takeover(&self, record: &Record) -> Result<ClaimToken, Decision> {
+        let lease = self.takeover_lease(record);
         self.store()
             .reclaim(&record.key, record.token, lease)
             .await
@@ -582,7 +645,15 @@ impl Reconciler {
         escalated.message = Some(reason.to_owned());
         escalated.read_backs.extend(read_backs.iter().cloned());
         let escalation = Escalation::escalating(&escalated, reason, self.now());
-        if let Err(e) = self.sink.deliver(&escalation).await {
+        // The takeover is not renewed while the sink works: a sink slower than half its lease
+        // counts as a refusal, before the takeover can lapse. (A lapsed takeover reads
+        // unknown, and a pending record read as unknown could be sent again or released.)
+        let patience = self.takeover_lease(record) / 2;
+        let delivered = match tokio::time::timeout(patience, self.sink.deliver(&escalation)).await {
+            Ok(delivered) => delivered,
+            Err(_) => Err(format!("the sink did not answer within {patience:?}")),
+        };
+        if let Err(e) = delivered {
             tracing::error!(key = %record.key, id = %escalation.id, error = %e,
                 "escalation sink failed; the record is put back and escalated again next pass");
             let mut back = Settlement::new(record.state).read_backs(read_backs);

@@ -75,10 +75,15 @@ impl fmt::Display for Timestamp {
 /// `now + d` on tokio's clock, saturating at a deadline a century away: a caller's
 /// `Duration::MAX` ("wait as long as it takes") must not overflow `Instant` and panic.
 pub(crate) fn deadline_after(d: Duration) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    now.checked_add(d)
-        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
-        .unwrap_or(now)
+    instant_after(tokio::time::Instant::now(), d)
+}
+
+/// `at + d`, or a century after `at` when that overflows (a bound of `Duration::MAX` means
+/// "never"; `Instant + Duration` would panic on it).
+pub(crate) fn instant_after(at: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    at.checked_add(d)
+        .or_else(|| at.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(at)
 }
 
 /// A source of wall-clock time: what leases, retention and retry windows are measured by.

@@ -48,7 +48,7 @@ pub use self::postgres::{PostgresStore, PostgresStoreBuilder};
 pub use self::redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
-pub(crate) use clock::deadline_after;
+pub(crate) use clock::{deadline_after, instant_after};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use instrumented::Instrumented;
 pub use memory::{MemoryStore, DEFAULT_CAPACITY};
