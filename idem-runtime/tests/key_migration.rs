@@ -511,34 +511,62 @@ impl IdemStore for ClaimsMeet {
 
 type StoreResult<T> = Result<T, StoreError>;
 
+/// A phase-one and a phase-two build over one [`ClaimsMeet`] store, each sent the same
+/// charge at once.
+struct Race {
+    store: Arc<ClaimsMeet>,
+    ledger: Ledger,
+    phase_one: Registry,
+    phase_two: Registry,
+}
+
+impl Race {
+    fn new(refuse_releases: bool) -> Race {
+        let store = Arc::new(ClaimsMeet {
+            inner: MemoryStore::new(),
+            meet: tokio::sync::Barrier::new(2),
+            held: Default::default(),
+            refuse_releases,
+        });
+        let shared: Arc<dyn IdemStore> = store.clone();
+        let ledger = Ledger::default();
+        let phase_one = registry(
+            shared.clone(),
+            &ledger,
+            None,
+            spec(),
+            KeyMigration::claim_previous(KeyFormat::V1),
+        );
+        let phase_two = new_build(shared, &ledger);
+        Race {
+            store,
+            ledger,
+            phase_one,
+            phase_two,
+        }
+    }
+
+    /// Both calls, concurrently; their answers in the order (phase one, phase two).
+    async fn run(&self) -> (idem_runtime::ToolResult, idem_runtime::ToolResult) {
+        let call = |registry: &Registry| {
+            let registry = registry.clone();
+            tokio::spawn(async move { registry.call(charge("run-1", "acme", 1)).await })
+        };
+        let (a, b) = tokio::join!(call(&self.phase_one), call(&self.phase_two));
+        (a.unwrap(), b.unwrap())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_made_in_the_same_instant_under_two_formats_run_once() {
-    let store: Arc<dyn IdemStore> = Arc::new(ClaimsMeet {
-        inner: MemoryStore::new(),
-        meet: tokio::sync::Barrier::new(2),
-        held: Default::default(),
-        refuse_releases: false,
-    });
-    let ledger = Ledger::default();
-    let phase_one = registry(
-        store.clone(),
-        &ledger,
-        None,
-        spec(),
-        KeyMigration::claim_previous(KeyFormat::V1),
-    );
-    let phase_two = new_build(store, &ledger);
-    let (a, b) = tokio::join!(
-        tokio::spawn({
-            let r = phase_one.clone();
-            async move { r.call(charge("run-1", "acme", 1)).await }
-        }),
-        tokio::spawn({
-            let r = phase_two.clone();
-            async move { r.call(charge("run-1", "acme", 1)).await }
-        }),
-    );
-    let (a, b) = (a.unwrap(), b.unwrap());
+    let race = Race::new(false);
+    let (a, b) = race.run().await;
+    let Race {
+        ledger,
+        phase_one,
+        phase_two,
+        ..
+    } = race;
     assert!(
         ledger.charges_of("acme") <= 1,
         "both formats ran the operation: {} / {}",
@@ -770,35 +798,15 @@ async fn a_reconciler_never_resends_an_operation_claimed_under_both_formats() {
 /// parked as escalated (nothing ran under it), both callers are told so, and nothing runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_that_stand_back_and_cannot_be_released_are_parked_for_a_person() {
-    let meet = Arc::new(ClaimsMeet {
-        inner: MemoryStore::new(),
-        meet: tokio::sync::Barrier::new(2),
-        held: Default::default(),
-        refuse_releases: true,
-    });
-    let store: Arc<dyn IdemStore> = meet.clone();
-    let ledger = Ledger::default();
-    let phase_one = registry(
-        store.clone(),
-        &ledger,
-        None,
-        spec(),
-        KeyMigration::claim_previous(KeyFormat::V1),
-    );
-    let phase_two = new_build(store, &ledger);
-    let (a, b) = tokio::join!(
-        tokio::spawn({
-            let r = phase_one.clone();
-            async move { r.call(charge("run-1", "acme", 1)).await }
-        }),
-        tokio::spawn({
-            let r = phase_two.clone();
-            async move { r.call(charge("run-1", "acme", 1)).await }
-        }),
-    );
-    let (a, b) = (a.unwrap(), b.unwrap());
-    let escalated = meet.inner.list(RecordState::Escalated, 10).await.unwrap();
-    let ran = ledger.charges_of("acme");
+    let race = Race::new(true);
+    let (a, b) = race.run().await;
+    let escalated = race
+        .store
+        .inner
+        .list(RecordState::Escalated, 10)
+        .await
+        .unwrap();
+    let ran = race.ledger.charges_of("acme");
     if ran == 0 {
         // Both stood back: both claims are parked, and neither caller was told "completed".
         assert_eq!(escalated.len(), 2, "{escalated:?}");
