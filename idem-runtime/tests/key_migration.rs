@@ -102,22 +102,30 @@ fn registry(
 
 /// What a build of format v1 did: claim under v1, look nowhere else.
 fn old_build(store: Arc<dyn IdemStore>, ledger: &Ledger) -> Registry {
+    old_build_of(store, ledger, spec())
+}
+
+fn old_build_of(store: Arc<dyn IdemStore>, ledger: &Ledger, tool: ToolSpec) -> Registry {
     registry(
         store,
         ledger,
         None,
-        spec(),
+        tool,
         KeyMigration::claim_under(KeyFormat::V1),
     )
 }
 
 /// Phase 2 of the upgrade: claim under v2, honour v1.
 fn new_build(store: Arc<dyn IdemStore>, ledger: &Ledger) -> Registry {
+    new_build_of(store, ledger, spec())
+}
+
+fn new_build_of(store: Arc<dyn IdemStore>, ledger: &Ledger, tool: ToolSpec) -> Registry {
     registry(
         store,
         ledger,
         None,
-        spec(),
+        tool,
         KeyMigration::honour_previous(KeyFormat::V1),
     )
 }
@@ -245,20 +253,8 @@ async fn a_completed_operation_is_replayed_after_the_upgrade() {
         ),
     ];
     for (customer, call, tool_spec) in cases {
-        let old = registry(
-            store.clone(),
-            &ledger,
-            None,
-            tool_spec.clone(),
-            KeyMigration::claim_under(KeyFormat::V1),
-        );
-        let new = registry(
-            store.clone(),
-            &ledger,
-            None,
-            tool_spec,
-            KeyMigration::honour_previous(KeyFormat::V1),
-        );
+        let old = old_build_of(store.clone(), &ledger, tool_spec.clone());
+        let new = new_build_of(store.clone(), &ledger, tool_spec);
         let first = old.call(call.clone()).await;
         assert!(first.is_completed(), "{customer}: {}", first.text());
         let repeat = new.call(call.clone().call_id("a-new-tool-use-id")).await;
@@ -737,20 +733,8 @@ async fn a_reconciler_never_resends_an_operation_claimed_under_both_formats() {
     let keyed = spec()
         .downstream(Downstream::Keyed)
         .lease(Duration::from_secs(5));
-    let old = registry(
-        store.clone(),
-        &ledger,
-        None,
-        keyed.clone(),
-        KeyMigration::claim_under(KeyFormat::V1),
-    );
-    let new = registry(
-        store.clone(),
-        &ledger,
-        None,
-        keyed,
-        KeyMigration::honour_previous(KeyFormat::V1),
-    );
+    let old = old_build_of(store.clone(), &ledger, keyed.clone());
+    let new = new_build_of(store.clone(), &ledger, keyed);
     assert!(old.call(charge("run-1", "acme", 4900)).await.is_completed());
 
     let args = json!({ "customer": "acme", "amount_cents": 4900 });

@@ -293,6 +293,19 @@ impl IdemStore for Bridged {
         self.op(|s| async move { s.releases(&key).await })
     }
 
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let after = after.cloned();
+        self.op(|s| async move { s.list_releases(after.as_ref(), limit).await })
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name()
+    }
+
     async fn reclaim(
         &self,
         key: &IdemKey,

@@ -209,6 +209,24 @@ impl IdemStore for SimStore {
         faulty!(self, Some(key), "releases", inner.releases(key))
     }
 
+    async fn list_releases(
+        &self,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        let inner = self.inner();
+        faulty!(
+            self,
+            None,
+            "list_releases",
+            inner.list_releases(after, limit)
+        )
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner().backend_name()
+    }
+
     async fn reclaim(
         &self,
         key: &IdemKey,
