@@ -146,7 +146,7 @@ impl Executor {
                         // happened, so a repeat replays instead of running again, and tell
                         // the person who released it.
                         (Some(settlement), Some(claimed), Ok(None)) => {
-                            let restored = restore(&*store, &claimed, settlement, evidence.clone(), lease).await;
+                            let restored = restore(&*store, &claimed, settlement, Some(evidence.clone()), lease).await;
                             let reason = match &restored {
                                 Ok(Restored::Recorded(_)) => format!(
                                     "a timed-out attempt reported {class} after its key was released; recorded again, repeats now replay it"
@@ -185,21 +185,21 @@ impl Executor {
     }
 }
 
-/// Where a late result that settles went, once its key had been released.
-enum Restored {
+/// Where a result found after its key had been released went.
+pub(crate) enum Restored {
     /// The key was free: claimed again and settled as the late result said.
     Recorded(Record),
     /// Someone had claimed the key since: their record, untouched.
     ClaimedAgain(Record),
 }
 
-/// Claims a released key again for the operation `claimed` describes and settles it with
-/// the late result, its evidence attached.
-async fn restore(
+/// Claims a released key again for the operation `claimed` describes and settles it as
+/// found (a late result, or a read-back), with `claimed`'s attempts and `evidence`.
+pub(crate) async fn restore(
     store: &dyn IdemStore,
     claimed: &Record,
     settlement: Settlement,
-    evidence: AttemptRecord,
+    evidence: Option<AttemptRecord>,
     lease: Duration,
 ) -> Result<Restored, StoreError> {
     let req = ClaimRequest {
@@ -212,7 +212,7 @@ async fn restore(
     match store.claim(&req).await? {
         ClaimOutcome::Claimed(token) => {
             let mut attempts = claimed.attempts.clone();
-            attempts.push(evidence);
+            attempts.extend(evidence);
             store
                 .settle(&req.key, token, settlement.attempts(attempts))
                 .await?;

@@ -15,7 +15,7 @@ use crate::identity::{CanonicalJson, IdemKey, KeyFormat, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
 use crate::store::{
     rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Operation, Record,
-    RecordState, Settlement, StoreError, Timestamp,
+    RecordState, ReleaseNote, Settlement, StoreError, Timestamp,
 };
 use crate::tool::erased::{Ctx, Decoded, RawArgs};
 use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
@@ -483,6 +483,56 @@ impl Executor {
         }
     }
 
+    /// Frees the key of an operation the downstream refused "unavailable, not executed" at
+    /// every attempt, keeping a release trace ([`IdemStore::release_unsettled`], by
+    /// [`ReleaseNote::EXECUTOR`]) with the attempts and the arguments.
+    ///
+    /// "Not executed" is the downstream's word for the copies of the request it answered.
+    /// A copy that reached it another way (a proxy's or load balancer's redelivery) may
+    /// still have run, and the caller is about to be told nothing was done. The trace is
+    /// what lets the reconciler read the operation back for a while and put a record back
+    /// if the effect is there ([`crate::Reconciler::watch_released_for`]); a plain release
+    /// would leave such an effect with no record at all.
+    ///
+    /// The record is settled unknown first (with the attempts), then released with its
+    /// trace: two steps, because the trace is taken from an unsettled record. Between
+    /// them, a repeat is told "unknown"; a crash between them leaves an unknown record for
+    /// the reconciler, the safe side. If the first step fails, the key is released plainly.
+    ///
+    /// [`IdemStore::release_unsettled`]: crate::store::IdemStore::release_unsettled
+    async fn release_unavailable(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        evidence: Vec<AttemptRecord>,
+    ) {
+        let attempts = evidence.len();
+        let parked = Settlement::new(RecordState::Unknown)
+            .message("every attempt was refused as unavailable, not executed; released")
+            .attempts(evidence);
+        let released = match self.store().settle(key, token, parked).await {
+            Ok(()) => {
+                let note = ReleaseNote::new(
+                    ReleaseNote::EXECUTOR,
+                    format!(
+                        "unavailable, not executed ({attempts} attempt(s)); released so the \
+                         intent may run again later, traced so a copy that ran anyway is found"
+                    ),
+                );
+                self.store().release_unsettled(key, token, &note).await
+            }
+            Err(e) => {
+                tracing::warn!(key = %key, error = %e,
+                    "could not keep the attempts of an unavailable operation; releasing without a trace");
+                self.store().release(key, token).await
+            }
+        };
+        if let Err(e) = released {
+            tracing::error!(key = %key, error = %e,
+                "could not release an operation refused as unavailable; it stays unknown for the reconciler");
+        }
+    }
+
     async fn settle(
         &self,
         key: IdemKey,
@@ -498,6 +548,10 @@ impl Executor {
             attempts,
         };
         let Some(settlement) = settlement_of(&result) else {
+            if matches!(result, Err(ToolError::Unavailable { .. })) {
+                self.release_unavailable(&key, token, evidence).await;
+                return done(outcome_of(result));
+            }
             // Rejected before execution: free the key so the same intent may run again.
             if let Err(e) = self.store().release(&key, token).await {
                 tracing::error!(key = %key, error = %e,

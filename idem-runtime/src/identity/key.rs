@@ -180,6 +180,11 @@ impl IdemKey {
         Some(IdemKey::from_digest(h.finalize().into()))
     }
 
+    /// The key that sorts before every other: a place to list from.
+    pub(crate) fn lowest() -> IdemKey {
+        IdemKey(format!("{PREFIX}{}", "0".repeat(64)).into())
+    }
+
     /// Parses a key printed earlier (by [`IdemKey::as_str`], a store or the CLI).
     pub fn parse(s: &str) -> Result<IdemKey, ParseKeyError> {
         let hex = s.strip_prefix(PREFIX).ok_or(ParseKeyError)?;

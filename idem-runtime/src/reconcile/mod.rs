@@ -45,9 +45,15 @@
 //! A pass looks at a bounded batch per state and the next pass resumes after it
 //! ([`crate::store::IdemStore::list_after`]), so records that stay unknown or pending for
 //! long cannot keep newer ones from ever being looked at.
+//!
+//! Each pass also reads back the operations whose keys the executor freed after every
+//! attempt was refused "unavailable, not executed" (a copy of the request may have reached
+//! the downstream another way and run): see [`Reconciler::watch_released_for`], and
+//! `released.rs` for its decision table.
 
 mod observe;
 mod plan;
+mod released;
 mod resolve;
 
 // Escalations and read-backs are what the reconciler produces and consumes; they live in
@@ -60,16 +66,17 @@ pub use resolve::{resolve, resolve_as, Resolution, ResolveError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::executor::ClaimedRun;
+use crate::executor::{restore, ClaimedRun, Restored};
 use crate::identity::{ArgsIdentity, IdemKey};
 use crate::outcome::OutcomeClass;
 use crate::registry::Registry;
 use crate::store::{
-    ClaimToken, IdemStore, ListCursor, ReadBackRecord, Record, RecordState, Settlement, StoreError,
-    Timestamp,
+    ClaimToken, IdemStore, ListCursor, ReadBackRecord, Record, RecordState, ReleaseRecord,
+    Settlement, StoreError, Timestamp,
 };
 use crate::tool::{DynTool, ToolKind};
 use plan::{evidence_of, plan, Facts, Limits, Plan};
+use released::{watch, Watch};
 
 /// What one reconciliation pass decided, per record.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -144,7 +151,12 @@ pub struct Reconciler {
     max_failed_read_backs: u32,
     batch: usize,
     walk: Walk,
+    watch_released_for: Duration,
+    watched: Watched,
 }
+
+/// Default of [`Reconciler::watch_released_for`]: a day.
+pub const DEFAULT_WATCH_RELEASED_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// Who the store's release trace names when the reconciler frees a key
 /// ([`crate::store::ReleaseRecord::by`]).
@@ -195,6 +207,28 @@ impl Clone for Walk {
     }
 }
 
+/// How far [`Reconciler::run_once`] has watched the executor's releases: every release at
+/// or before this cursor has been looked at for good (`released::settled`). Same locking
+/// rules as [`Walk`].
+#[derive(Debug, Default)]
+struct Watched(Mutex<Option<ListCursor>>);
+
+impl Watched {
+    fn get(&self) -> Option<ListCursor> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, cursor: ListCursor) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(cursor);
+    }
+}
+
+impl Clone for Watched {
+    fn clone(&self) -> Self {
+        Watched(Mutex::new(self.get()))
+    }
+}
+
 impl Reconciler {
     /// A reconciler for the tools and store of `registry`, escalating to its sink.
     pub fn new(registry: &Registry) -> Self {
@@ -205,6 +239,8 @@ impl Reconciler {
             max_failed_read_backs: DEFAULT_MAX_FAILED_READ_BACKS,
             batch: 500,
             walk: Walk::default(),
+            watch_released_for: DEFAULT_WATCH_RELEASED_FOR,
+            watched: Watched::default(),
         }
     }
 
@@ -248,6 +284,26 @@ impl Reconciler {
         self
     }
 
+    /// How far back a reconciler that has just started looks for keys the executor freed
+    /// after "unavailable, not executed" (default [`DEFAULT_WATCH_RELEASED_FOR`], a day;
+    /// zero turns the watch off).
+    ///
+    /// A downstream's 503 or 429 speaks for the copy of the request it answered; a copy
+    /// that reached it another way (a proxy's redelivery) may have run all the same. The
+    /// executor frees such keys with a release trace ([`ReleaseNote::EXECUTOR`](crate::store::ReleaseNote::EXECUTOR)),
+    /// and every pass reads each traced operation back until no copy can land any more
+    /// (last send + timeout + 2 × in-flight bound): an effect found is recorded again, as
+    /// found, and a person is told; more than one effect is escalated. A key claimed again
+    /// since is left to its new record. A running reconciler keeps its place, so each
+    /// release is read back while a copy may still land and once after that; a reconciler
+    /// that starts (or [`Reconciler::run_all`]) looks back this far. Releases whose
+    /// read-back keeps failing are looked at again on every pass until they fall out of
+    /// this window.
+    pub fn watch_released_for(mut self, d: Duration) -> Self {
+        self.watch_released_for = d;
+        self
+    }
+
     fn store(&self) -> &Arc<dyn IdemStore> {
         self.registry.observed_store()
     }
@@ -284,6 +340,7 @@ impl Reconciler {
                 }
             }
         }
+        self.watch_released(None, &mut decisions).await?;
         Ok(decisions)
     }
 
@@ -298,7 +355,201 @@ impl Reconciler {
         for (i, state) in WALKED.into_iter().enumerate() {
             self.walk_state(i, state, &mut decisions).await?;
         }
+        self.watch_released(Some(self.batch), &mut decisions)
+            .await?;
         Ok(decisions)
+    }
+
+    /// Reads back the operations of keys the executor freed after "unavailable, not
+    /// executed" ([`Reconciler::watch_released_for`]), `budget` releases at most (`None`: a
+    /// one-shot run, every release in the window, without moving this reconciler's place).
+    async fn watch_released(
+        &self,
+        budget: Option<usize>,
+        decisions: &mut Vec<Decision>,
+    ) -> Result<(), StoreError> {
+        if self.watch_released_for.is_zero() {
+            return Ok(());
+        }
+        let keep_place = budget.is_some();
+        let mut budget = budget.unwrap_or(usize::MAX);
+        let now = self.now();
+        let window_start = ListCursor {
+            created_at: Timestamp(now.as_millis().saturating_sub(
+                u64::try_from(self.watch_released_for.as_millis()).unwrap_or(u64::MAX),
+            )),
+            key: IdemKey::lowest(),
+        };
+        let mut after = match self.watched.get() {
+            Some(watched) if keep_place && watched > window_start => watched,
+            _ => window_start,
+        };
+        // The place moves only over releases looked at for good, in order: one that is
+        // looked at again next pass holds it, and every release after it with it.
+        let mut contiguous = true;
+        while budget > 0 {
+            let page_size = budget.min(self.batch);
+            let page = self.store().list_releases(Some(&after), page_size).await?;
+            let at_end = page.len() < page_size;
+            budget = budget.saturating_sub(page.len());
+            for release in page {
+                let cursor = ListCursor::of_release(&release);
+                let (settled, decision) = self.watch_one(&release, now).await;
+                decisions.extend(decision);
+                contiguous &= settled;
+                if contiguous && keep_place {
+                    self.watched.set(cursor.clone());
+                }
+                after = cursor;
+            }
+            if at_end {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides about one release trace and carries the decision out: whether it was
+    /// looked at for good, and the decision to report, if any.
+    async fn watch_one(&self, release: &ReleaseRecord, now: Timestamp) -> (bool, Option<Decision>) {
+        let record = &release.record;
+        let tool = self
+            .registry
+            .get(&record.tool)
+            .filter(|t| t.kind() == ToolKind::Write)
+            .cloned();
+        let limits = Limits {
+            max_retries: self.max_retries,
+            max_failed_read_backs: self.max_failed_read_backs,
+        };
+        let default_bound = self.registry.executor().default_in_flight_bound;
+        let facts = tool
+            .as_ref()
+            .map(|t| Facts::of(t.spec(), default_bound, limits, None));
+        let decision = |action, detail: String| Some(Decision::on(record, action, detail));
+        let mut next = watch(release, facts.as_ref(), false, now, None);
+        if next != Watch::ReadBack {
+            return (released::settled(&next), None);
+        }
+        // The key's record, if a repeat claimed it again, speaks for the operation; so
+        // does a claim under the other key format during a migration.
+        let decoded = match (&tool, &record.operation) {
+            (Some(tool), Some(operation)) => tool.decode(&operation.args).ok(),
+            _ => None,
+        };
+        let Some((tool, operation, decoded)) = tool
+            .as_ref()
+            .zip(record.operation.as_ref())
+            .zip(decoded)
+            .map(|((t, o), d)| (t, o, d))
+        else {
+            // The saved arguments no longer decode: nothing to read back with.
+            return (true, None);
+        };
+        let held = match self.store().get(&record.key).await {
+            Ok(found) => found.is_some(),
+            Err(e) => {
+                return (
+                    false,
+                    decision(Action::Waiting, format!("could not read the key: {e}")),
+                )
+            }
+        };
+        let held = held
+            || match self
+                .claimed_elsewhere(record, decoded.identity.as_ref())
+                .await
+            {
+                Ok(other) => other.is_some(),
+                Err(e) => {
+                    return (
+                        false,
+                        decision(
+                            Action::Waiting,
+                            format!("could not look under the other key format: {e}"),
+                        ),
+                    )
+                }
+            };
+        if held {
+            return (true, None);
+        }
+        let ctx = ReadBackCtx {
+            key: record.key.clone(),
+            scope: operation.scope.clone(),
+            downstream_ref: record.downstream_ref.clone(),
+        };
+        let found = tool.read_back(ctx, decoded.typed).await;
+        let evidence = ReadBackRecord {
+            at: self.now(),
+            result: evidence_of(&found),
+        };
+        next = watch(release, facts.as_ref(), false, now, Some(&found));
+        let settled = released::settled(&next);
+        let lease = tool.spec().lease_duration();
+        match next {
+            Watch::Ignore | Watch::ReadBack => (settled, None),
+            Watch::Done { why } => {
+                tracing::debug!(key = %record.key, "released after unavailable: {why}");
+                (settled, None)
+            }
+            Watch::Again { why } => (settled, decision(Action::Waiting, why)),
+            Watch::Restore {
+                settlement,
+                summary,
+            } => {
+                let settlement = settlement.read_backs(vec![evidence]);
+                match restore(&**self.store(), record, settlement, None, lease).await {
+                    Ok(Restored::Recorded(restored)) => {
+                        let reason = format!(
+                            "the caller was told nothing was done (every attempt refused as \
+                             unavailable), but the read-back {summary}: recorded again, repeats \
+                             now replay it"
+                        );
+                        tracing::warn!(key = %record.key, tool = %record.tool, "{reason}");
+                        let notice =
+                            Escalation::from_record(&restored, reason.as_str(), self.now());
+                        if let Err(e) = self.sink.deliver(&notice).await {
+                            tracing::error!(key = %record.key, error = %e, "escalation sink failed");
+                        }
+                        (true, decision(Action::Settled, reason))
+                    }
+                    // A repeat claimed the key in between: its record speaks for it.
+                    Ok(Restored::ClaimedAgain(_)) => (true, None),
+                    Err(e) => (
+                        false,
+                        decision(
+                            Action::Waiting,
+                            format!("found ({summary}), but could not record it: {e}"),
+                        ),
+                    ),
+                }
+            }
+            Watch::Escalate { reason } => {
+                let parked = Settlement::new(RecordState::Unknown)
+                    .message(reason.as_str())
+                    .read_backs(vec![evidence]);
+                match restore(&**self.store(), record, parked, None, lease).await {
+                    Ok(Restored::Recorded(restored)) => {
+                        // Delivered before it is recorded escalated; a sink that refuses
+                        // leaves an unknown record, which the walk escalates again.
+                        let d = self
+                            .escalate(&restored, &reason, Vec::new())
+                            .await
+                            .unwrap_or_else(|d| d);
+                        (true, Some(d))
+                    }
+                    Ok(Restored::ClaimedAgain(_)) => (true, None),
+                    Err(e) => (
+                        false,
+                        decision(
+                            Action::Waiting,
+                            format!("{reason}; could not record it: {e}"),
+                        ),
+                    ),
+                }
+            }
+        }
     }
 
     /// Decides up to `batch` records of `state`, in listing order, from the saved cursor.

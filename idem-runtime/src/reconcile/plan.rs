@@ -253,37 +253,20 @@ pub(crate) fn plan(
             };
             return escalate(reason, false);
         }
-        ReadBack::Completed {
-            downstream_ref,
-            output,
-        } => {
-            let s = Settlement::new(RecordState::Completed).payload(output.clone());
-            match downstream_ref {
-                Some(r) => s.downstream_ref(r.clone()),
-                None => s,
-            }
+        ReadBack::Pending { .. } if record.state == RecordState::Pending => {
+            // Still pending: nothing new to keep, unless this answer ends a run of failed
+            // read-backs (kept, so the run's count starts over).
+            return if failed_read_backs_in_a_row(record) > 0 {
+                Plan::NoteAndWait { why: summary }
+            } else {
+                Plan::Wait { why: summary }
+            };
         }
-        ReadBack::Failed {
-            downstream_ref,
-            message,
-        } => {
-            let s = Settlement::new(RecordState::Failed).message(message.clone());
-            match downstream_ref {
-                Some(r) => s.downstream_ref(r.clone()),
-                None => s,
+        ReadBack::Completed { .. } | ReadBack::Failed { .. } | ReadBack::Pending { .. } => {
+            match settlement_found(found) {
+                Some(s) => s,
+                None => return escalate(format!("read-back {summary}"), true),
             }
-        }
-        ReadBack::Pending { downstream_ref } => {
-            if record.state == RecordState::Pending {
-                // Still pending: nothing new to keep, unless this answer ends a run of
-                // failed read-backs (kept, so the run's count starts over).
-                return if failed_read_backs_in_a_row(record) > 0 {
-                    Plan::NoteAndWait { why: summary }
-                } else {
-                    Plan::Wait { why: summary }
-                };
-            }
-            Settlement::new(RecordState::Pending).downstream_ref(downstream_ref.clone())
         }
         ReadBack::Ambiguous { .. } => return escalate(format!("read-back {summary}"), true),
         // With its sends used up inside the window, nothing is released: a send still on its
@@ -302,6 +285,48 @@ pub(crate) fn plan(
     }
 }
 
+/// The settlement of an effect a read-back found: completed, failed or pending, with its
+/// downstream reference. `None` for every other answer.
+pub(crate) fn settlement_found(found: &ReadBack) -> Option<Settlement> {
+    let (settlement, downstream_ref) = match found {
+        ReadBack::Completed {
+            downstream_ref,
+            output,
+        } => (
+            Settlement::new(RecordState::Completed).payload(output.clone()),
+            downstream_ref.as_ref(),
+        ),
+        ReadBack::Failed {
+            downstream_ref,
+            message,
+        } => (
+            Settlement::new(RecordState::Failed).message(message.clone()),
+            downstream_ref.as_ref(),
+        ),
+        ReadBack::Pending { downstream_ref } => {
+            (Settlement::new(RecordState::Pending), Some(downstream_ref))
+        }
+        _ => return None,
+    };
+    Some(match downstream_ref {
+        Some(r) => settlement.downstream_ref(r.clone()),
+        None => settlement,
+    })
+}
+
+/// When no send of `record`'s can land any more: the last send may have left its handler
+/// as late as its timeout plus the in-flight bound (the executor drops it then), and the
+/// downstream may commit up to the bound after that. A read-back that finds nothing after
+/// this finds nothing for good.
+pub(crate) fn settled_by(record: &Record, tool: &Facts) -> Timestamp {
+    let bound = tool.in_flight_bound;
+    let last_send = sends(record)
+        .map(|a| a.started_at)
+        .max()
+        .unwrap_or(record.created_at);
+    last_send.plus(tool.timeout).plus(bound).plus(bound)
+}
+
 /// A read-back found nothing: release only once the original can no longer land.
 fn not_found(record: &Record, tool: &Facts, now: Timestamp, summary: &str) -> Plan {
     if record.state == RecordState::Pending {
@@ -311,14 +336,7 @@ fn not_found(record: &Record, tool: &Facts, now: Timestamp, summary: &str) -> Pl
         );
         return escalate(reason, true);
     }
-    let bound = tool.in_flight_bound;
-    // The last send may have left its handler as late as its timeout plus the bound (the
-    // executor drops it then), and the downstream may commit up to the bound after that.
-    let last_send = sends(record)
-        .map(|a| a.started_at)
-        .max()
-        .unwrap_or(record.created_at);
-    let settled_by = last_send.plus(tool.timeout).plus(bound).plus(bound);
+    let settled_by = settled_by(record, tool);
     if now < settled_by {
         return Plan::NoteAndWait {
             why: format!("not found yet; the original may land until {settled_by}"),

@@ -414,6 +414,11 @@ pub struct ReleaseNote {
 }
 
 impl ReleaseNote {
+    /// Who [`ReleaseRecord::by`] names when the executor frees a key because every attempt
+    /// was refused "unavailable, not executed": the releases the reconciler watches for a
+    /// copy of the request that ran anyway.
+    pub const EXECUTOR: &'static str = "idem executor";
+
     /// A release by `by`, for the reason `note`.
     pub fn new(by: impl Into<String>, note: impl Into<String>) -> Self {
         ReleaseNote {
