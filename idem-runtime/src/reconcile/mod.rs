@@ -394,7 +394,7 @@ impl Reconciler {
             budget = budget.saturating_sub(page.len());
             for release in page {
                 let cursor = ListCursor::of_release(&release);
-                let (settled, decision) = self.watch_one(&release, now).await;
+                let (settled, decision) = self.watch_observed(&release, now).await;
                 decisions.extend(decision);
                 contiguous &= settled;
                 if contiguous && keep_place {

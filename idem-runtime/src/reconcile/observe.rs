@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::{Action, Decision, Reconciler};
 use crate::observe::Timer;
-use crate::store::{Record, StoreError};
+use crate::store::{Record, ReleaseRecord, StoreError, Timestamp};
 
 /// Which entry point a pass came through: the `mode` field and label.
 #[derive(Clone, Copy, Debug)]
@@ -87,6 +87,28 @@ impl Reconciler {
         span.record("action", action_name(decision.action));
         self.record_decision(&decision);
         decision
+    }
+
+    /// [`Reconciler::watch_one`] in an `idem.reconcile.released` span, its decision (if
+    /// any) counted like a record's.
+    pub(super) async fn watch_observed(
+        &self,
+        release: &ReleaseRecord,
+        now: Timestamp,
+    ) -> (bool, Option<Decision>) {
+        let span = tracing::info_span!(
+            "idem.reconcile.released",
+            key = release.record.key.as_str(),
+            tool = release.record.tool.as_str(),
+            by = release.by.as_str(),
+            action = Empty
+        );
+        let (settled, decision) = self.watch_one(release, now).instrument(span.clone()).await;
+        if let Some(d) = &decision {
+            span.record("action", action_name(d.action));
+            self.record_decision(d);
+        }
+        (settled, decision)
     }
 
     #[cfg(feature = "metrics")]

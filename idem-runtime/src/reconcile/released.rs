@@ -213,6 +213,18 @@ mod tests {
         Some(Ok(found))
     }
 
+    /// A row: its name, the trace, the tool's facts, whether the key is held again, the
+    /// time in seconds, the read-back's answer, and the decision wanted.
+    type Row<'a> = (
+        &'a str,
+        ReleaseRecord,
+        Option<&'a Facts>,
+        bool,
+        u64,
+        Option<Result<ReadBack, ToolError>>,
+        Watch,
+    );
+
     #[test]
     fn every_row_of_the_table() {
         let executor = release(ReleaseNote::EXECUTOR);
@@ -221,15 +233,7 @@ mod tests {
             downstream_ref: Some("ch_1".to_owned()),
             output: json!({"charge": "ch_1"}),
         };
-        let rows: Vec<(
-            &str,
-            ReleaseRecord,
-            Option<&Facts>,
-            bool,
-            u64,
-            Option<Result<ReadBack, ToolError>>,
-            Watch,
-        )> = vec![
+        let rows: Vec<Row<'_>> = vec![
             (
                 "a person's release",
                 release("alice"),
