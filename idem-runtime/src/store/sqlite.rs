@@ -1100,11 +1100,7 @@ fn time(ms: i64) -> Result<Timestamp, String> {
 
 /// Applies time to every record that may need it: expired leases, results past retention,
 /// lapsed tombstones. The SQL only preselects; [`rules::age`] decides.
-fn sweep(
-    tx: &Connection,
-    inner: &Inner,
-    now: Timestamp,
-) -> Result<usize, StoreError> {
+fn sweep(tx: &Connection, inner: &Inner, now: Timestamp) -> Result<usize, StoreError> {
     let now_sql = sql_time(now);
     let results_cut = now_sql.saturating_sub(millis(inner.retention.results));
     let tombstones_cut = now_sql.saturating_sub(millis(inner.retention.tombstones));
@@ -1431,5 +1427,118 @@ impl IdemStore for SqliteStore {
             let _ = tokio::time::timeout(pause.min(deadline - now), changed).await;
             pause = (pause * 2).min(Duration::from_millis(100));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The group commit's batch, driven directly: the order in which writes share one
+    //! transaction is fixed here, not left to the scheduler.
+
+    use super::*;
+
+    fn req(name: &str) -> ClaimRequest {
+        ClaimRequest {
+            key: key(name),
+            fingerprint: Fingerprint::of_canonical(name.as_bytes()),
+            tool: "batch_test".to_owned(),
+            lease: Duration::from_secs(30),
+            operation: None,
+        }
+    }
+
+    fn key(name: &str) -> IdemKey {
+        let scope = crate::identity::Scope::run("batch-test");
+        IdemKey::derive(
+            &scope,
+            "batch_test",
+            crate::identity::KeyMaterial::Intent(name),
+        )
+    }
+
+    type Reply<T> = oneshot::Receiver<Result<T, StoreError>>;
+
+    fn op<T, F>(f: F) -> (Box<dyn Pending>, Reply<T>)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Inner, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let op = Op {
+            f: Some(f),
+            out: None,
+            reply,
+        };
+        (Box::new(op), answer)
+    }
+
+    fn claim_op(
+        name: &str,
+    ) -> impl FnOnce(&Connection, &Inner, Timestamp) -> Result<(), StoreError> {
+        let r = req(name);
+        move |conn, _, now| put(conn, &rules::new_claim(&r, ClaimToken::fresh(), now))
+    }
+
+    #[test]
+    fn a_failed_write_in_a_batch_leaves_its_neighbours_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("batch.sqlite3");
+        let store = SqliteStore::builder(&path).open_blocking().unwrap();
+        let inner = &store.inner;
+        let conn = inner.writer().conn.take().unwrap();
+
+        let (a, a_says) = op(claim_op("a"));
+        // Writes, then fails: its own write must be undone, nobody else's.
+        let (b, b_says) = op({
+            let claim = claim_op("b");
+            move |conn, inner, now| {
+                claim(conn, inner, now)?;
+                Err::<(), _>(StoreError::Backend("refused after writing".to_owned()))
+            }
+        });
+        // Sees what `a` wrote earlier in the same transaction.
+        let (seen, seen_says) = op(|conn, _, _| Ok(load(conn, &req("a").key)?.is_some()));
+        let (c, c_says) = op({
+            let claim = claim_op("c");
+            move |conn, inner, now| -> Result<(), StoreError> {
+                claim(conn, inner, now)?;
+                panic!("a write that panics after writing")
+            }
+        });
+        let (d, d_says) = op(claim_op("d"));
+        // Its caller has gone: never run.
+        let (gone, gone_says) = op(claim_op("gone"));
+        drop(gone_says);
+        let mut batch = vec![a, b, seen, c, d];
+        batch.extend([gone].into_iter().filter(|op| !op.abandoned()));
+        run_batch(&conn, inner, batch);
+
+        let answer = |mut rx: Reply<()>| rx.try_recv().expect("answered");
+        assert_eq!(answer(a_says), Ok(()));
+        assert!(matches!(answer(b_says), Err(StoreError::Backend(m)) if m.contains("refused")));
+        assert_eq!(seen_says.blocking_recv().unwrap(), Ok(true));
+        assert!(matches!(answer(c_says), Err(StoreError::Backend(m)) if m.contains("panicked")));
+        assert_eq!(answer(d_says), Ok(()));
+
+        // What the file holds, through a connection of its own.
+        let other = Connection::open(&path).unwrap();
+        let mut rows: Vec<(String, String)> = other
+            .prepare("SELECT key, state FROM idem_records")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.sort();
+        let mut expected: Vec<(String, String)> = ["a", "d"]
+            .iter()
+            .map(|n| (key(n).as_str().to_owned(), "running".to_owned()))
+            .collect();
+        expected.sort();
+        assert_eq!(
+            rows, expected,
+            "a and d kept; b, c and the abandoned write not"
+        );
+        assert!(conn.is_autocommit(), "the batch left no transaction open");
     }
 }
