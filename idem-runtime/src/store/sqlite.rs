@@ -508,25 +508,14 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection, &Inner, Timestamp) -> Result<T, StoreError> + Send + 'static,
     {
-        let (reply, answer) = oneshot::channel();
-        let start = {
-            let mut writer = self.inner.writer();
-            writer.queue.push_back(Box::new(Op {
-                f: Some(f),
-                out: None,
-                reply,
-            }));
-            !std::mem::replace(&mut writer.draining, true)
-        };
+        let (answer, start) = self.inner.enqueue(f);
         if start {
             let inner = self.inner.clone();
             // Detached: the writes run (and the connection goes back) even if every caller
             // waiting on them is cancelled.
             drop(tokio::task::spawn_blocking(move || drain(&inner)));
         }
-        answer.await.map_err(|_| {
-            StoreError::Backend("the SQLite writer stopped before answering".to_owned())
-        })?
+        answered(answer).await
     }
 
     /// Runs `f` on a read connection, on the blocking pool.
@@ -606,6 +595,29 @@ impl Inner {
         // cannot leave it inconsistent.
         self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Queues the write `f`; true if the caller must start a drain (none is running).
+    fn enqueue<T, F>(&self, f: F) -> (oneshot::Receiver<Result<T, StoreError>>, bool)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Inner, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let mut writer = self.writer();
+        writer.queue.push_back(Box::new(Op {
+            f: Some(f),
+            out: None,
+            reply,
+        }));
+        let start = !std::mem::replace(&mut writer.draining, true);
+        (answer, start)
+    }
+}
+
+async fn answered<T>(answer: oneshot::Receiver<Result<T, StoreError>>) -> Result<T, StoreError> {
+    answer
+        .await
+        .map_err(|_| StoreError::Backend("the SQLite writer stopped before answering".to_owned()))?
 }
 
 /// A queued write, its type erased so one queue holds them all.
@@ -1226,30 +1238,38 @@ impl IdemStore for SqliteStore {
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         // A repeat of a settled or running key is answered from a read connection, without
-        // queueing for the write lock; only a free (or time-changed) key needs it.
-        let key = req.key.clone();
-        let seen = self
+        // queueing for the write lock; only a free (or time-changed) key needs it. Its
+        // write is queued from the same blocking task (which drains the queue itself if
+        // nobody is), saving a second trip through the blocking pool.
+        let req = req.clone();
+        let queued = self
             .read(move |conn, inner| {
                 let now = inner.clock.now();
-                Ok(load(conn, &key)?.and_then(|mut r| {
+                let seen = load(conn, &req.key)?.and_then(|mut r| {
                     (rules::age(&mut r, now, &inner.retention) == Aged::Unchanged).then_some(r)
-                }))
+                });
+                if let Some(outcome) = rules::claim_against(seen.as_ref(), &req) {
+                    return Ok(Err(outcome));
+                }
+                let (answer, start) = inner.enqueue(move |tx, inner, now| {
+                    let existing = load_aged(tx, inner, &req.key, now)?;
+                    if let Some(outcome) = rules::claim_against(existing.as_ref(), &req) {
+                        return Ok(outcome);
+                    }
+                    let token = ClaimToken::fresh();
+                    put(tx, &rules::new_claim(&req, token, now))?;
+                    Ok(ClaimOutcome::Claimed(token))
+                });
+                if start {
+                    drain(inner);
+                }
+                Ok(Ok(answer))
             })
             .await?;
-        if let Some(outcome) = rules::claim_against(seen.as_ref(), req) {
-            return Ok(outcome);
+        match queued {
+            Err(outcome) => Ok(outcome),
+            Ok(answer) => answered(answer).await,
         }
-        let req = req.clone();
-        self.write(move |tx, inner, now| {
-            let existing = load_aged(tx, inner, &req.key, now)?;
-            if let Some(outcome) = rules::claim_against(existing.as_ref(), &req) {
-                return Ok(outcome);
-            }
-            let token = ClaimToken::fresh();
-            put(tx, &rules::new_claim(&req, token, now))?;
-            Ok(ClaimOutcome::Claimed(token))
-        })
-        .await
     }
 
     async fn renew(
