@@ -58,8 +58,10 @@ const COLUMNS: &str = "key, state, fingerprint, tool, token, lease_until, create
 pub enum SqliteSync {
     /// `synchronous = FULL` (the default): every commit waits for `fsync` of the write-ahead
     /// log. A committed claim or result survives a process crash **and** a power loss or
-    /// kernel panic. Costs one `fsync` per claim and per settle (well under a millisecond on
-    /// an SSD with a write cache, several on a spinning disk or network volume).
+    /// kernel panic. Costs one `fsync` per commit (well under a millisecond on an SSD with
+    /// a write cache, several on a spinning disk or network volume): one per claim and per
+    /// settle when they come one at a time, one per batch when several wait for the writer
+    /// (see the store's *Concurrency* note).
     #[default]
     Full,
     /// `synchronous = NORMAL`: commits are written to the log but only `fsync`ed at
@@ -101,9 +103,12 @@ impl SqliteSync {
 ///   `fsync`ed) before `claim` returns, so a crash at any later point leaves the claim on
 ///   disk; after the lease passes it reads as *unknown*, and the handler never runs twice.
 /// - **Concurrency.** Safe from many tasks and many processes on one file. Writes in this
-///   process go through one connection, one at a time (SQLite has one writer anyway);
-///   reads use a small pool and run alongside writes (WAL). Other processes wait for the
-///   write lock up to the busy timeout, then get [`StoreError::Unavailable`].
+///   process go through one connection, one at a time (SQLite has one writer anyway), and
+///   are group-committed: the claims and settles that queue while a commit is on its way
+///   run next in one transaction (each in a savepoint of its own, so one failing leaves the
+///   others alone) with one commit, and none is answered before that commit. Reads use a
+///   small pool and run alongside writes (WAL). Other processes wait for the write lock up
+///   to the busy timeout, then get [`StoreError::Unavailable`].
 /// - **Not** for a network file system (NFS, SMB): SQLite's locking is unreliable there,
 ///   and two machines could both claim a key. Use Redis or Postgres across machines.
 /// - **Schema.** One table `idem_records` (and `idem_meta`, holding the schema version),
