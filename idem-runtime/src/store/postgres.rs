@@ -493,36 +493,6 @@ impl Sql {
     }
 }
 
-/// A pooled connection inside a transaction begun by hand (`BEGIN` pipelined with the
-/// first statement). Dropped before [`OpenTx::end`] succeeds (an error, a cancelled caller),
-/// the connection is closed rather than returned to the pool, and the server rolls the
-/// transaction back: no later user of the pool finds it open.
-struct OpenTx(Option<Object>);
-
-impl OpenTx {
-    fn client(&self) -> &Object {
-        self.0
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("taken only by end and drop"))
-    }
-
-    /// Ends the transaction (`COMMIT` or `ROLLBACK`); the connection goes back to the pool.
-    async fn end(mut self, sql: &str) -> Result<(), StoreError> {
-        self.client().batch_execute(sql).await.map_err(pg_err)?;
-        // Returned to the pool when dropped here, its transaction over.
-        self.0.take();
-        Ok(())
-    }
-}
-
-impl Drop for OpenTx {
-    fn drop(&mut self) {
-        if let Some(client) = self.0.take() {
-            drop(Object::take(client));
-        }
-    }
-}
-
 /// What a locked read-modify-write does to the row.
 enum Write {
     Keep,
@@ -834,43 +804,34 @@ impl PostgresStore {
     /// in a transaction that is rolled back, leaving the row exactly as it was, when the row
     /// is `Corrupt`. `Ok(false)`: no row matched, nothing was written (the caller takes the
     /// locked path).
-    ///
-    /// `BEGIN` and the statement go out together (tokio-postgres sends requests in the
-    /// order they are first polled): two round trips with the `COMMIT`, not three.
     async fn fast(
         &self,
         statement: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(statement).await.map_err(pg_err)?;
-        let open = OpenTx(Some(client));
-        let c = open.client();
-        let (begun, found) =
-            tokio::join!(c.batch_execute("BEGIN"), c.query_opt(&statement, params));
-        // Had `BEGIN` failed the statement would have run outside a transaction; it cannot
-        // fail on a live connection, and on a dead one the statement failed too.
-        begun.map_err(pg_err)?;
-        let found = match found {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_err)?;
+        let statement = tx.prepare_cached(statement).await.map_err(pg_err)?;
+        let found = match tx.query_opt(&statement, params).await {
             Ok(found) => found,
             // A data exception (SQLSTATE class 22): the row's JSON columns do not parse, so
             // the statement's evidence-cap check failed on them. Nothing was written; the
             // locked path decodes the row and reports it `Corrupt`.
             Err(e) if e.code().is_some_and(|c| c.code().starts_with("22")) => {
-                open.end("ROLLBACK").await?;
+                tx.rollback().await.map_err(pg_err)?;
                 return Ok(false);
             }
             Err(e) => return Err(pg_err(e)),
         };
         let Some(row) = found else {
-            open.end("ROLLBACK").await?;
+            tx.rollback().await.map_err(pg_err)?;
             return Ok(false);
         };
         if let Err(e) = decode_some(&row) {
-            open.end("ROLLBACK").await?;
+            tx.rollback().await.map_err(pg_err)?;
             return Err(e);
         }
-        open.end("COMMIT").await?;
+        tx.commit().await.map_err(pg_err)?;
         Ok(true)
     }
 
