@@ -497,7 +497,7 @@ impl SqliteStore {
     async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection, &Inner) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection, &Arc<Inner>) -> Result<T, StoreError> + Send + 'static,
     {
         self.on_connection(move |conn, inner| f(conn, inner)).await
     }
@@ -518,7 +518,7 @@ impl SqliteStore {
             let inner = self.inner.clone();
             // Detached: the writes run (and the connection goes back) even if every caller
             // waiting on them is cancelled.
-            drop(tokio::task::spawn_blocking(move || drain(&inner)));
+            drop(tokio::task::spawn_blocking(move || drain(&inner, false)));
         }
         answered(answer).await
     }
@@ -527,7 +527,7 @@ impl SqliteStore {
     async fn on_connection<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection, &Inner) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut Connection, &Arc<Inner>) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = self.inner.clone();
         let permit = inner
@@ -709,8 +709,13 @@ fn undo_savepoint(conn: &Connection) -> Result<(), StoreError> {
 
 /// Empties the writer's queue, a batch per transaction (see [`Writer`]). Runs on the
 /// blocking pool; exactly one drain runs at a time.
-fn drain(inner: &Inner) {
+///
+/// With `hand_off`, runs one batch (which holds the write that started it) and leaves the
+/// rest to a drain of its own: the caller running it inline is not held until the queue
+/// runs dry, however busy the store is.
+fn drain(inner: &Arc<Inner>, hand_off: bool) {
     let mut conn = inner.writer().conn.take();
+    let mut ran = false;
     loop {
         let batch: Vec<Box<dyn Pending>> = {
             let mut writer = inner.writer();
@@ -721,6 +726,14 @@ fn drain(inner: &Inner) {
                 writer.conn = conn;
                 return;
             }
+            if hand_off && ran {
+                // `draining` stays set: the connection goes to the new drain alone.
+                writer.conn = conn;
+                drop(writer);
+                let inner = inner.clone();
+                drop(tokio::task::spawn_blocking(move || drain(&inner, false)));
+                return;
+            }
             let n = writer.queue.len().min(BATCH_MAX);
             writer
                 .queue
@@ -728,6 +741,7 @@ fn drain(inner: &Inner) {
                 .filter(|op| !op.abandoned())
                 .collect()
         };
+        ran = true;
         if batch.is_empty() {
             continue;
         }
@@ -1266,7 +1280,7 @@ impl IdemStore for SqliteStore {
                     Ok(ClaimOutcome::Claimed(token))
                 });
                 if start {
-                    drain(inner);
+                    drain(inner, true);
                 }
                 Ok(Ok(answer))
             })
