@@ -570,7 +570,9 @@ const BATCH_MAX: usize = 128;
 /// `BEGIN IMMEDIATE` transaction, each write in its own savepoint, commits once, then
 /// answers each caller with its own result, and repeats until the queue is empty. So under
 /// load the writes that queued during one commit share the next one, while a lone write
-/// waits for nobody.
+/// waits for nobody. A claim that finds its key free is already on the blocking pool (it
+/// read the key there): it starts no task, but runs the first batch itself and hands the
+/// rest to a drain of its own.
 ///
 /// What this keeps:
 /// - **Order and visibility.** Writes run one after another, in queue order; each sees what
@@ -579,8 +581,8 @@ const BATCH_MAX: usize = 128;
 ///   row, a panic) is rolled back to its savepoint; its neighbours keep their effects and
 ///   their answers.
 /// - **Durability before answers.** Every caller, the failed ones included, is answered only
-///   once the commit is known. If the commit fails, every write of the batch gets that
-///   error (none of them was kept). If SQLite abandons the whole transaction midway (an I/O
+///   once the commit is known. If the commit fails, every write of the batch that
+///   succeeded gets that error (none of them was kept). If SQLite abandons the whole transaction midway (an I/O
 ///   error, a full disk), the writes already run in it get an error too (they are gone), and
 ///   the rest run in a new transaction.
 /// - **Cancellation.** A write whose caller has gone before its turn is skipped, as a
@@ -684,6 +686,10 @@ where
 
     fn answer(self: Box<Self>, committed: Result<(), StoreError>) {
         let out = match (committed, self.out) {
+            // A write that failed was undone whatever became of the batch: its own error is
+            // the answer (and, for the write that made SQLite abandon the transaction, the
+            // cause).
+            (_, Some(Err(own))) => Err(own),
             (Ok(()), Some(out)) => out,
             (Err(e), _) => Err(e),
             (Ok(()), None) => Err(StoreError::Backend(
