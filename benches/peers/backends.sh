@@ -3,10 +3,13 @@
 # PostgreSQL from .ci/services.sh, and a Redis started here with persistence off (the
 # services' Redis fsyncs every write, which would measure the disk, not the store).
 # Everything started here is stopped on exit. Arguments go to the harness (sections:
-# redis sqlite postgres memory). Environment: BENCH_SECS (per cell, default 3), BENCH_PAIRS.
+# redis sqlite postgres memory). Environment: BENCH_SECS (per cell, default 3), BENCH_PAIRS,
+# BENCH_PG_STATS=1 (preload pg_stat_statements on the PostgreSQL cluster, restarting it, so
+# the postgres section also prints the server's time and WAL per statement).
 #
 #   benches/peers/backends.sh                 # every section
 #   BENCH_SECS=5 benches/peers/backends.sh redis
+#   BENCH_PG_STATS=1 benches/peers/backends.sh postgres
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -16,6 +19,13 @@ cargo build --release --manifest-path "$here/Cargo.toml" --bin backends
 # shellcheck source=../../.ci/services.sh
 source "$root/.ci/services.sh"
 idem_services_start
+if [ "${BENCH_PG_STATS:-0}" = 1 ]; then
+    # The cluster is this run's own (services.sh made it); the setting dies with it.
+    psql "$IDEM_POSTGRES_URL" -qc "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
+    idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_DATA" -w restart >/dev/null
+    psql "$IDEM_POSTGRES_URL" -qc "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
+    echo "[backends] pg_stat_statements loaded" >&2
+fi
 
 port=$(idem_free_port)
 rdir=$(mktemp -d "${TMPDIR:-/tmp}/idem-peers-redis.XXXXXX")

@@ -425,3 +425,183 @@ async fn many_tasks_on_many_keys() {
         16
     );
 }
+
+/// Group commit under load: many tasks claim, settle and fail at once on one store (so
+/// their writes share transactions); what the file holds afterwards, read back through a
+/// new store and a connection of its own, is exactly what each caller was told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_claims_and_settles_are_all_on_disk_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let clock = ManualClock::starting_now();
+    let store = store_at(&path, &clock).await;
+    const KEYS: usize = 48;
+    // Two claimants per key; the winner settles two keys in three and leaves the third
+    // running; the loser tries a settle with a token of its own, which must fail and
+    // change nothing.
+    let tasks: Vec<_> = (0..2 * KEYS)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let n = i % KEYS;
+                let req = request(&format!("group-{n}"));
+                match store.claim(&req).await.unwrap() {
+                    ClaimOutcome::Claimed(t) => {
+                        if n % 3 != 0 {
+                            let done = Settlement::new(RecordState::Completed).payload(json!(n));
+                            store.settle(&req.key, t, done).await.unwrap();
+                        }
+                        Some(n)
+                    }
+                    ClaimOutcome::Existing(_) => {
+                        let forged = idem_runtime::store::ClaimToken::fresh();
+                        let bad = Settlement::new(RecordState::Failed).payload(json!("forged"));
+                        let refused = store.settle(&req.key, forged, bad).await;
+                        assert!(
+                            matches!(refused, Err(StoreError::StaleToken { .. })),
+                            "{refused:?}"
+                        );
+                        None
+                    }
+                    ClaimOutcome::Mismatch(r) => panic!("unexpected mismatch: {r:?}"),
+                }
+            })
+        })
+        .collect();
+    let mut winners = vec![0; KEYS];
+    for t in tasks {
+        if let Some(n) = t.await.unwrap() {
+            winners[n] += 1;
+        }
+    }
+    assert!(
+        winners.iter().all(|&w| w == 1),
+        "one winner per key: {winners:?}"
+    );
+    drop(store);
+
+    // The file, through a connection of its own.
+    let conn = raw(&path);
+    let total: i64 = conn
+        .query_row("SELECT count(*) FROM idem_records", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(total, KEYS as i64, "every claimed key once, nothing else");
+    for n in 0..KEYS {
+        let key = request(&format!("group-{n}")).key;
+        let (rows, state, payload): (i64, String, Option<String>) = conn
+            .query_row(
+                "SELECT count(*), max(state), max(payload) FROM idem_records WHERE key = ?1",
+                [key.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(rows, 1, "group-{n}");
+        if n % 3 == 0 {
+            assert_eq!((state.as_str(), payload), ("running", None), "group-{n}");
+        } else {
+            assert_eq!(state, "completed", "group-{n}");
+            assert_eq!(payload, Some(n.to_string()), "group-{n}");
+        }
+    }
+
+    // And through a reopened store.
+    let store = store_at(&path, &clock).await;
+    for n in 0..KEYS {
+        let record = store
+            .get(&request(&format!("group-{n}")).key)
+            .await
+            .unwrap()
+            .expect("kept");
+        let want = if n % 3 == 0 {
+            RecordState::Running
+        } else {
+            RecordState::Completed
+        };
+        assert_eq!(record.state, want, "group-{n}");
+    }
+}
+
+/// Writes that fail (a stale token, an absent key) queue among writes that succeed while
+/// another process holds the write lock, so they run together once it is released; the
+/// failures change nothing and the successes all land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_leaves_the_writes_queued_with_it_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let clock = ManualClock::starting_now();
+    let store = store_at(&path, &clock).await;
+    let held = request("held");
+    let held_token = claimed(&store, &held).await;
+
+    // Another process takes the write lock; everything below queues behind it.
+    let blocker = raw(&path);
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let s = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let req = request(&format!("queued-{i}"));
+            s.claim(&req).await.map(|_| ())
+        }));
+        let s = store.clone();
+        let key = held.key.clone();
+        tasks.push(tokio::spawn(async move {
+            let forged = idem_runtime::store::ClaimToken::fresh();
+            let r = s
+                .settle(&key, forged, Settlement::new(RecordState::Failed))
+                .await;
+            assert!(matches!(r, Err(StoreError::StaleToken { .. })), "{r:?}");
+            Ok(())
+        }));
+        let s = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let absent = request(&format!("absent-{i}")).key;
+            let forged = idem_runtime::store::ClaimToken::fresh();
+            let r = s.release(&absent, forged).await;
+            assert!(r.is_err(), "releasing an absent key: {r:?}");
+            Ok(())
+        }));
+    }
+    // Let them queue (the assertions below hold however they were batched).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    blocker.execute_batch("COMMIT").unwrap();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+
+    let conn = raw(&path);
+    let states: Vec<(String, String)> = conn
+        .prepare("SELECT key, state FROM idem_records")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        states.len(),
+        7,
+        "the held key and six queued claims: {states:?}"
+    );
+    assert!(states.iter().all(|(_, s)| s == "running"), "{states:?}");
+    for i in 0..6 {
+        let key = request(&format!("queued-{i}")).key;
+        assert!(states.iter().any(|(k, _)| k == key.as_str()), "queued-{i}");
+    }
+    // The held claim's token still settles it: the forged settles took nothing from it.
+    store
+        .settle(
+            &held.key,
+            held_token,
+            Settlement::new(RecordState::Completed).payload(json!("real")),
+        )
+        .await
+        .unwrap();
+    let payload: String = conn
+        .query_row(
+            "SELECT payload FROM idem_records WHERE key = ?1",
+            [held.key.as_str()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(payload, "\"real\"");
+}

@@ -44,6 +44,9 @@ const EXPIRED_PAGE: usize = 1000;
 ///
 /// - `claim` is one statement: `INSERT … ON CONFLICT (key) DO NOTHING` that also returns the
 ///   row it conflicted with. Of N concurrent claimers exactly one inserts.
+/// - The statements of the common paths (claim, the fast settle, renew and release, a read
+///   by key) are prepared once per pooled connection and cached with it. Behind a pooler in
+///   transaction mode that needs PgBouncer 1.21 or later with `max_prepared_statements` set.
 /// - `settle` and `renew` are one token-fenced `UPDATE` in the common case (a live claim
 ///   settled by its holder); anything else (an expired lease, a late result, a repeated
 ///   settle) reads the row `FOR UPDATE` in a transaction and applies [`super::rules`], the
@@ -808,7 +811,8 @@ impl PostgresStore {
     ) -> Result<bool, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_err)?;
-        let found = match tx.query_opt(statement, params).await {
+        let statement = tx.prepare_cached(statement).await.map_err(pg_err)?;
+        let found = match tx.query_opt(&statement, params).await {
             Ok(found) => found,
             // A data exception (SQLSTATE class 22): the row's JSON columns do not parse, so
             // the statement's evidence-cap check failed on them. Nothing was written; the
@@ -1180,9 +1184,12 @@ impl IdemStore for PostgresStore {
             let token = ClaimToken::fresh();
             let row = {
                 let client = self.client().await?;
+                // Prepared once per connection: parsing and planning the statement on every
+                // claim would cost the server more than running it.
+                let claim = client.prepare_cached(&sql.claim).await.map_err(pg_err)?;
                 client
                     .query_one(
-                        &sql.claim,
+                        &claim,
                         &[
                             &k,
                             &req.fingerprint.to_hex(),
@@ -1485,8 +1492,12 @@ impl IdemStore for PostgresStore {
         let now = self.inner.clock.now();
         let row = {
             let client = self.client().await?;
+            let select = client
+                .prepare_cached(&self.inner.sql.select)
+                .await
+                .map_err(pg_err)?;
             client
-                .query_opt(&self.inner.sql.select, &[&key.as_str()])
+                .query_opt(&select, &[&key.as_str()])
                 .await
                 .map_err(pg_err)?
         };

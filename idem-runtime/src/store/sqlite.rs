@@ -5,15 +5,21 @@
 //! processes on the same file) and decides through [`rules`], so the contract lives in one
 //! place. SQLite calls block, so they run on tokio's blocking pool, never on a runtime
 //! worker.
+//!
+//! Writes are group-committed: the writes of this process queue for the one writer
+//! connection, and whatever has queued while a commit was on its way runs next, in one
+//! transaction with one commit, each write in its own savepoint (see [`Writer`]).
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{oneshot, Notify, Semaphore};
 
 use super::rules::{self, Aged};
 use super::{
@@ -52,8 +58,10 @@ const COLUMNS: &str = "key, state, fingerprint, tool, token, lease_until, create
 pub enum SqliteSync {
     /// `synchronous = FULL` (the default): every commit waits for `fsync` of the write-ahead
     /// log. A committed claim or result survives a process crash **and** a power loss or
-    /// kernel panic. Costs one `fsync` per claim and per settle (well under a millisecond on
-    /// an SSD with a write cache, several on a spinning disk or network volume).
+    /// kernel panic. Costs one `fsync` per commit (well under a millisecond on an SSD with
+    /// a write cache, several on a spinning disk or network volume): one per claim and per
+    /// settle when they come one at a time, one per batch when several wait for the writer
+    /// (see the store's *Concurrency* note).
     #[default]
     Full,
     /// `synchronous = NORMAL`: commits are written to the log but only `fsync`ed at
@@ -95,9 +103,12 @@ impl SqliteSync {
 ///   `fsync`ed) before `claim` returns, so a crash at any later point leaves the claim on
 ///   disk; after the lease passes it reads as *unknown*, and the handler never runs twice.
 /// - **Concurrency.** Safe from many tasks and many processes on one file. Writes in this
-///   process go through one connection, one at a time (SQLite has one writer anyway);
-///   reads use a small pool and run alongside writes (WAL). Other processes wait for the
-///   write lock up to the busy timeout, then get [`StoreError::Unavailable`].
+///   process go through one connection, one at a time (SQLite has one writer anyway), and
+///   are group-committed: the claims and settles that queue while a commit is on its way
+///   run next in one transaction (each in a savepoint of its own, so one failing leaves the
+///   others alone) with one commit, and none is answered before that commit. Reads use a
+///   small pool and run alongside writes (WAL). Other processes wait for the write lock up
+///   to the busy timeout, then get [`StoreError::Unavailable`].
 /// - **Not** for a network file system (NFS, SMB): SQLite's locking is unreliable there,
 ///   and two machines could both claim a key. Use Redis or Postgres across machines.
 /// - **Schema.** One table `idem_records` (and `idem_meta`, holding the schema version),
@@ -120,9 +131,9 @@ struct Inner {
     busy_timeout: Duration,
     clock: Arc<dyn Clock>,
     retention: Retention,
-    /// One connection for read-modify-write transactions: in-process writers queue here
-    /// (asynchronously) instead of spinning in SQLite's busy handler.
-    writer: Pool,
+    /// The one connection for read-modify-write transactions and the writes queued for it:
+    /// in-process writers queue here instead of spinning in SQLite's busy handler.
+    writer: Mutex<Writer>,
     readers: Pool,
     /// Woken after every write, so in-process waiters see settlements at once.
     changed: Notify,
@@ -220,14 +231,14 @@ impl SqliteStoreBuilder {
             busy_timeout: self.busy_timeout,
             clock: self.clock,
             retention: self.retention,
-            writer: Pool::new(1),
+            writer: Mutex::new(Writer::default()),
             readers: Pool::new(self.readers),
             changed: Notify::new(),
         };
         create_private(&inner.path)?;
         let mut conn = inner.connect()?;
         migrate(&mut conn, &inner.path)?;
-        inner.writer.idle().push(conn);
+        inner.writer().conn = Some(conn);
         Ok(SqliteStore {
             inner: Arc::new(inner),
         })
@@ -486,77 +497,317 @@ impl SqliteStore {
     async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection, &Inner) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection, &Arc<Inner>) -> Result<T, StoreError> + Send + 'static,
     {
-        self.on_connection(false, move |conn, inner| f(conn, inner))
-            .await
+        self.on_connection(move |conn, inner| f(conn, inner)).await
     }
 
-    /// Runs `f` in a `BEGIN IMMEDIATE` transaction on the writer connection, with the time
-    /// read after the lock is taken; commits if `f` returns `Ok`, rolls back otherwise.
+    /// Runs `f` on the writer connection inside a `BEGIN IMMEDIATE` transaction, in a
+    /// savepoint of its own, with the time read once the lock is held. What `f` wrote is
+    /// kept if it returns `Ok` and undone if it fails (or panics); either way the answer
+    /// comes back only after the transaction's commit (which, with [`SqliteSync::Full`], is
+    /// on disk). Writes queued meanwhile by other tasks share that transaction and commit:
+    /// see [`Writer`].
     async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&rusqlite::Transaction<'_>, &Inner, Timestamp) -> Result<T, StoreError>
-            + Send
-            + 'static,
+        F: FnOnce(&Connection, &Inner, Timestamp) -> Result<T, StoreError> + Send + 'static,
     {
-        let out = self
-            .on_connection(true, move |conn, inner| {
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .map_err(db_err)?;
-                let now = inner.clock.now();
-                let out = f(&tx, inner, now)?;
-                // Returns only once the commit is in the log (and, with `Full`, on disk).
-                tx.commit().map_err(db_err)?;
-                Ok(out)
-            })
-            .await;
-        if out.is_ok() {
-            self.inner.changed.notify_waiters();
+        let (answer, start) = self.inner.enqueue(f);
+        if start {
+            let inner = self.inner.clone();
+            // Detached: the writes run (and the connection goes back) even if every caller
+            // waiting on them is cancelled.
+            drop(tokio::task::spawn_blocking(move || drain(&inner, false)));
         }
-        out
+        answered(answer).await
     }
 
-    async fn on_connection<T, F>(&self, writer: bool, f: F) -> Result<T, StoreError>
+    /// Runs `f` on a read connection, on the blocking pool.
+    async fn on_connection<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection, &Inner) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut Connection, &Arc<Inner>) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = self.inner.clone();
-        let pool = if writer {
-            &inner.writer
-        } else {
-            &inner.readers
-        };
-        let permit = pool
+        let permit = inner
+            .readers
             .permits
             .clone()
             .acquire_owned()
             .await
             .map_err(|_| StoreError::Unavailable("the SQLite store is closed".to_owned()))?;
-        // Everything, including giving the connection back, happens on the blocking thread:
-        // if the caller is cancelled, the operation still finishes (a claim committed is a
-        // claim kept) and the connection returns to the pool.
+        // Giving the connection back happens on the blocking thread too, so a cancelled
+        // caller cannot lose it.
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let pool = if writer {
-                &inner.writer
-            } else {
-                &inner.readers
-            };
-            let popped = pool.idle().pop();
+            let popped = inner.readers.idle().pop();
             let mut conn = match popped {
                 Some(c) => c,
                 None => inner.connect()?,
             };
             let out = f(&mut conn, &inner);
-            pool.idle().push(conn);
+            inner.readers.idle().push(conn);
             out
         })
         .await
         .map_err(|e| StoreError::Backend(format!("SQLite store task failed: {e}")))?
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Group commit
+// ---------------------------------------------------------------------------------------
+
+/// At most this many writes share one transaction, so a long queue cannot hold the
+/// database's write lock (which other processes wait for) for long.
+const BATCH_MAX: usize = 128;
+
+/// The writer connection and the writes waiting for it.
+///
+/// A write is queued; if nobody is draining the queue, the writer starts a drain on the
+/// blocking pool. The drain takes everything queued (up to [`BATCH_MAX`]), runs it in one
+/// `BEGIN IMMEDIATE` transaction, each write in its own savepoint, commits once, then
+/// answers each caller with its own result, and repeats until the queue is empty. So under
+/// load the writes that queued during one commit share the next one, while a lone write
+/// waits for nobody. A claim that finds its key free is already on the blocking pool (it
+/// read the key there): it starts no task, but runs the first batch itself and hands the
+/// rest to a drain of its own.
+///
+/// What this keeps:
+/// - **Order and visibility.** Writes run one after another, in queue order; each sees what
+///   the ones before it in the batch wrote, exactly as it would have after their commits.
+/// - **Isolation of failures.** A write that fails (a stale token, a conflict, a corrupt
+///   row, a panic) is rolled back to its savepoint; its neighbours keep their effects and
+///   their answers.
+/// - **Durability before answers.** Every caller, the failed ones included, is answered only
+///   once the commit is known. If the commit fails, every write of the batch that
+///   succeeded gets that error (none of them was kept). If SQLite abandons the whole transaction midway (an I/O
+///   error, a full disk), the writes already run in it get an error too (they are gone), and
+///   the rest run in a new transaction.
+/// - **Cancellation.** A write whose caller has gone before its turn is skipped, as a
+///   cancelled write was before it took the lock; once it has run, it is kept.
+#[derive(Default)]
+struct Writer {
+    /// Absent while a drain holds it (and before the first open, or after a failed connect).
+    conn: Option<Connection>,
+    queue: VecDeque<Box<dyn Pending>>,
+    /// A drain is running (it empties the queue before it stops).
+    draining: bool,
+}
+
+impl Inner {
+    fn writer(&self) -> MutexGuard<'_, Writer> {
+        // Only queue pushes and pops and a flag happen under this lock; a panic elsewhere
+        // cannot leave it inconsistent.
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues the write `f`; true if the caller must start a drain (none is running).
+    fn enqueue<T, F>(&self, f: F) -> (oneshot::Receiver<Result<T, StoreError>>, bool)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Inner, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let mut writer = self.writer();
+        writer.queue.push_back(Box::new(Op {
+            f: Some(f),
+            out: None,
+            reply,
+        }));
+        let start = !std::mem::replace(&mut writer.draining, true);
+        (answer, start)
+    }
+}
+
+async fn answered<T>(answer: oneshot::Receiver<Result<T, StoreError>>) -> Result<T, StoreError> {
+    answer
+        .await
+        .map_err(|_| StoreError::Backend("the SQLite writer stopped before answering".to_owned()))?
+}
+
+/// A queued write, its type erased so one queue holds them all.
+trait Pending: Send {
+    /// The caller is gone: skip it.
+    fn abandoned(&self) -> bool;
+    /// Runs the write in its own savepoint of the open transaction and keeps its result.
+    fn run(&mut self, conn: &Connection, inner: &Inner);
+    /// Answers the caller once the fate of the transaction is known: `Ok` if it committed.
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>);
+}
+
+struct Op<T, F> {
+    f: Option<F>,
+    out: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Pending for Op<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, &Inner, Timestamp) -> Result<T, StoreError> + Send + 'static,
+{
+    fn abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
+
+    fn run(&mut self, conn: &Connection, inner: &Inner) {
+        let Some(f) = self.f.take() else { return };
+        if let Err(e) = savepoint(conn, "SAVEPOINT idem_op") {
+            self.out = Some(Err(e));
+            return;
+        }
+        let now = inner.clock.now();
+        let out = std::panic::catch_unwind(AssertUnwindSafe(|| f(conn, inner, now)))
+            .unwrap_or_else(|_| {
+                Err(StoreError::Backend(
+                    "a SQLite store operation panicked; its writes were rolled back".to_owned(),
+                ))
+            });
+        let out = match out {
+            Ok(v) => match savepoint(conn, "RELEASE idem_op") {
+                Ok(()) => Ok(v),
+                Err(e) => {
+                    // Not kept, so not reported as done: undo it (if the transaction is
+                    // still there to undo it in).
+                    let _ = undo_savepoint(conn);
+                    Err(e)
+                }
+            },
+            Err(e) => {
+                // A failed undo means the transaction itself is gone, which the drain sees.
+                let _ = undo_savepoint(conn);
+                Err(e)
+            }
+        };
+        self.out = Some(out);
+    }
+
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>) {
+        let out = match (committed, self.out) {
+            // A write that failed was undone whatever became of the batch: its own error is
+            // the answer (and, for the write that made SQLite abandon the transaction, the
+            // cause).
+            (_, Some(Err(own))) => Err(own),
+            (Ok(()), Some(out)) => out,
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => Err(StoreError::Backend(
+                "a SQLite write was answered without running".to_owned(),
+            )),
+        };
+        // The caller may have gone meanwhile; what ran is kept regardless.
+        let _ = self.reply.send(out);
+    }
+}
+
+fn savepoint(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute([]))
+        .map(drop)
+        .map_err(db_err)
+}
+
+fn undo_savepoint(conn: &Connection) -> Result<(), StoreError> {
+    savepoint(conn, "ROLLBACK TO idem_op")?;
+    savepoint(conn, "RELEASE idem_op")
+}
+
+/// Empties the writer's queue, a batch per transaction (see [`Writer`]). Runs on the
+/// blocking pool; exactly one drain runs at a time.
+///
+/// With `hand_off`, runs one batch (which holds the write that started it) and leaves the
+/// rest to a drain of its own: the caller running it inline is not held until the queue
+/// runs dry, however busy the store is.
+fn drain(inner: &Arc<Inner>, hand_off: bool) {
+    let mut conn = inner.writer().conn.take();
+    let mut ran = false;
+    loop {
+        let batch: Vec<Box<dyn Pending>> = {
+            let mut writer = inner.writer();
+            if writer.queue.is_empty() {
+                // Under the same lock a new write checks `draining`: nothing queued after
+                // this can be left without a drain.
+                writer.draining = false;
+                writer.conn = conn;
+                return;
+            }
+            if hand_off && ran {
+                // `draining` stays set: the connection goes to the new drain alone.
+                writer.conn = conn;
+                drop(writer);
+                let inner = inner.clone();
+                drop(tokio::task::spawn_blocking(move || drain(&inner, false)));
+                return;
+            }
+            let n = writer.queue.len().min(BATCH_MAX);
+            writer
+                .queue
+                .drain(..n)
+                .filter(|op| !op.abandoned())
+                .collect()
+        };
+        ran = true;
+        if batch.is_empty() {
+            continue;
+        }
+        let c = match conn.take() {
+            Some(c) => Ok(c),
+            None => inner.connect(),
+        };
+        match c {
+            Ok(c) => {
+                run_batch(&c, inner, batch);
+                conn = Some(c);
+            }
+            Err(e) => {
+                for op in batch {
+                    op.answer(Err(e.clone()));
+                }
+            }
+        }
+        inner.changed.notify_waiters();
+    }
+}
+
+/// Runs `batch` in one transaction (more if SQLite abandons one midway) and answers every
+/// write in it.
+fn run_batch(conn: &Connection, inner: &Inner, batch: Vec<Box<dyn Pending>>) {
+    let mut batch = batch.into_iter().peekable();
+    while batch.peek().is_some() {
+        if let Err(e) = savepoint(conn, "BEGIN IMMEDIATE") {
+            for op in batch {
+                op.answer(Err(e.clone()));
+            }
+            return;
+        }
+        let mut ran: Vec<Box<dyn Pending>> = Vec::new();
+        let mut abandoned = false;
+        for mut op in batch.by_ref() {
+            op.run(conn, inner);
+            ran.push(op);
+            if conn.is_autocommit() {
+                abandoned = true;
+                break;
+            }
+        }
+        let committed = if abandoned {
+            Err(StoreError::Unavailable(
+                "SQLite abandoned the transaction (an I/O error, a full disk or the like); \
+                 nothing in it was written"
+                    .to_owned(),
+            ))
+        } else {
+            // Returns only once the commit is in the log (and, with `Full`, on disk).
+            savepoint(conn, "COMMIT").inspect_err(|_| {
+                if !conn.is_autocommit() {
+                    let _ = savepoint(conn, "ROLLBACK");
+                }
+            })
+        };
+        for op in ran {
+            op.answer(committed.clone());
+        }
     }
 }
 
@@ -580,7 +831,7 @@ fn load(conn: &Connection, key: &IdemKey) -> Result<Option<Record>, StoreError> 
 /// Loads `key` and applies time to it, writing back what changed (inside a write
 /// transaction).
 fn load_aged(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     inner: &Inner,
     key: &IdemKey,
     now: Timestamp,
@@ -886,11 +1137,7 @@ fn time(ms: i64) -> Result<Timestamp, String> {
 
 /// Applies time to every record that may need it: expired leases, results past retention,
 /// lapsed tombstones. The SQL only preselects; [`rules::age`] decides.
-fn sweep(
-    tx: &rusqlite::Transaction<'_>,
-    inner: &Inner,
-    now: Timestamp,
-) -> Result<usize, StoreError> {
+fn sweep(tx: &Connection, inner: &Inner, now: Timestamp) -> Result<usize, StoreError> {
     let now_sql = sql_time(now);
     let results_cut = now_sql.saturating_sub(millis(inner.retention.results));
     let tombstones_cut = now_sql.saturating_sub(millis(inner.retention.tombstones));
@@ -1016,30 +1263,38 @@ impl IdemStore for SqliteStore {
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         // A repeat of a settled or running key is answered from a read connection, without
-        // queueing for the write lock; only a free (or time-changed) key needs it.
-        let key = req.key.clone();
-        let seen = self
+        // queueing for the write lock; only a free (or time-changed) key needs it. Its
+        // write is queued from the same blocking task (which drains the queue itself if
+        // nobody is), saving a second trip through the blocking pool.
+        let req = req.clone();
+        let queued = self
             .read(move |conn, inner| {
                 let now = inner.clock.now();
-                Ok(load(conn, &key)?.and_then(|mut r| {
+                let seen = load(conn, &req.key)?.and_then(|mut r| {
                     (rules::age(&mut r, now, &inner.retention) == Aged::Unchanged).then_some(r)
-                }))
+                });
+                if let Some(outcome) = rules::claim_against(seen.as_ref(), &req) {
+                    return Ok(Err(outcome));
+                }
+                let (answer, start) = inner.enqueue(move |tx, inner, now| {
+                    let existing = load_aged(tx, inner, &req.key, now)?;
+                    if let Some(outcome) = rules::claim_against(existing.as_ref(), &req) {
+                        return Ok(outcome);
+                    }
+                    let token = ClaimToken::fresh();
+                    put(tx, &rules::new_claim(&req, token, now))?;
+                    Ok(ClaimOutcome::Claimed(token))
+                });
+                if start {
+                    drain(inner, true);
+                }
+                Ok(Ok(answer))
             })
             .await?;
-        if let Some(outcome) = rules::claim_against(seen.as_ref(), req) {
-            return Ok(outcome);
+        match queued {
+            Err(outcome) => Ok(outcome),
+            Ok(answer) => answered(answer).await,
         }
-        let req = req.clone();
-        self.write(move |tx, inner, now| {
-            let existing = load_aged(tx, inner, &req.key, now)?;
-            if let Some(outcome) = rules::claim_against(existing.as_ref(), &req) {
-                return Ok(outcome);
-            }
-            let token = ClaimToken::fresh();
-            put(tx, &rules::new_claim(&req, token, now))?;
-            Ok(ClaimOutcome::Claimed(token))
-        })
-        .await
     }
 
     async fn renew(
@@ -1217,5 +1472,118 @@ impl IdemStore for SqliteStore {
             let _ = tokio::time::timeout(pause.min(deadline - now), changed).await;
             pause = (pause * 2).min(Duration::from_millis(100));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The group commit's batch, driven directly: the order in which writes share one
+    //! transaction is fixed here, not left to the scheduler.
+
+    use super::*;
+
+    fn req(name: &str) -> ClaimRequest {
+        ClaimRequest {
+            key: key(name),
+            fingerprint: Fingerprint::of_canonical(name.as_bytes()),
+            tool: "batch_test".to_owned(),
+            lease: Duration::from_secs(30),
+            operation: None,
+        }
+    }
+
+    fn key(name: &str) -> IdemKey {
+        let scope = crate::identity::Scope::run("batch-test");
+        IdemKey::derive(
+            &scope,
+            "batch_test",
+            crate::identity::KeyMaterial::Intent(name),
+        )
+    }
+
+    type Reply<T> = oneshot::Receiver<Result<T, StoreError>>;
+
+    fn op<T, F>(f: F) -> (Box<dyn Pending>, Reply<T>)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Inner, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let op = Op {
+            f: Some(f),
+            out: None,
+            reply,
+        };
+        (Box::new(op), answer)
+    }
+
+    fn claim_op(
+        name: &str,
+    ) -> impl FnOnce(&Connection, &Inner, Timestamp) -> Result<(), StoreError> {
+        let r = req(name);
+        move |conn, _, now| put(conn, &rules::new_claim(&r, ClaimToken::fresh(), now))
+    }
+
+    #[test]
+    fn a_failed_write_in_a_batch_leaves_its_neighbours_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("batch.sqlite3");
+        let store = SqliteStore::builder(&path).open_blocking().unwrap();
+        let inner = &store.inner;
+        let conn = inner.writer().conn.take().unwrap();
+
+        let (a, a_says) = op(claim_op("a"));
+        // Writes, then fails: its own write must be undone, nobody else's.
+        let (b, b_says) = op({
+            let claim = claim_op("b");
+            move |conn, inner, now| {
+                claim(conn, inner, now)?;
+                Err::<(), _>(StoreError::Backend("refused after writing".to_owned()))
+            }
+        });
+        // Sees what `a` wrote earlier in the same transaction.
+        let (seen, seen_says) = op(|conn, _, _| Ok(load(conn, &req("a").key)?.is_some()));
+        let (c, c_says) = op({
+            let claim = claim_op("c");
+            move |conn, inner, now| -> Result<(), StoreError> {
+                claim(conn, inner, now)?;
+                panic!("a write that panics after writing")
+            }
+        });
+        let (d, d_says) = op(claim_op("d"));
+        // Its caller has gone: never run.
+        let (gone, gone_says) = op(claim_op("gone"));
+        drop(gone_says);
+        let mut batch = vec![a, b, seen, c, d];
+        batch.extend([gone].into_iter().filter(|op| !op.abandoned()));
+        run_batch(&conn, inner, batch);
+
+        let answer = |mut rx: Reply<()>| rx.try_recv().expect("answered");
+        assert_eq!(answer(a_says), Ok(()));
+        assert!(matches!(answer(b_says), Err(StoreError::Backend(m)) if m.contains("refused")));
+        assert_eq!(seen_says.blocking_recv().unwrap(), Ok(true));
+        assert!(matches!(answer(c_says), Err(StoreError::Backend(m)) if m.contains("panicked")));
+        assert_eq!(answer(d_says), Ok(()));
+
+        // What the file holds, through a connection of its own.
+        let other = Connection::open(&path).unwrap();
+        let mut rows: Vec<(String, String)> = other
+            .prepare("SELECT key, state FROM idem_records")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.sort();
+        let mut expected: Vec<(String, String)> = ["a", "d"]
+            .iter()
+            .map(|n| (key(n).as_str().to_owned(), "running".to_owned()))
+            .collect();
+        expected.sort();
+        assert_eq!(
+            rows, expected,
+            "a and d kept; b, c and the abandoned write not"
+        );
+        assert!(conn.is_autocommit(), "the batch left no transaction open");
     }
 }

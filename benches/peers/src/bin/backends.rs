@@ -472,6 +472,12 @@ fn bench_postgres(url: &str) {
         .expect("table");
     });
     let reg = registry(store);
+    rt.block_on(async {
+        // Only counts from here on (if `pg_stat_statements` is loaded; see `per_statement`).
+        if let Ok(c) = pool.get().await {
+            let _ = c.batch_execute("SELECT pg_stat_statements_reset()").await;
+        }
+    });
     let mut raw_w = vec![];
     let mut idem_w = vec![];
     for conc in CONCURRENCY {
@@ -535,6 +541,7 @@ fn bench_postgres(url: &str) {
             .map(|(&x, &r)| format!("{} ({})", rate(x), pct(x, r)))
             .collect::<Vec<_>>(),
     );
+    rt.block_on(per_statement(&pool, &schema));
     rt.block_on(async {
         if let Ok(c) = pool.get().await {
             let _ = c
@@ -542,6 +549,44 @@ fn bench_postgres(url: &str) {
                 .await;
         }
     });
+}
+
+/// The server's own view of every statement the section ran often (raw and idem alike):
+/// mean execution time and WAL bytes per call, from `pg_stat_statements`, which
+/// `BENCH_PG_STATS=1 backends.sh` preloads on its cluster.
+async fn per_statement(pool: &deadpool_postgres::Pool, schema: &str) {
+    let Ok(c) = pool.get().await else { return };
+    let rows = c
+        .query(
+            "SELECT calls, mean_exec_time, wal_bytes::float8 / greatest(calls, 1), \
+               left(regexp_replace(query, '\\s+', ' ', 'g'), 80) \
+             FROM pg_stat_statements \
+             WHERE (query LIKE '%' || $1 || '%' OR query IN ('BEGIN', 'COMMIT', 'ROLLBACK')) \
+               AND calls >= 100 \
+             ORDER BY total_exec_time DESC LIMIT 10",
+            &[&schema],
+        )
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            println!("\n(no per-statement figures: {e}; `BENCH_PG_STATS=1 backends.sh` loads pg_stat_statements)");
+            return;
+        }
+    };
+    println!("\nPer statement, server side (`pg_stat_statements`), every cell of the section:");
+    println!();
+    println!("| calls | mean µs | WAL bytes per call | statement |");
+    println!("|---|---|---|---|");
+    for r in rows {
+        let (calls, mean_ms, wal, query): (i64, f64, f64, String) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        let query = query.replace(&format!("\"{schema}\"."), "");
+        println!(
+            "| {calls} | {:.1} | {wal:.0} | `{query}…` |",
+            mean_ms * 1000.0
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------
