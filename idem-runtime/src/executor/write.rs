@@ -74,7 +74,7 @@ impl Executor {
         let req = ClaimRequest {
             key: key.clone(),
             fingerprint,
-            tool: spec.name().to_owned(),
+            tool: tool.shared_name().clone(),
             lease: spec.lease_duration(),
             operation: Some(Operation {
                 scope: call.scope.clone(),
@@ -308,7 +308,7 @@ impl Executor {
                 ReadCtx::new(
                     scope.clone(),
                     call_id.map(str::to_owned),
-                    spec.name().to_owned(),
+                    tool.shared_name().clone(),
                     deadline,
                     attempt,
                 ),

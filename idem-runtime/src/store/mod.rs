@@ -158,8 +158,9 @@ pub struct ClaimRequest {
     pub key: IdemKey,
     /// Fingerprint of its arguments.
     pub fingerprint: Fingerprint,
-    /// The tool's name (kept in the record for operators).
-    pub tool: String,
+    /// The tool's name (kept in the record for operators). Shared: the registry hands every
+    /// claim of a tool the same allocation.
+    pub tool: Arc<str>,
     /// How long the claim holds without renewal.
     pub lease: Duration,
     /// What was asked for, saved with the claim so a reconciler or a person can act on it

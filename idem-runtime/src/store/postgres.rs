@@ -655,7 +655,7 @@ fn decode(row: &Row, at: usize) -> Result<Option<(Record, bool)>, StoreError> {
         Record {
             key,
             fingerprint,
-            tool,
+            tool: tool.into(),
             state,
             token,
             lease_until,

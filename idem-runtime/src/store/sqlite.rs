@@ -826,7 +826,7 @@ fn decode_fields(row: &Row<'_>) -> Result<Record, String> {
     Ok(Record {
         key,
         fingerprint,
-        tool,
+        tool: tool.into(),
         state,
         token,
         lease_until,

@@ -553,7 +553,7 @@ fn decode_record(fields: &Value, record_prefix: &str) -> Result<Record, StoreErr
     Ok(Record {
         key,
         fingerprint,
-        tool: field("tool")?.to_owned(),
+        tool: field("tool")?.into(),
         state,
         token,
         lease_until,
