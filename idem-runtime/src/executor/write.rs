@@ -1,5 +1,6 @@
 //! The write path: claim → run under the claim → settle (or release).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -171,7 +172,9 @@ impl Executor {
                         .await;
                     return Err(Executed::refused(
                         Some(key.clone()),
-                        CallError::ChangedParams { key: record.key },
+                        CallError::ChangedParams {
+                            key: record.key.clone(),
+                        },
                     ));
                 }
                 ClaimOutcome::Existing(record) if record.state == RecordState::Running => {
@@ -191,7 +194,7 @@ impl Executor {
                 ClaimOutcome::Existing(record) => {
                     return Err(Executed {
                         key: Some(key.clone()),
-                        result: Ok(replay(record)),
+                        result: Ok(replay(&record)),
                         replayed: true,
                         attempts: 0,
                     });
@@ -206,8 +209,8 @@ impl Executor {
         &self,
         req: &'r ClaimRequest,
     ) -> Result<Option<(ClaimOutcome, &'r ClaimRequest)>, StoreError> {
-        let record = self.store().get(&req.key).await?;
-        Ok(rules::claim_against(record.as_ref(), req).map(|outcome| (outcome, req)))
+        let record = self.store().get(&req.key).await?.map(Arc::new);
+        Ok(rules::claim_against_shared(record.as_ref(), req).map(|outcome| (outcome, req)))
     }
 
     /// Gives up a claim won under one key format because the operation is claimed under

@@ -350,7 +350,7 @@ async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
 
 async fn claim_finds(store: &impl IdemStore, req: &ClaimRequest) -> Record {
     match store.claim(req).await {
-        Ok(ClaimOutcome::Existing(r)) => r,
+        Ok(ClaimOutcome::Existing(r)) => Record::clone(&r),
         other => panic!("claiming a held key must report its record, got {other:?}"),
     }
 }

@@ -28,14 +28,16 @@ const SWEEP_EVERY: usize = 256;
 
 #[derive(Debug)]
 struct Slot {
-    record: Record,
+    /// Shared with the claims that found it: a replay reads the record the store holds. A
+    /// change copies it only while such a reader still holds the old one.
+    record: Arc<Record>,
     /// Created by the first waiter; woken when the record leaves `Running`.
     settled: Option<Arc<Notify>>,
 }
 
-// Boxed: a record is a few hundred bytes, and a growing map moves every entry on each
-// resize; moving pointers instead keeps a store that takes new keys all day cheap to grow.
-type Map = HashMap<IdemKey, Box<Slot>, BuildHasherDefault<KeyHasher>>;
+// A slot is two pointers (the record lives behind its `Arc`), so a growing map moves little
+// on each resize.
+type Map = HashMap<IdemKey, Slot, BuildHasherDefault<KeyHasher>>;
 type Shard = Mutex<Map>;
 
 /// Hashes an [`IdemKey`] by reading 16 of its hex digits instead of running SipHash over
@@ -134,7 +136,7 @@ impl Inner {
         let mut map = lock(shard);
         let before = map.len();
         map.retain(|_, slot| {
-            let aged = rules::age(&mut slot.record, now, &self.retention);
+            let aged = rules::age_shared(&mut slot.record, now, &self.retention);
             if aged == Aged::Changed && slot.record.state != RecordState::Running {
                 wake(slot);
             }
@@ -251,7 +253,7 @@ impl MemoryStore {
         let gone = match map.get_mut(key) {
             None => return None,
             Some(slot) => {
-                let aged = rules::age(&mut slot.record, now, &self.inner.retention);
+                let aged = rules::age_shared(&mut slot.record, now, &self.inner.retention);
                 if aged == Aged::Changed && slot.record.state != RecordState::Running {
                     wake(slot);
                 }
@@ -263,7 +265,7 @@ impl MemoryStore {
             self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
             return None;
         }
-        map.get_mut(key).map(|slot| &mut **slot)
+        map.get_mut(key)
     }
 }
 
@@ -326,7 +328,7 @@ impl IdemStore for MemoryStore {
         let token = loop {
             let mut map = self.shard(&req.key);
             if let Some(outcome) =
-                rules::claim_against(self.aged(&mut map, &req.key).map(|s| &s.record), req)
+                rules::claim_against_shared(self.aged(&mut map, &req.key).map(|s| &s.record), req)
             {
                 return Ok(outcome);
             }
@@ -352,10 +354,10 @@ impl IdemStore for MemoryStore {
             let record = rules::new_claim(req, token, inner.clock.now());
             map.insert(
                 req.key.clone(),
-                Box::new(Slot {
-                    record,
+                Slot {
+                    record: Arc::new(record),
                     settled: None,
-                }),
+                },
             );
             break token;
         };
@@ -380,7 +382,7 @@ impl IdemStore for MemoryStore {
         let mut map = self.shard(key);
         let now = self.inner.clock.now();
         match self.aged(&mut map, key) {
-            Some(slot) => rules::renew(&mut slot.record, token, lease, now),
+            Some(slot) => rules::renew(Arc::make_mut(&mut slot.record), token, lease, now),
             None => Err(rules::stale_absent(key)),
         }
     }
@@ -396,7 +398,7 @@ impl IdemStore for MemoryStore {
         let Some(slot) = self.aged(&mut map, key) else {
             return Err(rules::stale_absent(key));
         };
-        rules::settle(&mut slot.record, token, settlement, now)?;
+        rules::settle(Arc::make_mut(&mut slot.record), token, settlement, now)?;
         wake(slot);
         Ok(())
     }
@@ -488,13 +490,13 @@ impl IdemStore for MemoryStore {
             return Err(StoreError::NotFound(key.clone()));
         };
         let fresh = ClaimToken::fresh();
-        rules::reclaim(&mut slot.record, expected, fresh, lease, now)?;
+        rules::reclaim(Arc::make_mut(&mut slot.record), expected, fresh, lease, now)?;
         Ok(fresh)
     }
 
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
         let mut map = self.shard(key);
-        Ok(self.aged(&mut map, key).map(|s| s.record.clone()))
+        Ok(self.aged(&mut map, key).map(|s| Record::clone(&s.record)))
     }
 
     async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
@@ -529,7 +531,7 @@ impl IdemStore for MemoryStore {
                         _ => continue,
                     }
                 }
-                page.push(Listed(r.clone()));
+                page.push(Listed(Record::clone(r)));
             }
         }
         Ok(page.into_sorted_vec().into_iter().map(|l| l.0).collect())
@@ -549,7 +551,7 @@ impl IdemStore for MemoryStore {
                         .settled
                         .get_or_insert_with(|| Arc::new(Notify::new()))
                         .clone(),
-                    other => return Ok(other.map(|s| s.record.clone())),
+                    other => return Ok(other.map(|s| Record::clone(&s.record))),
                 }
             };
             let notified = notify.notified();
