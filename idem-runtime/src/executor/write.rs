@@ -326,9 +326,13 @@ impl Executor {
                 lease: spec.lease_duration(),
             };
             let span = tracing::info_span!("idem.attempt", attempt, class = tracing::field::Empty);
-            let end = attempt::run(fut, spec.timeout_duration(), Some(lease))
-                .instrument(span.clone())
-                .await;
+            let attempt_run = attempt::run(fut, spec.timeout_duration(), Some(lease));
+            // Unobserved (no subscriber wants the span): no span wrapper to poll through.
+            let end = if span.is_disabled() {
+                attempt_run.await
+            } else {
+                attempt_run.instrument(span.clone()).await
+            };
             let finished_at = self.clock.now();
             let (result, kind, message) = match end {
                 AttemptEnd::Returned(r) => {
@@ -375,7 +379,8 @@ impl Executor {
             // A panic is a defect in the handler, not a transient fault: sending again would
             // most likely panic again. It stays unknown for the reconciler (see RetryPolicy).
             let retryable = class == OutcomeClass::Unknown && kind != AttemptKind::Panicked;
-            let in_window = claimed_at.plus(spec.window_duration()) > self.clock.now();
+            // The attempt just ended: its end is "now" for the window (one clock reading less).
+            let in_window = claimed_at.plus(spec.window_duration()) > finished_at;
             let pause = if retryable && keyed && attempt < max_attempts && in_window {
                 Some(self.retry.backoff(attempt))
             } else if let Some(Err(ToolError::Unavailable { retry_after, .. })) = &result {
