@@ -104,7 +104,7 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
     // 4. One effect, no second run, and the caller is told the truth: unknown.
     let record = assert_unknown_after_crash(&result, &store, &ledger, &runs).await;
     assert_eq!(result.attempts(), 0, "nothing was attempted");
-    assert_eq!(record.tool, "charge_card");
+    assert_eq!(&*record.tool, "charge_card");
 
     // And it stays that way: a third try is refused the same way.
     let again = registry.call(the_call()).await;

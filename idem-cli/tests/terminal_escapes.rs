@@ -130,5 +130,5 @@ async fn hostile_text_is_shown_escaped_and_json_stays_exact() {
     let reconcile = idem_at(&url, &["--json", "reconcile"]);
     assert_inert("--json reconcile", &reconcile);
     let v: Value = serde_json::from_slice(&reconcile.stdout).unwrap();
-    assert_eq!(v[0]["tool"], stored.tool.as_str());
+    assert_eq!(v[0]["tool"], &*stored.tool);
 }

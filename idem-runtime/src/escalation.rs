@@ -76,7 +76,7 @@ impl Escalation {
         Escalation {
             id: format!("{}/{}/escalated", record.key, record.created_at.as_millis()),
             key: record.key.clone(),
-            tool: record.tool.clone(),
+            tool: record.tool.to_string(),
             reason: reason.into(),
             state: record.state,
             operation: record.operation.clone(),

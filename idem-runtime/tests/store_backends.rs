@@ -186,7 +186,7 @@ fn request(name: &str, lease: Duration) -> ClaimRequest {
     ClaimRequest {
         key: conformance::key(name),
         fingerprint: conformance::fingerprint("args"),
-        tool: "backend_tool".to_owned(),
+        tool: "backend_tool".into(),
         lease,
         operation: None,
     }
@@ -405,7 +405,7 @@ async fn write_every_state<S: IdemStore>(s: &S, clock: &ManualClock, nul: bool) 
     };
     let with_op = |name: &str, lease: Duration| ClaimRequest {
         operation: Some(op(Some(&format!("intent-{name}-\u{2603}")))),
-        tool: format!("tool-{name}"),
+        tool: format!("tool-{name}").into(),
         ..request(name, lease)
     };
     let long = Duration::from_secs(12 * 3600);
@@ -579,7 +579,7 @@ async fn check_every_state<S: IdemStore>(s: &S, before: &[Record], nul: bool) {
     );
     let completed = before
         .iter()
-        .find(|r| r.tool == "tool-completed-null")
+        .find(|r| &*r.tool == "tool-completed-null")
         .expect("completed-null");
     assert_eq!(
         completed.payload,

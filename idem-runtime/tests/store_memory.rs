@@ -323,3 +323,99 @@ mod bounds {
             .is_some());
     }
 }
+
+/// A claim hands back the record the store holds, shared (`ClaimOutcome::Existing(Arc<_>)`).
+/// What the reader holds must stay the record as it was found: a settle, a renewal, a
+/// takeover or time passing afterwards changes the store's record, never the reader's copy.
+mod shared_records {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use idem_runtime::store::conformance::{fingerprint, key};
+    use idem_runtime::store::{
+        ClaimOutcome, ClaimRequest, IdemStore, ManualClock, MemoryStore, RecordState, Retention,
+        Settlement, Timestamp,
+    };
+    use serde_json::json;
+
+    fn request(name: &str) -> ClaimRequest {
+        ClaimRequest {
+            key: key(name),
+            fingerprint: fingerprint("args"),
+            tool: "shared".into(),
+            lease: Duration::from_secs(30),
+            operation: None,
+        }
+    }
+
+    async fn existing(store: &MemoryStore, req: &ClaimRequest) -> Arc<idem_runtime::Record> {
+        match store.claim(req).await.unwrap() {
+            ClaimOutcome::Existing(r) => r,
+            other => panic!("expected the existing record, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_record_found_by_a_claim_is_not_changed_by_what_the_store_does_next() {
+        let clock = Arc::new(ManualClock::new(Timestamp(1_000_000)));
+        let store = MemoryStore::with_clock(clock.clone()).retention(Retention {
+            results: Duration::from_secs(60),
+            tombstones: Duration::from_secs(600),
+        });
+        let req = request("shared-1");
+        let ClaimOutcome::Claimed(token) = store.claim(&req).await.unwrap() else {
+            panic!("a fresh key is claimed");
+        };
+
+        // Found running; then renewed and settled by the holder.
+        let running = existing(&store, &req).await;
+        store
+            .renew(&req.key, token, Duration::from_secs(90))
+            .await
+            .unwrap();
+        let settled = Settlement::new(RecordState::Completed).payload(json!({"id": 7}));
+        store.settle(&req.key, token, settled).await.unwrap();
+        assert_eq!(running.state, RecordState::Running);
+        assert_eq!(running.lease_until, Some(Timestamp(1_030_000)));
+        assert_eq!(running.payload, None);
+
+        // Found completed; then its result expires (time alone changes it).
+        let completed = existing(&store, &req).await;
+        assert_eq!(completed.state, RecordState::Completed);
+        assert_eq!(completed.payload, Some(json!({"id": 7})));
+        clock.advance(Duration::from_secs(61));
+        let tombstone = existing(&store, &req).await;
+        assert!(tombstone.result_expired);
+        assert_eq!(tombstone.payload, None);
+        assert!(
+            !completed.result_expired,
+            "the earlier reader's record is unchanged"
+        );
+        assert_eq!(completed.payload, Some(json!({"id": 7})));
+
+        // The store's own record moved on with every step.
+        let now = store
+            .get(&req.key)
+            .await
+            .unwrap()
+            .expect("the tombstone is kept");
+        assert_eq!(now.state, RecordState::Completed);
+        assert!(now.result_expired);
+    }
+
+    #[tokio::test]
+    async fn a_lease_that_lapses_under_a_reader_turns_the_stores_record_unknown_only() {
+        let clock = Arc::new(ManualClock::new(Timestamp(5_000_000)));
+        let store = MemoryStore::with_clock(clock.clone());
+        let req = request("shared-2");
+        let ClaimOutcome::Claimed(_) = store.claim(&req).await.unwrap() else {
+            panic!("a fresh key is claimed");
+        };
+        let running = existing(&store, &req).await;
+        clock.advance(Duration::from_secs(31));
+        let lapsed = existing(&store, &req).await;
+        assert_eq!(lapsed.state, RecordState::Unknown);
+        assert_eq!(running.state, RecordState::Running);
+        assert_eq!(running.lease_until, Some(Timestamp(5_030_000)));
+    }
+}

@@ -608,7 +608,7 @@ fn check_record(
     if got.fingerprint != fingerprint(want.fp) {
         return Err(mismatch("fingerprint", &want.fp, &got.fingerprint));
     }
-    if got.tool != TOOL {
+    if &*got.tool != TOOL {
         return Err(mismatch("tool", &TOOL, &got.tool));
     }
     if got.state != want.state {
@@ -794,7 +794,7 @@ fn claim_request(k: usize, fp: usize, lease_ms: u64, with_operation: bool) -> Cl
     ClaimRequest {
         key: key(k),
         fingerprint: fingerprint(fp),
-        tool: TOOL.to_owned(),
+        tool: TOOL.into(),
         lease: Duration::from_millis(lease_ms),
         operation: with_operation.then(operation),
     }

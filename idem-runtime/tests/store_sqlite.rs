@@ -65,7 +65,7 @@ fn request(name: &str) -> ClaimRequest {
     ClaimRequest {
         key: conformance::key(name),
         fingerprint: conformance::fingerprint("args"),
-        tool: "sqlite_test".to_owned(),
+        tool: "sqlite_test".into(),
         lease: Duration::from_secs(30),
         operation: None,
     }

@@ -414,7 +414,7 @@ pub async fn kill_at_point_and_restart<S, F, Fut>(
         .expect("read the record")
         .expect("the record outlived its worker");
     assert_eq!(record.state, idem::RecordState::Unknown);
-    assert_eq!(record.tool, "charge_card");
+    assert_eq!(&*record.tool, "charge_card");
     assert!(
         record.payload.is_none(),
         "nothing of the handler's result was stored"

@@ -144,7 +144,7 @@ pub async fn unknown_record(store: &dyn IdemStore, text: &RecordText) -> IdemKey
     let req = ClaimRequest {
         key: key.clone(),
         fingerprint: Fingerprint::of_canonical(args.as_str().as_bytes()),
-        tool: text.tool.clone(),
+        tool: text.tool.as_str().into(),
         lease: Duration::from_secs(60),
         operation: Some(Operation {
             scope,

@@ -4,7 +4,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, CatchUnwind, Map};
 use futures_util::FutureExt;
 use serde_json::Value;
 
@@ -24,17 +24,23 @@ pub(crate) enum AttemptEnd {
     TimedOut(CaughtFuture),
 }
 
-pub(crate) type CaughtFuture = BoxFuture<'static, Result<Result<Value, ToolError>, String>>;
+/// The handler's (boxed) future with its panics caught: a named type, not a second box.
+pub(crate) type CaughtFuture = Map<
+    CatchUnwind<AssertUnwindSafe<BoxFuture<'static, Result<Value, ToolError>>>>,
+    fn(std::thread::Result<Result<Value, ToolError>>) -> Result<Result<Value, ToolError>, String>,
+>;
 
 pub(crate) use crate::store::deadline_after;
 
 /// Wraps a handler future so a panic becomes a value.
 pub(crate) fn catch(fut: BoxFuture<'static, Result<Value, ToolError>>) -> CaughtFuture {
-    Box::pin(
-        AssertUnwindSafe(fut)
-            .catch_unwind()
-            .map(|r| r.map_err(panic_message)),
-    )
+    AssertUnwindSafe(fut).catch_unwind().map(caught)
+}
+
+fn caught(
+    r: std::thread::Result<Result<Value, ToolError>>,
+) -> Result<Result<Value, ToolError>, String> {
+    r.map_err(panic_message)
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {

@@ -7,9 +7,10 @@ use crate::outcome::{Outcome, OutcomeClass};
 use crate::store::{Record, RecordState, Settlement};
 use crate::tool::ToolError;
 
-/// The outcome a saved record replays as (the record is consumed: its payload moves).
-pub(crate) fn replay(record: Record) -> Outcome {
-    let message = record.message.unwrap_or_default();
+/// The outcome a saved record replays as. The record is the store's, shared: only what the
+/// outcome carries (the saved result, a message) is copied out of it.
+pub(crate) fn replay(record: &Record) -> Outcome {
+    let message = || record.message.clone().unwrap_or_default();
     match record.state {
         RecordState::Completed if record.result_expired => Outcome::ResultExpired {
             was: OutcomeClass::Completed,
@@ -18,18 +19,18 @@ pub(crate) fn replay(record: Record) -> Outcome {
             was: OutcomeClass::Failed,
         },
         RecordState::Completed => Outcome::Completed {
-            output: record.payload.unwrap_or(Value::Null),
+            output: record.payload.clone().unwrap_or(Value::Null),
         },
         RecordState::Failed => Outcome::Failed {
-            message,
-            downstream_ref: record.downstream_ref,
+            message: message(),
+            downstream_ref: record.downstream_ref.clone(),
         },
         RecordState::Pending => Outcome::Pending {
-            downstream_ref: record.downstream_ref.unwrap_or_default(),
-            detail: record.payload,
+            downstream_ref: record.downstream_ref.clone().unwrap_or_default(),
+            detail: record.payload.clone(),
         },
-        RecordState::Unknown => Outcome::Unknown { reason: message },
-        RecordState::Escalated => Outcome::Escalated { reason: message },
+        RecordState::Unknown => Outcome::Unknown { reason: message() },
+        RecordState::Escalated => Outcome::Escalated { reason: message() },
         // Only reached if a store reports a running record as settled; report honestly.
         RecordState::Running => Outcome::Unknown {
             reason: "still running in another call".to_owned(),

@@ -1,5 +1,6 @@
 //! Late results: a handler that hit its timeout keeps running, and what it reports is kept.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -222,7 +223,7 @@ pub(crate) async fn restore(
             ))
         }
         ClaimOutcome::Existing(record) | ClaimOutcome::Mismatch(record) => {
-            Ok(Restored::ClaimedAgain(record))
+            Ok(Restored::ClaimedAgain(Arc::unwrap_or_clone(record)))
         }
     }
 }

@@ -38,7 +38,7 @@ impl Executor {
             let ctx = ReadCtx::new(
                 call.scope.clone(),
                 call.call_id.clone(),
-                spec.name().to_owned(),
+                tool.shared_name().clone(),
                 deadline,
                 attempt,
             );

@@ -1,5 +1,6 @@
 //! The write path: claim → run under the claim → settle (or release).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -74,7 +75,7 @@ impl Executor {
         let req = ClaimRequest {
             key: key.clone(),
             fingerprint,
-            tool: spec.name().to_owned(),
+            tool: tool.shared_name().clone(),
             lease: spec.lease_duration(),
             operation: Some(Operation {
                 scope: call.scope.clone(),
@@ -171,7 +172,9 @@ impl Executor {
                         .await;
                     return Err(Executed::refused(
                         Some(key.clone()),
-                        CallError::ChangedParams { key: record.key },
+                        CallError::ChangedParams {
+                            key: record.key.clone(),
+                        },
                     ));
                 }
                 ClaimOutcome::Existing(record) if record.state == RecordState::Running => {
@@ -191,7 +194,7 @@ impl Executor {
                 ClaimOutcome::Existing(record) => {
                     return Err(Executed {
                         key: Some(key.clone()),
-                        result: Ok(replay(record)),
+                        result: Ok(replay(&record)),
                         replayed: true,
                         attempts: 0,
                     });
@@ -206,8 +209,8 @@ impl Executor {
         &self,
         req: &'r ClaimRequest,
     ) -> Result<Option<(ClaimOutcome, &'r ClaimRequest)>, StoreError> {
-        let record = self.store().get(&req.key).await?;
-        Ok(rules::claim_against(record.as_ref(), req).map(|outcome| (outcome, req)))
+        let record = self.store().get(&req.key).await?.map(Arc::new);
+        Ok(rules::claim_against_shared(record.as_ref(), req).map(|outcome| (outcome, req)))
     }
 
     /// Gives up a claim won under one key format because the operation is claimed under
@@ -308,7 +311,7 @@ impl Executor {
                 ReadCtx::new(
                     scope.clone(),
                     call_id.map(str::to_owned),
-                    spec.name().to_owned(),
+                    tool.shared_name().clone(),
                     deadline,
                     attempt,
                 ),
@@ -323,9 +326,13 @@ impl Executor {
                 lease: spec.lease_duration(),
             };
             let span = tracing::info_span!("idem.attempt", attempt, class = tracing::field::Empty);
-            let end = attempt::run(fut, spec.timeout_duration(), Some(lease))
-                .instrument(span.clone())
-                .await;
+            let attempt_run = attempt::run(fut, spec.timeout_duration(), Some(lease));
+            // Unobserved (no subscriber wants the span): no span wrapper to poll through.
+            let end = if span.is_disabled() {
+                attempt_run.await
+            } else {
+                attempt_run.instrument(span.clone()).await
+            };
             let finished_at = self.clock.now();
             let (result, kind, message) = match end {
                 AttemptEnd::Returned(r) => {
@@ -372,7 +379,8 @@ impl Executor {
             // A panic is a defect in the handler, not a transient fault: sending again would
             // most likely panic again. It stays unknown for the reconciler (see RetryPolicy).
             let retryable = class == OutcomeClass::Unknown && kind != AttemptKind::Panicked;
-            let in_window = claimed_at.plus(spec.window_duration()) > self.clock.now();
+            // The attempt just ended: its end is "now" for the window (one clock reading less).
+            let in_window = claimed_at.plus(spec.window_duration()) > finished_at;
             let pause = if retryable && keyed && attempt < max_attempts && in_window {
                 Some(self.retry.backoff(attempt))
             } else if let Some(Err(ToolError::Unavailable { retry_after, .. })) = &result {

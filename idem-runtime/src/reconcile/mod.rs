@@ -98,7 +98,7 @@ impl Decision {
     fn on(record: &Record, action: Action, detail: impl Into<String>) -> Decision {
         Decision {
             key: record.key.clone(),
-            tool: record.tool.clone(),
+            tool: record.tool.to_string(),
             from: record.state,
             action,
             detail: detail.into(),

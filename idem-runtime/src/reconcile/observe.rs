@@ -78,7 +78,7 @@ impl Reconciler {
         let span = tracing::info_span!(
             "idem.reconcile.decision",
             key = record.key.as_str(),
-            tool = record.tool.as_str(),
+            tool = &*record.tool,
             from = record.state.as_str(),
             attempts = record.attempts.len(),
             action = Empty
@@ -99,7 +99,7 @@ impl Reconciler {
         let span = tracing::info_span!(
             "idem.reconcile.released",
             key = release.record.key.as_str(),
-            tool = release.record.tool.as_str(),
+            tool = &*release.record.tool,
             by = release.by.as_str(),
             action = Empty
         );

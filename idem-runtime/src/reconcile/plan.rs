@@ -400,7 +400,7 @@ mod tests {
         Record {
             key: IdemKey::derive(&scope, "charge", KeyMaterial::Intent("order-1")),
             fingerprint: Fingerprint::of_canonical(b"{\"cents\":4900}"),
-            tool: "charge".to_owned(),
+            tool: "charge".into(),
             state,
             token: ClaimToken(7),
             lease_until: None,

@@ -161,7 +161,7 @@ mod tests {
         let record = Record {
             key: IdemKey::derive(&scope, "charge", KeyMaterial::Intent("order-1")),
             fingerprint: Fingerprint::of_canonical(b"{\"order\":1}"),
-            tool: "charge".to_owned(),
+            tool: "charge".into(),
             state: RecordState::Unknown,
             token: ClaimToken(7),
             lease_until: None,

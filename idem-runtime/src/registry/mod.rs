@@ -410,13 +410,19 @@ impl Registry {
             key = tracing::field::Empty,
             class = tracing::field::Empty,
         );
-        let executed = self.dispatch(&call).instrument(span.clone()).await;
-        let class = match &executed.result {
-            Ok(o) => o.class().as_str(),
-            Err(_) => "refused",
+        // Unobserved (no subscriber wants the span): no span wrapper to poll through.
+        let executed = if span.is_disabled() {
+            self.dispatch(&call).await
+        } else {
+            let executed = self.dispatch(&call).instrument(span.clone()).await;
+            let class = match &executed.result {
+                Ok(o) => o.class().as_str(),
+                Err(_) => "refused",
+            };
+            // The executor records the key on this span as soon as it derives it.
+            span.record("class", class);
+            executed
         };
-        // The executor records the key on this span as soon as it derives it.
-        span.record("class", class);
         observe::call_finished(&call.tool, &executed, timer);
         if let (CallArgs::Value(args), Err(CallError::InvalidArgs { .. })) =
             (call.args, &executed.result)

@@ -335,7 +335,7 @@ fn request(name: &str) -> ClaimRequest {
     ClaimRequest {
         key: key(name),
         fingerprint: fingerprint("args"),
-        tool: "conformance_tool".to_owned(),
+        tool: "conformance_tool".into(),
         lease: LEASE,
         operation: None,
     }
@@ -350,7 +350,7 @@ async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
 
 async fn claim_finds(store: &impl IdemStore, req: &ClaimRequest) -> Record {
     match store.claim(req).await {
-        Ok(ClaimOutcome::Existing(r)) => r,
+        Ok(ClaimOutcome::Existing(r)) => Record::clone(&r),
         other => panic!("claiming a held key must report its record, got {other:?}"),
     }
 }
@@ -1788,7 +1788,7 @@ pub async fn records_round_trip<F: StoreFactory>(f: &F) {
     };
     let s = &*h.store;
     let req = ClaimRequest {
-        tool: "refund_payment-v2".to_owned(),
+        tool: "refund_payment-v2".into(),
         lease: Duration::from_millis(12_345),
         operation: Some(crate::store::Operation {
             scope: crate::identity::Scope::run("run-7").with_tenant("tenant-\u{e9}"),

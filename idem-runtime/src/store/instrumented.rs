@@ -196,7 +196,7 @@ impl IdemStore for Instrumented {
             op = "claim",
             backend = self.backend,
             key = req.key.as_str(),
-            tool = req.tool.as_str(),
+            tool = &*req.tool,
             state = Empty,
             outcome = Empty,
             error = Empty

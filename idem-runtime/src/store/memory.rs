@@ -1,6 +1,7 @@
 //! The default store: in process memory, sharded, gone when the process exits.
 
 use std::cmp::Ordering;
+use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
@@ -12,7 +13,7 @@ use tokio::sync::Notify;
 use super::rules::{self, Aged};
 use super::{
     ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState,
-    ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, SystemClock,
+    ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, SystemClock, Timestamp,
 };
 use crate::identity::IdemKey;
 
@@ -28,14 +29,16 @@ const SWEEP_EVERY: usize = 256;
 
 #[derive(Debug)]
 struct Slot {
-    record: Record,
+    /// Shared with the claims that found it: a replay reads the record the store holds. A
+    /// change copies it only while such a reader still holds the old one.
+    record: Arc<Record>,
     /// Created by the first waiter; woken when the record leaves `Running`.
     settled: Option<Arc<Notify>>,
 }
 
-// Boxed: a record is a few hundred bytes, and a growing map moves every entry on each
-// resize; moving pointers instead keeps a store that takes new keys all day cheap to grow.
-type Map = HashMap<IdemKey, Box<Slot>, BuildHasherDefault<KeyHasher>>;
+// A slot is two pointers (the record lives behind its `Arc`), so a growing map moves little
+// on each resize.
+type Map = HashMap<IdemKey, Slot, BuildHasherDefault<KeyHasher>>;
 type Shard = Mutex<Map>;
 
 /// Hashes an [`IdemKey`] by reading 16 of its hex digits instead of running SipHash over
@@ -134,7 +137,7 @@ impl Inner {
         let mut map = lock(shard);
         let before = map.len();
         map.retain(|_, slot| {
-            let aged = rules::age(&mut slot.record, now, &self.retention);
+            let aged = rules::age_shared(&mut slot.record, now, &self.retention);
             if aged == Aged::Changed && slot.record.state != RecordState::Running {
                 wake(slot);
             }
@@ -245,25 +248,25 @@ impl MemoryStore {
         lock(&self.inner.shards[n % SHARDS])
     }
 
-    /// Looks a key up with time applied; removes it if its tombstone has lapsed.
-    fn aged<'m>(&self, map: &'m mut Map, key: &IdemKey) -> Option<&'m mut Slot> {
-        let now = self.inner.clock.now();
-        let gone = match map.get_mut(key) {
-            None => return None,
-            Some(slot) => {
-                let aged = rules::age(&mut slot.record, now, &self.inner.retention);
+    /// Looks a key up with time applied as of `now`; removes it if its tombstone has lapsed.
+    /// One lookup (the key is hashed once), for a record that stays and one that goes.
+    fn aged<'m>(&self, map: &'m mut Map, key: &IdemKey, now: Timestamp) -> Option<&'m mut Slot> {
+        match map.entry(key.clone()) {
+            Entry::Vacant(_) => None,
+            Entry::Occupied(mut entry) => {
+                let slot = entry.get_mut();
+                let aged = rules::age_shared(&mut slot.record, now, &self.inner.retention);
                 if aged == Aged::Changed && slot.record.state != RecordState::Running {
                     wake(slot);
                 }
-                aged == Aged::Gone
+                if aged == Aged::Gone {
+                    entry.remove();
+                    self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                    return None;
+                }
+                Some(entry.into_mut())
             }
-        };
-        if gone {
-            map.remove(key);
-            self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
-            return None;
         }
-        map.get_mut(key).map(|slot| &mut **slot)
     }
 }
 
@@ -324,15 +327,29 @@ impl IdemStore for MemoryStore {
         let inner = &*self.inner;
         let mut swept = false;
         let token = loop {
+            // One clock reading and one lookup serve the aging, the decision and the insert.
+            let now = inner.clock.now();
             let mut map = self.shard(&req.key);
-            if let Some(outcome) =
-                rules::claim_against(self.aged(&mut map, &req.key).map(|s| &s.record), req)
-            {
-                return Ok(outcome);
-            }
+            let vacant = match map.entry(req.key.clone()) {
+                Entry::Vacant(vacant) => Some(vacant),
+                Entry::Occupied(mut entry) => {
+                    let slot = entry.get_mut();
+                    let aged = rules::age_shared(&mut slot.record, now, &inner.retention);
+                    if aged == Aged::Changed && slot.record.state != RecordState::Running {
+                        wake(slot);
+                    }
+                    if aged != Aged::Gone {
+                        return Ok(rules::judge(Arc::clone(&slot.record), req));
+                    }
+                    entry.remove();
+                    inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                    None
+                }
+            };
             // Reserve a place first, so concurrent claims never overshoot the capacity.
             if inner.len.fetch_add(1, AtomicOrdering::Relaxed) >= inner.capacity {
                 inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                drop(vacant);
                 drop(map);
                 if swept {
                     return Err(StoreError::Full(format!(
@@ -349,14 +366,19 @@ impl IdemStore for MemoryStore {
                 continue;
             }
             let token = ClaimToken::fresh();
-            let record = rules::new_claim(req, token, inner.clock.now());
-            map.insert(
-                req.key.clone(),
-                Box::new(Slot {
-                    record,
-                    settled: None,
-                }),
-            );
+            let slot = Slot {
+                record: Arc::new(rules::new_claim(req, token, now)),
+                settled: None,
+            };
+            match vacant {
+                Some(vacant) => {
+                    vacant.insert(slot);
+                }
+                // The key held a lapsed tombstone, removed above.
+                None => {
+                    map.insert(req.key.clone(), slot);
+                }
+            }
             break token;
         };
         // Now and then, with no lock held, sweep one shard of lapsed tombstones, so keys
@@ -379,8 +401,8 @@ impl IdemStore for MemoryStore {
     ) -> Result<(), StoreError> {
         let mut map = self.shard(key);
         let now = self.inner.clock.now();
-        match self.aged(&mut map, key) {
-            Some(slot) => rules::renew(&mut slot.record, token, lease, now),
+        match self.aged(&mut map, key, now) {
+            Some(slot) => rules::renew(Arc::make_mut(&mut slot.record), token, lease, now),
             None => Err(rules::stale_absent(key)),
         }
     }
@@ -393,17 +415,18 @@ impl IdemStore for MemoryStore {
     ) -> Result<(), StoreError> {
         let mut map = self.shard(key);
         let now = self.inner.clock.now();
-        let Some(slot) = self.aged(&mut map, key) else {
+        let Some(slot) = self.aged(&mut map, key, now) else {
             return Err(rules::stale_absent(key));
         };
-        rules::settle(&mut slot.record, token, settlement, now)?;
+        rules::settle(Arc::make_mut(&mut slot.record), token, settlement, now)?;
         wake(slot);
         Ok(())
     }
 
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
         let mut map = self.shard(key);
-        let Some(slot) = self.aged(&mut map, key) else {
+        let now = self.inner.clock.now();
+        let Some(slot) = self.aged(&mut map, key, now) else {
             return Err(rules::stale_absent(key));
         };
         rules::release(&slot.record, token)?;
@@ -421,7 +444,7 @@ impl IdemStore for MemoryStore {
     ) -> Result<(), StoreError> {
         let mut map = self.shard(key);
         let now = self.inner.clock.now();
-        let Some(slot) = self.aged(&mut map, key) else {
+        let Some(slot) = self.aged(&mut map, key, now) else {
             return Err(StoreError::NotFound(key.clone()));
         };
         let release = rules::release_unsettled(&slot.record, expected, note, now)?;
@@ -431,11 +454,11 @@ impl IdemStore for MemoryStore {
         // record's place in the capacity passes to the trace, unless the key has one.
         let mut traces = lock(&self.inner.releases);
         let trace = match traces.entry(key.clone()) {
-            std::collections::hash_map::Entry::Occupied(e) => {
+            Entry::Occupied(e) => {
                 self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
                 e.into_mut()
             }
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(Vec::new()),
+            Entry::Vacant(e) => e.insert(Vec::new()),
         };
         trace.push(release);
         rules::keep_releases(trace, now, &self.inner.retention);
@@ -484,17 +507,20 @@ impl IdemStore for MemoryStore {
     ) -> Result<ClaimToken, StoreError> {
         let mut map = self.shard(key);
         let now = self.inner.clock.now();
-        let Some(slot) = self.aged(&mut map, key) else {
+        let Some(slot) = self.aged(&mut map, key, now) else {
             return Err(StoreError::NotFound(key.clone()));
         };
         let fresh = ClaimToken::fresh();
-        rules::reclaim(&mut slot.record, expected, fresh, lease, now)?;
+        rules::reclaim(Arc::make_mut(&mut slot.record), expected, fresh, lease, now)?;
         Ok(fresh)
     }
 
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
         let mut map = self.shard(key);
-        Ok(self.aged(&mut map, key).map(|s| s.record.clone()))
+        let now = self.inner.clock.now();
+        Ok(self
+            .aged(&mut map, key, now)
+            .map(|s| Record::clone(&s.record)))
     }
 
     async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
@@ -529,7 +555,7 @@ impl IdemStore for MemoryStore {
                         _ => continue,
                     }
                 }
-                page.push(Listed(r.clone()));
+                page.push(Listed(Record::clone(r)));
             }
         }
         Ok(page.into_sorted_vec().into_iter().map(|l| l.0).collect())
@@ -544,12 +570,12 @@ impl IdemStore for MemoryStore {
         loop {
             let notify = {
                 let mut map = self.shard(key);
-                match self.aged(&mut map, key) {
+                match self.aged(&mut map, key, self.inner.clock.now()) {
                     Some(slot) if slot.record.state == RecordState::Running => slot
                         .settled
                         .get_or_insert_with(|| Arc::new(Notify::new()))
                         .clone(),
-                    other => return Ok(other.map(|s| s.record.clone())),
+                    other => return Ok(other.map(|s| Record::clone(&s.record))),
                 }
             };
             let notified = notify.notified();

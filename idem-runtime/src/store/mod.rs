@@ -158,8 +158,9 @@ pub struct ClaimRequest {
     pub key: IdemKey,
     /// Fingerprint of its arguments.
     pub fingerprint: Fingerprint,
-    /// The tool's name (kept in the record for operators).
-    pub tool: String,
+    /// The tool's name (kept in the record for operators). Shared: the registry hands every
+    /// claim of a tool the same allocation.
+    pub tool: Arc<str>,
     /// How long the claim holds without renewal.
     pub lease: Duration,
     /// What was asked for, saved with the claim so a reconciler or a person can act on it
@@ -168,14 +169,18 @@ pub struct ClaimRequest {
 }
 
 /// What a claim found.
+///
+/// The record comes shared: a store that keeps its records in memory hands back the one it
+/// holds (a replay copies nothing but the saved result), and a store that reads a row
+/// wraps the record it decoded in [`Arc::new`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClaimOutcome {
     /// The key was free; the caller holds it and must settle or release it.
     Claimed(ClaimToken),
     /// A record with the same fingerprint exists; its state says what to tell the caller.
-    Existing(Record),
+    Existing(Arc<Record>),
     /// A record with this key but another fingerprint exists: same key, changed parameters.
-    Mismatch(Record),
+    Mismatch(Arc<Record>),
 }
 
 /// Why a store operation failed.

@@ -658,7 +658,7 @@ fn decode(row: &Row, at: usize) -> Result<Option<(Record, bool)>, StoreError> {
         Record {
             key,
             fingerprint,
-            tool,
+            tool: tool.into(),
             state,
             token,
             lease_until,
@@ -1213,7 +1213,7 @@ impl IdemStore for PostgresStore {
             let probe = record.state == RecordState::Running && tx_effect;
             if !probe && self.age(&mut record.clone(), tx_effect, now) == Aged::Unchanged {
                 return Ok(rules::claim_against(Some(&record), req)
-                    .unwrap_or(ClaimOutcome::Existing(record)));
+                    .unwrap_or(ClaimOutcome::Existing(Arc::new(record))));
             }
             // Something to write (expiry), or a transactional claim to probe: if we can lock
             // its row, the handler's transaction is gone without committing, and since its
@@ -1244,7 +1244,7 @@ impl IdemStore for PostgresStore {
                         Aged::Unchanged => Write::Keep,
                     };
                     let outcome = rules::claim_against(Some(&record), req)
-                        .unwrap_or(ClaimOutcome::Existing(record));
+                        .unwrap_or(ClaimOutcome::Existing(Arc::new(record)));
                     (write, Ok(outcome))
                 })
                 .await?;
@@ -1252,7 +1252,7 @@ impl IdemStore for PostgresStore {
                 Locked::Done(outcome) => outcome,
                 // Its transaction is open: the handler is running.
                 Locked::Busy(record) => rules::claim_against(Some(&record), req)
-                    .unwrap_or(ClaimOutcome::Existing(*record)),
+                    .unwrap_or(ClaimOutcome::Existing(Arc::new(*record))),
             });
         }
         Err(StoreError::Backend(format!(

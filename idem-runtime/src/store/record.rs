@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -300,8 +301,8 @@ pub struct Record {
     pub key: IdemKey,
     /// Fingerprint of the arguments it was claimed with.
     pub fingerprint: Fingerprint,
-    /// The tool's name.
-    pub tool: String,
+    /// The tool's name (shared with the claim that made the record).
+    pub tool: Arc<str>,
     /// Current state.
     pub state: RecordState,
     /// Token of the current claim (the only one that may settle).

@@ -4,6 +4,7 @@
 //! SQLite, Postgres) call these so the rules live in one place. A backend that cannot (Redis,
 //! in a Lua script) must implement the same rules; the conformance suite holds both to them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
@@ -51,6 +52,28 @@ pub fn age(record: &mut Record, now: Timestamp, retention: &Retention) -> Aged {
             }
         }
         RecordState::Pending | RecordState::Unknown | RecordState::Escalated => Aged::Unchanged,
+    }
+}
+
+/// [`age`] for a record held shared, as [`ClaimOutcome`] hands records out: the record is
+/// copied ([`Arc::make_mut`]) only when time changes it while someone still reads the old
+/// one.
+pub fn age_shared(record: &mut Arc<Record>, now: Timestamp, retention: &Retention) -> Aged {
+    if !due(record, now, retention) {
+        return Aged::Unchanged;
+    }
+    age(Arc::make_mut(record), now, retention)
+}
+
+/// True exactly when [`age`] would change or drop `record` as of `now`.
+fn due(record: &Record, now: Timestamp, retention: &Retention) -> bool {
+    match record.state {
+        RecordState::Running => record.lease_until.is_some_and(|until| until <= now),
+        RecordState::Completed | RecordState::Failed => {
+            record.updated_at.plus(retention.normalized().tombstones) <= now
+                || (!record.result_expired && record.updated_at.plus(retention.results) <= now)
+        }
+        RecordState::Pending | RecordState::Unknown | RecordState::Escalated => false,
     }
 }
 
@@ -163,12 +186,25 @@ pub fn new_claim(req: &ClaimRequest, token: ClaimToken, now: Timestamp) -> Recor
 
 /// Decides a claim against the (aged) existing record. `None` means the key is free.
 pub fn claim_against(existing: Option<&Record>, req: &ClaimRequest) -> Option<ClaimOutcome> {
-    let record = existing?;
-    Some(if record.fingerprint != req.fingerprint {
-        ClaimOutcome::Mismatch(record.clone())
+    existing.map(|record| judge(Arc::new(record.clone()), req))
+}
+
+/// [`claim_against`] for a record the store already holds shared: no copy is made.
+pub fn claim_against_shared(
+    existing: Option<&Arc<Record>>,
+    req: &ClaimRequest,
+) -> Option<ClaimOutcome> {
+    existing.map(|record| judge(Arc::clone(record), req))
+}
+
+/// What a claim of `req` finds in `record`, which holds its key: the same operation, or
+/// the same key with changed parameters.
+pub fn judge(record: Arc<Record>, req: &ClaimRequest) -> ClaimOutcome {
+    if record.fingerprint != req.fingerprint {
+        ClaimOutcome::Mismatch(record)
     } else {
-        ClaimOutcome::Existing(record.clone())
-    })
+        ClaimOutcome::Existing(record)
+    }
 }
 
 fn stale(key: &IdemKey, record: Option<&Record>) -> StoreError {

@@ -1077,7 +1077,7 @@ fn decode_fields(row: &Row<'_>) -> Result<Record, String> {
     Ok(Record {
         key,
         fingerprint,
-        tool,
+        tool: tool.into(),
         state,
         token,
         lease_until,
@@ -1486,7 +1486,7 @@ mod tests {
         ClaimRequest {
             key: key(name),
             fingerprint: Fingerprint::of_canonical(name.as_bytes()),
-            tool: "batch_test".to_owned(),
+            tool: "batch_test".into(),
             lease: Duration::from_secs(30),
             operation: None,
         }

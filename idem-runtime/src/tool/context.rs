@@ -12,7 +12,7 @@ use crate::store::{ClaimToken, HeldClaim};
 struct CallInfo {
     scope: Scope,
     call_id: Option<String>,
-    tool: String,
+    tool: Arc<str>,
 }
 
 /// Context of a read tool call: who is calling and until when.
@@ -27,7 +27,7 @@ impl ReadCtx {
     pub(crate) fn new(
         scope: Scope,
         call_id: Option<String>,
-        tool: String,
+        tool: Arc<str>,
         deadline: Instant,
         attempt: u32,
     ) -> Self {
@@ -84,7 +84,7 @@ impl ReadCtx {
         ReadCtx::new(
             Scope::run(run_id),
             None,
-            "test".to_owned(),
+            Arc::from("test"),
             Instant::now() + crate::tool::DEFAULT_TIMEOUT,
             1,
         )

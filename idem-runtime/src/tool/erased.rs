@@ -19,6 +19,9 @@ use crate::identity::{identify, ArgsIdentity, CanonicalJson};
 pub struct DynTool {
     inner: Arc<dyn ErasedTool>,
     spec: Arc<ToolSpec>,
+    /// The spec's name, shared: every claim, record and context of a call names the tool,
+    /// and a clone of this costs no allocation.
+    name: Arc<str>,
     key_fields: Arc<[String]>,
     kind: ToolKind,
     schema: Arc<Value>,
@@ -270,6 +273,7 @@ impl DynTool {
         let takes_object = schema.get("type").and_then(Value::as_str) == Some("object");
         DynTool {
             inner,
+            name: Arc::from(spec.name()),
             spec,
             key_fields,
             kind,
@@ -286,6 +290,11 @@ impl DynTool {
     /// The tool's name.
     pub fn name(&self) -> &str {
         self.spec.name()
+    }
+
+    /// The tool's name, shared (a clone is a reference count).
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
     }
 
     /// Read or write.

@@ -553,7 +553,7 @@ fn decode_record(fields: &Value, record_prefix: &str) -> Result<Record, StoreErr
     Ok(Record {
         key,
         fingerprint,
-        tool: field("tool")?.to_owned(),
+        tool: field("tool")?.into(),
         state,
         token,
         lease_until,
@@ -604,7 +604,7 @@ impl IdemStore for RedisStore {
             (Some("existing"), Some(fields)) => {
                 let record = self.decode(fields)?;
                 Ok(super::rules::claim_against(Some(&record), req)
-                    .unwrap_or(ClaimOutcome::Existing(record)))
+                    .unwrap_or(ClaimOutcome::Existing(Arc::new(record))))
             }
             _ => Err(unexpected("claim", &Value::Array(items))),
         }
