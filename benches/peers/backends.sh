@@ -3,7 +3,8 @@
 # PostgreSQL from .ci/services.sh, and a Redis started here with persistence off (the
 # services' Redis fsyncs every write, which would measure the disk, not the store).
 # Everything started here is stopped on exit. Arguments go to the harness (sections:
-# redis sqlite postgres memory). Environment: BENCH_SECS (per cell, default 3), BENCH_PAIRS.
+# redis cluster sqlite postgres memory); `cluster` runs on the services' 3-master Redis
+# Cluster, its AOF turned off here for the same reason. Environment: BENCH_SECS (per cell, default 3), BENCH_PAIRS.
 #
 #   benches/peers/backends.sh                 # every section
 #   BENCH_SECS=5 benches/peers/backends.sh redis
@@ -33,5 +34,10 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 export IDEM_REDIS_URL="redis://127.0.0.1:$port/"
+for url in ${IDEM_REDIS_CLUSTER_URLS//,/ }; do
+    node=${url#redis://}
+    node=${node%/}
+    redis-cli -h "${node%:*}" -p "${node#*:}" config set appendonly no >/dev/null
+done
 echo "[backends] $(redis-server --version | cut -d' ' -f1-3), persistence off, on 127.0.0.1:$port" >&2
 "$CARGO_TARGET_DIR/release/backends" "$@"
