@@ -174,6 +174,17 @@ enum Target {
     Cluster(Vec<String>),
 }
 
+impl Target {
+    /// The URLs it names.
+    #[cfg(not(feature = "tls"))]
+    fn urls(&self) -> &[String] {
+        match self {
+            Target::Single(url) => std::slice::from_ref(url),
+            Target::Cluster(nodes) => nodes,
+        }
+    }
+}
+
 /// Configures and connects a [`RedisStore`]; from [`RedisStore::builder`] or
 /// [`RedisStore::cluster`].
 #[derive(Debug, Clone)]
@@ -260,12 +271,8 @@ impl RedisStoreBuilder {
     /// would not fit its scripts' keys in one slot (one partition and no hash tag in the
     /// prefix).
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
-        let urls = match &self.target {
-            Target::Single(url) => std::slice::from_ref(url),
-            Target::Cluster(nodes) => nodes.as_slice(),
-        };
         #[cfg(not(feature = "tls"))]
-        if urls.iter().any(|url| {
+        if self.target.urls().iter().any(|url| {
             url.trim_start()
                 .get(..9)
                 .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
