@@ -141,13 +141,34 @@ idem_start_redis_cluster() {
         idem_log "redis-server or redis-cli not found: the Redis Cluster tests will skip"
         return 0
     fi
-    local ports=() addrs=() urls=() port dir i n
+    # A port checked free can be taken by someone else before the server binds it (other
+    # runs share this machine): a node that does not come up means a fresh try on new ports.
+    local try
+    for try in 1 2 3; do
+        idem_try_redis_cluster "$try" && return 0
+        idem_stop_redis_cluster
+    done
+    idem_log "the Redis Cluster did not start in 3 tries"
+    return 1
+}
+
+idem_stop_redis_cluster() {
+    local pid
+    for pid in $IDEM_REDIS_CLUSTER_PIDS; do
+        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    done
+    IDEM_REDIS_CLUSTER_PIDS=""
+}
+
+# One try at idem_start_redis_cluster, in directories of its own ($1 numbers the try).
+idem_try_redis_cluster() {
+    local ports=() addrs=() urls=() port dir i n up
     for n in 1 2 3; do
         port=$(idem_free_cluster_port "${ports[@]}") || {
             idem_log "no free port for Redis Cluster"
             return 1
         }
-        dir="$IDEM_SVC_DIR/redis-cluster-$n"
+        dir="$IDEM_SVC_DIR/redis-cluster-$1-$n"
         mkdir -p "$dir"
         redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes --daemonize no \
             --dir "$dir" --save '' --appendonly yes --appendfsync always \
@@ -158,20 +179,28 @@ idem_start_redis_cluster() {
         addrs+=("127.0.0.1:$port")
         urls+=("redis://127.0.0.1:$port/")
     done
+    n=0
     for port in "${ports[@]}"; do
-        for i in $(seq 1 100); do
-            redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && break
+        n=$((n + 1))
+        up=0
+        for i in $(seq 1 300); do
+            redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG && { up=1; break; }
             sleep 0.1
         done
+        if [ $up != 1 ]; then
+            idem_log "Redis Cluster node on port $port did not come up; log:"
+            tail -5 "$IDEM_SVC_DIR/redis-cluster-$1-$n/redis.log" >&2 || true
+            return 1
+        fi
     done
     if ! redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
-        >"$IDEM_SVC_DIR/redis-cluster-create.log" 2>&1; then
+        >"$IDEM_SVC_DIR/redis-cluster-create-$1.log" 2>&1; then
         idem_log "redis-cli --cluster create failed; log:"
-        cat "$IDEM_SVC_DIR/redis-cluster-create.log" >&2
+        cat "$IDEM_SVC_DIR/redis-cluster-create-$1.log" >&2
         return 1
     fi
     local ok=0
-    for i in $(seq 1 200); do
+    for i in $(seq 1 300); do
         ok=1
         for port in "${ports[@]}"; do
             redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null \
@@ -301,11 +330,7 @@ idem_services_stop() {
         kill "$IDEM_REDIS_PID" 2>/dev/null && wait "$IDEM_REDIS_PID" 2>/dev/null
         IDEM_REDIS_PID=""
     fi
-    local pid
-    for pid in $IDEM_REDIS_CLUSTER_PIDS; do
-        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    done
-    IDEM_REDIS_CLUSTER_PIDS=""
+    idem_stop_redis_cluster
     if [ -n "$IDEM_PG_DATA" ] && [ -f "$IDEM_PG_DATA/postmaster.pid" ]; then
         idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_DATA" -m fast -w stop >/dev/null 2>&1
     fi
