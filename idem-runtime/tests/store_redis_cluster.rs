@@ -384,3 +384,53 @@ async fn partition_count_is_fixed_for_a_stores_life() {
         }
     }
 }
+
+/// Every master's script cache flushed (a restart, a failover, an operator): the next call
+/// on each partition loads the script again where it runs, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_on_every_master_is_survived() {
+    let Some(nodes) = nodes() else {
+        conformance::skip("this Redis Cluster check", &skip_reason());
+        return;
+    };
+    let at = Prefix {
+        nodes: nodes.clone(),
+        prefix: unique("flush"),
+    };
+    let store = Cluster::store(&at).await.expect("connect");
+    let reqs: Vec<ClaimRequest> = (0..12).map(|i| request(&format!("flush-{i}"))).collect();
+    let mut tokens = Vec::new();
+    for req in &reqs {
+        match store.claim(req).await.expect("claim") {
+            ClaimOutcome::Claimed(t) => tokens.push(t),
+            other => panic!("a fresh key must be claimed, got {other:?}"),
+        }
+    }
+    for node in &nodes {
+        let client = redis::Client::open(node.as_str()).expect("node URL");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to a node");
+        let () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .expect("SCRIPT FLUSH");
+    }
+    for (req, t) in reqs.iter().zip(tokens) {
+        store
+            .settle(&req.key, t, Settlement::new(RecordState::Completed))
+            .await
+            .expect("settle after the flush");
+    }
+    let done = store
+        .list(RecordState::Completed, usize::MAX)
+        .await
+        .expect("list");
+    assert_eq!(
+        done.len(),
+        reqs.len(),
+        "every settle after the flush landed"
+    );
+}
