@@ -2,8 +2,9 @@
 #
 # Sourced by .ci/run. `idem_services_start` installs what is missing (Debian packages),
 # starts redis-server and a throw-away PostgreSQL cluster on free ports bound to 127.0.0.1,
-# exports IDEM_REDIS_URL and IDEM_POSTGRES_URL, and registers `idem_services_stop` to run
-# on exit, so nothing outlives the run. Nothing here touches a system-wide server.
+# exports IDEM_REDIS_URL and IDEM_POSTGRES_URL (and IDEM_REDIS_CLUSTER_URLS, below), and
+# registers `idem_services_stop` to run on exit, so nothing outlives the run. Nothing here
+# touches a system-wide server.
 #
 # A second PostgreSQL cluster serves TLS only (ssl=on, a certificate for 127.0.0.1 signed by
 # a CA made at start with openssl; every key 0600 in the run's private directory; clear-text
@@ -11,6 +12,11 @@
 # picks one), IDEM_POSTGRES_TLS_CA (the CA certificate, to verify the server with) and
 # IDEM_POSTGRES_TLS_OTHER_CA (a CA that did not sign it). The main cluster stays clear text,
 # so every other test connects as it always did.
+#
+# A Redis Cluster of three masters (no replicas), each its own cluster-enabled redis-server
+# on a free loopback port with its own directory and the same persistence as the single
+# Redis (AOF, fsync always): it exports IDEM_REDIS_CLUSTER_URLS, the nodes' URLs separated
+# by commas, once `cluster info` says the cluster is ok.
 #
 # Knobs (environment):
 #   IDEM_SERVICES=0      start nothing (the backend tests then skip, saying why; otherwise
@@ -20,6 +26,7 @@
 
 IDEM_SVC_DIR=""
 IDEM_REDIS_PID=""
+IDEM_REDIS_CLUSTER_PIDS=""
 IDEM_PG_DATA=""
 IDEM_PG_BIN=""
 IDEM_PG_USER=""
@@ -107,6 +114,108 @@ idem_start_redis() {
     idem_log "redis-server did not start; log:"
     cat "$dir/redis.log" >&2 || true
     return 1
+}
+
+# A port for a cluster node: free, its cluster bus port (port + 10000) free too, and not one
+# of the ports given as arguments (chosen already but maybe not listening yet).
+idem_free_cluster_port() {
+    local port tries=0 taken
+    while [ $tries -lt 200 ]; do
+        tries=$((tries + 1))
+        port=$((20000 + RANDOM % 35000))
+        for taken in "$@"; do
+            [ "$taken" = "$port" ] || [ "$taken" = $((port + 10000)) ] \
+                || [ $((taken + 10000)) = "$port" ] && continue 2
+        done
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
+        (exec 3<>"/dev/tcp/127.0.0.1/$((port + 10000))") 2>/dev/null && continue
+        echo "$port"
+        return 0
+    done
+    return 1
+}
+
+# Three cluster-enabled redis-servers joined into one cluster (see the top of this file).
+idem_start_redis_cluster() {
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+        idem_log "redis-server or redis-cli not found: the Redis Cluster tests will skip"
+        return 0
+    fi
+    # A port checked free can be taken by someone else before the server binds it (other
+    # runs share this machine): a node that does not come up means a fresh try on new ports.
+    local try
+    for try in 1 2 3; do
+        idem_try_redis_cluster "$try" && return 0
+        idem_stop_redis_cluster
+    done
+    idem_log "the Redis Cluster did not start in 3 tries"
+    return 1
+}
+
+idem_stop_redis_cluster() {
+    local pid
+    for pid in $IDEM_REDIS_CLUSTER_PIDS; do
+        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    done
+    IDEM_REDIS_CLUSTER_PIDS=""
+}
+
+# One try at idem_start_redis_cluster, in directories of its own ($1 numbers the try).
+idem_try_redis_cluster() {
+    local ports=() addrs=() urls=() port dir i n up
+    for n in 1 2 3; do
+        port=$(idem_free_cluster_port "${ports[@]}") || {
+            idem_log "no free port for Redis Cluster"
+            return 1
+        }
+        dir="$IDEM_SVC_DIR/redis-cluster-$1-$n"
+        mkdir -p "$dir"
+        redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes --daemonize no \
+            --dir "$dir" --save '' --appendonly yes --appendfsync always \
+            --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" \
+            --cluster-node-timeout 5000 --logfile "$dir/redis.log" &
+        IDEM_REDIS_CLUSTER_PIDS="$IDEM_REDIS_CLUSTER_PIDS $!"
+        ports+=("$port")
+        addrs+=("127.0.0.1:$port")
+        urls+=("redis://127.0.0.1:$port/")
+    done
+    n=0
+    for port in "${ports[@]}"; do
+        n=$((n + 1))
+        up=0
+        for i in $(seq 1 300); do
+            redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG && { up=1; break; }
+            sleep 0.1
+        done
+        if [ $up != 1 ]; then
+            idem_log "Redis Cluster node on port $port did not come up; log:"
+            tail -5 "$IDEM_SVC_DIR/redis-cluster-$1-$n/redis.log" >&2 || true
+            return 1
+        fi
+    done
+    if ! redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
+        >"$IDEM_SVC_DIR/redis-cluster-create-$1.log" 2>&1; then
+        idem_log "redis-cli --cluster create failed; log:"
+        cat "$IDEM_SVC_DIR/redis-cluster-create-$1.log" >&2
+        return 1
+    fi
+    local ok=0
+    for i in $(seq 1 300); do
+        ok=1
+        for port in "${ports[@]}"; do
+            redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null \
+                | grep -q '^cluster_state:ok' || ok=0
+        done
+        [ $ok = 1 ] && break
+        sleep 0.1
+    done
+    if [ $ok != 1 ]; then
+        idem_log "the Redis Cluster did not reach cluster_state:ok"
+        return 1
+    fi
+    export IDEM_REDIS_CLUSTER_URLS
+    IDEM_REDIS_CLUSTER_URLS=$(IFS=,; echo "${urls[*]}")
+    idem_log "Redis Cluster of 3 masters on ${addrs[*]} (pids$IDEM_REDIS_CLUSTER_PIDS)"
 }
 
 # Runs a command as the unprivileged cluster owner (PostgreSQL refuses to run as root).
@@ -221,6 +330,7 @@ idem_services_stop() {
         kill "$IDEM_REDIS_PID" 2>/dev/null && wait "$IDEM_REDIS_PID" 2>/dev/null
         IDEM_REDIS_PID=""
     fi
+    idem_stop_redis_cluster
     if [ -n "$IDEM_PG_DATA" ] && [ -f "$IDEM_PG_DATA/postmaster.pid" ]; then
         idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_DATA" -m fast -w stop >/dev/null 2>&1
     fi
@@ -253,6 +363,7 @@ idem_services_start() {
     IDEM_SVC_DIR=$(mktemp -d "${TMPDIR:-/tmp}/idem-services.XXXXXX")
     idem_install_missing || idem_log "installing services failed; continuing with what is there"
     idem_start_redis
+    idem_start_redis_cluster
     idem_start_postgres
     idem_start_postgres_tls
 }

@@ -13,6 +13,9 @@
 //! 3. A worker killed between claim and handler start, and after its handler returned but
 //!    before the settle was stored (see `support::crash::CrashPoint`).
 //!
+//! 1 and 3 run on a Redis Cluster too (`IDEM_REDIS_CLUSTER_URLS`, the masters' URLs
+//! separated by commas), with the store spread over it in three partitions.
+//!
 //! The worker is this test binary, re-executed with `IDEM_CRASH_ROLE=redis-worker` to run
 //! only [`crash_worker`]; run normally, that test does nothing.
 #![cfg(feature = "redis")]
@@ -30,7 +33,8 @@ use std::time::{Duration, Instant};
 
 use idem::store::conformance::{backend_url, skip};
 use idem::store::{
-    ClaimOutcome, ClaimRequest, Clock, IdemStore, ManualClock, RedisStore, SystemClock,
+    ClaimOutcome, ClaimRequest, Clock, IdemStore, ManualClock, RedisStore, RedisStoreBuilder,
+    SystemClock,
 };
 use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
 use serde_json::json;
@@ -50,6 +54,19 @@ fn charge(customer: &str, cents: u64) -> ToolCall {
         "charge_card",
         json!({"customer": customer, "cents": cents}),
     )
+}
+
+/// The variable naming the cluster's nodes.
+const CLUSTER_URLS: &str = "IDEM_REDIS_CLUSTER_URLS";
+
+/// A store builder for `url`: one Redis, or (URLs separated by commas) a Redis Cluster with
+/// the store in three partitions, one per master of the test cluster.
+fn store_at(url: &str) -> RedisStoreBuilder {
+    if url.contains(',') {
+        RedisStore::cluster(url.split(',')).partitions(3)
+    } else {
+        RedisStore::builder(url)
+    }
 }
 
 /// `host:port` of a `redis://host:port/…` URL.
@@ -101,11 +118,14 @@ fn read_reply(r: &mut impl BufRead) -> std::io::Result<String> {
     }
 }
 
-/// Deletes every key under `prefix`.
-fn delete_prefix(addr: &str, prefix: &str) {
-    if let Ok(keys) = redis_cmd(addr, &["KEYS", &format!("{prefix}*")]) {
-        for k in keys.lines().filter(|k| !k.is_empty()) {
-            let _ = redis_cmd(addr, &["DEL", k]);
+/// Deletes every key under `prefix` on the server(s) of `url` (comma-separated for a
+/// cluster: every node is asked).
+fn delete_prefix(url: &str, prefix: &str) {
+    for addr in url.split(',').map(addr_of) {
+        if let Ok(keys) = redis_cmd(&addr, &["KEYS", &format!("{prefix}*")]) {
+            for k in keys.lines().filter(|k| !k.is_empty()) {
+                let _ = redis_cmd(&addr, &["DEL", k]);
+            }
         }
     }
 }
@@ -117,7 +137,7 @@ fn crash_worker() {
         let url = std::env::var(URL).expect("IDEM_CRASH_REDIS_URL");
         let prefix = std::env::var(PREFIX).expect("IDEM_CRASH_PREFIX");
         worker_runtime().block_on(async move {
-            let store = RedisStore::builder(url)
+            let store = store_at(&url)
                 .prefix(prefix)
                 .connect()
                 .await
@@ -133,7 +153,7 @@ fn crash_worker() {
     let prefix = std::env::var(PREFIX).expect("IDEM_CRASH_PREFIX");
     let ledger = PathBuf::from(std::env::var_os(LEDGER).expect("IDEM_CRASH_LEDGER"));
     worker_runtime().block_on(async move {
-        let store = RedisStore::builder(url)
+        let store = store_at(&url)
             .prefix(prefix)
             .connect()
             .await
@@ -158,13 +178,27 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
     let Some(url) = backend_url("IDEM_REDIS_URL", "this Redis crash test") else {
         return;
     };
+    kill_9_between_claim_and_settle(&url).await;
+}
+
+/// The same on a Redis Cluster, the store spread over its masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_claim_and_settle_leaves_unknown_on_a_cluster() {
+    let Some(url) = backend_url(CLUSTER_URLS, "this Redis Cluster crash test") else {
+        return;
+    };
+    kill_9_between_claim_and_settle(&url).await;
+}
+
+/// A worker `kill -9`ed inside its effect, then the same call from a new process.
+async fn kill_9_between_claim_and_settle(url: &str) {
     let tmp = TempDir::new("crash-redis");
     let ledger = tmp.0.join("ledger.txt");
     let log = tmp.0.join("worker.log");
     let prefix = format!("idem-crash:{}:", unique("k9"));
 
     let env = [
-        (URL, OsStr::new(&url)),
+        (URL, OsStr::new(url)),
         (PREFIX, OsStr::new(&prefix)),
         (LEDGER, ledger.as_os_str()),
     ];
@@ -173,7 +207,7 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
 
     // A new process, after the dead worker's lease has passed (clock moved, not waited).
     let clock = ManualClock::new(SystemClock.now().plus(Duration::from_secs(3600)));
-    let store = RedisStore::builder(url.as_str())
+    let store = store_at(url)
         .prefix(prefix.as_str())
         .clock(Arc::new(clock.clone()))
         .connect()
@@ -190,7 +224,7 @@ async fn kill_9_between_claim_and_settle_leaves_unknown() {
         Some(Outcome::Unknown { .. })
     ));
     assert_eq!(ledger_lines(&ledger), 1);
-    delete_prefix(&addr_of(&url), &prefix);
+    delete_prefix(url, &prefix);
 }
 
 /// A `redis-server` of this test's own, killed when dropped.
@@ -487,9 +521,10 @@ async fn redis_process_kill_and_restart_with_aof_loses_nothing() {
     );
 }
 
-/// `kill -9` at `point` under a fresh key prefix, then the same call from a new process.
-async fn crash_at(point: CrashPoint) {
-    let Some(url) = backend_url("IDEM_REDIS_URL", "this Redis crash test") else {
+/// `kill -9` at `point` under a fresh key prefix, then the same call from a new process;
+/// on the Redis of `var` (a cluster's nodes for [`CLUSTER_URLS`]).
+async fn crash_at(point: CrashPoint, var: &str) {
+    let Some(url) = backend_url(var, "this Redis crash test") else {
         return;
     };
     let prefix = format!("idem-crash:{}:", unique(point.name()));
@@ -498,7 +533,7 @@ async fn crash_at(point: CrashPoint) {
         "redis-point",
         &[(URL, OsStr::new(&url)), (PREFIX, OsStr::new(&prefix))],
         |clock| {
-            let builder = RedisStore::builder(url.as_str())
+            let builder = store_at(&url)
                 .prefix(prefix.as_str())
                 .clock(Arc::new(clock));
             async move { builder.connect().await.expect("connect after the crash") }
@@ -506,19 +541,31 @@ async fn crash_at(point: CrashPoint) {
         charge("acme", 4900),
     )
     .await;
-    delete_prefix(&addr_of(&url), &prefix);
+    delete_prefix(&url, &prefix);
 }
 
 /// Killed after the claim was stored, before the handler's effect: no effect, and the record
 /// stays unknown (the next process cannot tell this crash from one after the effect).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_between_claim_and_handler_start_leaves_unknown() {
-    crash_at(CrashPoint::BeforeHandler).await;
+    crash_at(CrashPoint::BeforeHandler, "IDEM_REDIS_URL").await;
+}
+
+/// The same on a Redis Cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_claim_and_handler_start_leaves_unknown_on_a_cluster() {
+    crash_at(CrashPoint::BeforeHandler, CLUSTER_URLS).await;
 }
 
 /// Killed after the handler returned, before its settle was stored: one effect, the record
 /// unknown, the handler never run again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_after_the_handler_before_settle_leaves_unknown() {
-    crash_at(CrashPoint::BeforeSettle).await;
+    crash_at(CrashPoint::BeforeSettle, "IDEM_REDIS_URL").await;
+}
+
+/// The same on a Redis Cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_after_the_handler_before_settle_leaves_unknown_on_a_cluster() {
+    crash_at(CrashPoint::BeforeSettle, CLUSTER_URLS).await;
 }

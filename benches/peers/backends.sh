@@ -3,9 +3,11 @@
 # PostgreSQL from .ci/services.sh, and a Redis started here with persistence off (the
 # services' Redis fsyncs every write, which would measure the disk, not the store).
 # Everything started here is stopped on exit. Arguments go to the harness (sections:
-# redis sqlite postgres memory). Environment: BENCH_SECS (per cell, default 3), BENCH_PAIRS,
-# BENCH_PG_STATS=1 (preload pg_stat_statements on the PostgreSQL cluster, restarting it, so
-# the postgres section also prints the server's time and WAL per statement).
+# redis cluster sqlite postgres memory); `cluster` runs on the services' 3-master Redis
+# Cluster, its AOF turned off here for the same reason. Environment: BENCH_SECS (per cell,
+# default 3), BENCH_PAIRS, BENCH_PG_STATS=1 (preload pg_stat_statements on the PostgreSQL
+# cluster, restarting it, so the postgres section also prints the server's time and WAL per
+# statement).
 #
 #   benches/peers/backends.sh                 # every section
 #   BENCH_SECS=5 benches/peers/backends.sh redis
@@ -43,5 +45,10 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 export IDEM_REDIS_URL="redis://127.0.0.1:$port/"
+for url in ${IDEM_REDIS_CLUSTER_URLS//,/ }; do
+    node=${url#redis://}
+    node=${node%/}
+    redis-cli -h "${node%:*}" -p "${node#*:}" config set appendonly no >/dev/null
+done
 echo "[backends] $(redis-server --version | cut -d' ' -f1-3), persistence off, on 127.0.0.1:$port" >&2
 "$CARGO_TARGET_DIR/release/backends" "$@"

@@ -37,12 +37,15 @@ pub fn ledger_lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
 }
 
-/// A name no other run of this test uses.
+/// A name no other run of this test uses, nor another test of this run (tests run in
+/// parallel, and two may ask for the same tag in the same millisecond).
 pub fn unique(tag: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
     format!(
-        "{tag}_{}_{}",
+        "{tag}_{}_{}_{}",
         std::process::id(),
-        SystemClock.now().as_millis()
+        SystemClock.now().as_millis(),
+        N.fetch_add(1, Ordering::Relaxed)
     )
 }
 

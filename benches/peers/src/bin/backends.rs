@@ -2,10 +2,11 @@
 //!
 //! ```text
 //! benches/peers/backends.sh            # starts the servers, builds, runs every section
-//! backends [SECTION…]                  # redis | sqlite | postgres | memory (default: all)
+//! backends [SECTION…]                  # redis | cluster | sqlite | postgres | memory (default: all)
 //! ```
 //!
 //! Environment: `IDEM_REDIS_URL` (a Redis with persistence off; `backends.sh` starts one),
+//! `IDEM_REDIS_CLUSTER_URLS` (the masters of a Redis Cluster, comma-separated),
 //! `IDEM_POSTGRES_URL`, `BENCH_SECS` (seconds per cell, default 3), `BENCH_PAIRS` (A/B pairs
 //! for the MemoryStore scaling, default 5). A section whose server is not configured says so
 //! and is skipped.
@@ -168,6 +169,124 @@ fn rate(x: f64) -> String {
 // ---------------------------------------------------------------------------------------
 // Redis
 // ---------------------------------------------------------------------------------------
+
+/// (calls, µs) of `cmd` on one server since its last `CONFIG RESETSTAT` (`INFO
+/// commandstats`).
+async fn calls_and_usec(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) -> (u64, u64) {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    let Some(line) = info
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
+    else {
+        return (0, 0);
+    };
+    let field = |name: &str| {
+        line.split([':', ','])
+            .find_map(|kv| kv.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("calls="), field("usec="))
+}
+
+/// idem over a Redis Cluster in 1, 3 and 12 partitions: the same fresh-write and replay
+/// loads, and what each master's `INFO commandstats` counted (the store's work per shard).
+fn bench_cluster(urls: &str) {
+    let nodes: Vec<String> = urls.split(',').map(str::to_owned).collect();
+    let rt = runtime(2);
+    let secs = secs();
+    let pid = std::process::id();
+    const CONC: usize = 64;
+    println!(
+        "\nRedis Cluster of {} masters, {secs} s per cell, c = {CONC}, 2 tokio workers",
+        nodes.len()
+    );
+    println!();
+    println!(
+        "| partitions | load | idem calls/s (wall clock) | `EVALSHA` per master (share) | \
+         server µs per `EVALSHA`, per master | busiest master's server µs per idem call | \
+         idem calls/s that master could serve |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    rt.block_on(async {
+        let mut admins = Vec::new();
+        for n in &nodes {
+            let client = redis::Client::open(n.as_str()).expect("a node URL");
+            admins.push(
+                client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect to a node"),
+            );
+        }
+        for partitions in [1u16, 3, 12] {
+            // One partition on a cluster needs the whole store in one hash tag.
+            let prefix = if partitions == 1 {
+                format!("{{idem-peers-{pid}}}:")
+            } else {
+                format!("idem-peers:{pid}:{partitions}:")
+            };
+            let store = idem::RedisStore::cluster(nodes.clone())
+                .prefix(prefix)
+                .partitions(partitions)
+                .connect()
+                .await
+                .expect("connect to the cluster");
+            let reg = registry(store);
+            prime(&reg, "r", CONC).await;
+            for load in ["fresh", "replay"] {
+                for a in admins.iter_mut() {
+                    let _: () = redis::cmd("CONFIG")
+                        .arg("RESETSTAT")
+                        .query_async(a)
+                        .await
+                        .expect("CONFIG RESETSTAT");
+                }
+                let r = reg.clone();
+                let (n, t) = run_for(
+                    CONC,
+                    secs,
+                    0,
+                    &Arc::new(move |task, seq| {
+                        let r = r.clone();
+                        async move {
+                            if load == "fresh" {
+                                fresh(&r, "f", task, seq).await
+                            } else {
+                                replay(&r, "r", task).await
+                            }
+                        }
+                    }),
+                )
+                .await;
+                let mut per = Vec::new();
+                for a in admins.iter_mut() {
+                    per.push(calls_and_usec(a, "evalsha").await);
+                }
+                let total: u64 = per.iter().map(|p| p.0).sum();
+                let busiest = per.iter().map(|p| p.1).max().unwrap_or(0);
+                let per_call = busiest as f64 / n as f64;
+                println!(
+                    "| {partitions} | {load} | {} | {} | {} | {per_call:.1} µs | {} |",
+                    rate(n as f64 / t),
+                    per.iter()
+                        .map(|p| format!("{} ({})", p.0, pct(p.0 as f64, total as f64)))
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                    per.iter()
+                        .map(|p| format!("{:.1}", p.1 as f64 / p.0.max(1) as f64))
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                    rate(1e6 / per_call),
+                );
+            }
+        }
+    });
+}
 
 /// `redis-benchmark -t set -c conc`, sized to last about `secs`; requests/s.
 fn redis_benchmark(host: &str, port: u16, conc: usize, secs: f64) -> f64 {
@@ -649,6 +768,12 @@ fn main() {
         match env("IDEM_REDIS_URL") {
             Some(url) => bench_redis(&url),
             None => println!("\nskipping redis: IDEM_REDIS_URL not set"),
+        }
+    }
+    if want("cluster") {
+        match env("IDEM_REDIS_CLUSTER_URLS") {
+            Some(urls) => bench_cluster(&urls),
+            None => println!("\nskipping cluster: IDEM_REDIS_CLUSTER_URLS not set"),
         }
     }
     if want("sqlite") {

@@ -1,16 +1,23 @@
-//! [`RedisStore`]: many workers on many machines sharing one Redis.
+//! [`RedisStore`]: many workers on many machines sharing one Redis, or a Redis Cluster.
 //!
 //! Every operation is one `EVALSHA` of one Lua script (`script.lua`, next to this file) that
 //! implements the contract's rules ([`super::rules`]) atomically inside Redis. See
 //! [`RedisStore`] for the data layout and what Redis persistence means for the guarantees.
+
+mod connection;
+mod partition;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
 use ::redis::{ErrorKind, RedisError, Script, Value};
+use futures_util::future::try_join_all;
 
+use self::connection::Conn;
+use self::partition::{Layout, Part};
 use super::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
     ReadBackRecord, Record, RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement,
@@ -31,9 +38,9 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// # One round trip, atomic
 ///
 /// `claim`, `settle`, `renew`, `release`, `release_unsettled`, `reclaim` and `get` are each a single `EVALSHA`
-/// of one Lua script, which Redis runs atomically (a listing is one more per page, after
-/// one per 128 expired leases it first turns *unknown*, so no single call blocks Redis for
-/// long): of N workers racing for a key exactly one gets the token, and a settle is
+/// of one Lua script, which Redis runs atomically (a listing is one more per page and
+/// partition, after one per 128 expired leases it first turns *unknown*, so no single call
+/// blocks Redis for long): of N workers racing for a key exactly one gets the token, and a settle is
 /// fenced by the claim's token inside the same script that writes it. (After Redis restarts or its script cache is flushed, the first
 /// call pays one extra `SCRIPT LOAD`.) Time is read from the store's [`Clock`] on the worker
 /// and passed into the script, not taken from Redis `TIME`, so every backend ages records
@@ -41,7 +48,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// # Layout
 ///
-/// With the prefix `p` (default `idem:`):
+/// With the prefix `p` (default `idem:`) and one partition (the default):
 ///
 /// | key | type | holds |
 /// |---|---|---|
@@ -51,6 +58,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// | `p` `expiry` | sorted set | completed/failed keys by tombstone end (index clean-up) |
 /// | `p` `rel:` *idem key* | string | the key's release trace (JSON; [`IdemStore::releases`]), expiring a tombstone window after its newest release |
 /// | `p` `releases` | sorted set | every kept release as *time*`|`*key*, all scores 0, so in (time, key) order (for [`IdemStore::list_releases`]) |
+/// | `p` `partitions` | string | the store's partition count, written by the first store to connect and checked by every later one |
 ///
 /// A running, pending, unknown or escalated record never has a Redis TTL: a TTL that fired
 /// on an unsettled claim would free a key whose handler may have committed — the duplicate
@@ -59,8 +67,28 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// minute of slack for clock skew); the shorter result window is a timestamp in the value,
 /// applied when the record is read.
 ///
-/// The scripts touch several keys per call. On Redis Cluster, put the whole prefix in a hash
-/// tag (e.g. `{idem}:`) so every key of one store lives in one slot.
+/// # Redis Cluster: partitions
+///
+/// A script touches the record's key and the indexes above, and on Redis Cluster every key
+/// one script names must hash to one slot. One partition therefore keeps the whole store in
+/// one slot (put the prefix in a hash tag, e.g. `{idem}:`): it works on a cluster but adds no
+/// capacity. [`RedisStoreBuilder::partitions`]`(n)` splits the store into `n` partitions,
+/// each with every index above under its own prefix `p` `{`*tag*`}:` (e.g.
+/// `idem:{1.17}:r:`*key*); a key lives in partition `sha256(key) mod n`, so every per-key
+/// operation is still one script on one slot, and the partitions spread over the shards.
+/// Partition *i*'s tag is chosen to hash into the *i*-th of `n` equal slot ranges, and
+/// `redis-cli --cluster create` gives each of `k` masters one of `k` equal ranges: with `n`
+/// a multiple of `k`, every master holds `n / k` partitions. A listing
+/// ([`IdemStore::list`], [`IdemStore::list_after`], [`IdemStore::list_releases`]) asks every
+/// partition for a page after the cursor and merges them, so it keeps the [`ListCursor`]
+/// order and paging guarantees and costs one script call per partition per page.
+///
+/// The partition count is part of the layout: it is fixed for the store's lifetime (a key
+/// would be looked for in another partition than the one holding it). The first store to
+/// connect records it at `p` `partitions`, and a store built with another count refuses to
+/// connect, as does a partitioned store over a prefix that holds unpartitioned data.
+/// Connect to a cluster with [`RedisStore::cluster`]; a single Redis takes a partitioned
+/// store too (the tags then change nothing).
 ///
 /// # Durability: what survives what
 ///
@@ -103,6 +131,13 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///     .await?;
 /// let registry = idem_runtime::Registry::builder().store(store) /* .tool(…) */;
 /// # let _ = registry;
+///
+/// // A Redis Cluster: the store spread over its masters in 12 partitions.
+/// let store = RedisStore::cluster(["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"])
+///     .partitions(12)
+///     .connect()
+///     .await?;
+/// # let _ = store;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -111,11 +146,9 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: String,
-    record_prefix: String,
-    /// The per-state, lease and expiry index keys, in the scripts' `KEYS[2..9]` order.
-    index_keys: [String; 8],
+    layout: Layout,
     clock: Arc<dyn Clock>,
     retention: Retention,
 }
@@ -124,18 +157,42 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.inner.prefix)
+            .field("partitions", &self.inner.layout.parts.len())
+            .field("cluster", &self.inner.conn.is_cluster())
             .field("retention", &self.inner.retention)
             .field("clock", &self.inner.clock)
             .finish_non_exhaustive()
     }
 }
 
-/// Configures and connects a [`RedisStore`]; from [`RedisStore::builder`].
+/// Where a builder connects.
+#[derive(Debug, Clone)]
+enum Target {
+    /// One Redis at this URL.
+    Single(String),
+    /// A Redis Cluster, reached through these nodes (any of them; the rest are discovered).
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// The URLs it names.
+    #[cfg(not(feature = "tls"))]
+    fn urls(&self) -> &[String] {
+        match self {
+            Target::Single(url) => std::slice::from_ref(url),
+            Target::Cluster(nodes) => nodes,
+        }
+    }
+}
+
+/// Configures and connects a [`RedisStore`]; from [`RedisStore::builder`] or
+/// [`RedisStore::cluster`].
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct RedisStoreBuilder {
-    url: String,
+    target: Target,
     prefix: String,
+    partitions: u16,
     clock: Arc<dyn Clock>,
     retention: Retention,
     connection_timeout: Duration,
@@ -144,10 +201,34 @@ pub struct RedisStoreBuilder {
 }
 
 impl RedisStoreBuilder {
+    fn to(target: Target) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            target,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            partitions: 1,
+            clock: Arc::new(SystemClock),
+            retention: Retention::default(),
+            connection_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            reconnect_retries: 2,
+        }
+    }
+
     /// Prefix of every key this store writes (default `idem:`). Stores with different
     /// prefixes on one Redis are independent.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// How many partitions the store's keys are spread over (default 1; at most
+    /// [`RedisStore::MAX_PARTITIONS`]). More than one spreads a store over a Redis Cluster's shards: use
+    /// a multiple of the number of masters (see "Redis Cluster: partitions" on
+    /// [`RedisStore`]). Fixed for the store's lifetime: `connect` refuses a count other than
+    /// the one the store's data was written with. A partitioned store's prefix must not hold
+    /// a brace.
+    pub fn partitions(mut self, partitions: u16) -> Self {
+        self.partitions = partitions;
         self
     }
 
@@ -177,22 +258,25 @@ impl RedisStoreBuilder {
     }
 
     /// How many times a (re)connection is retried, with exponential backoff, before
-    /// an operation fails as unavailable (default 2).
+    /// an operation fails as unavailable (default 2). On a cluster: how many times a
+    /// command is retried (after a redirection or a lost connection).
     pub fn reconnect_retries(mut self, retries: usize) -> Self {
         self.reconnect_retries = retries;
         self
     }
 
     /// Connects. Fails with [`StoreError::Unavailable`] when Redis cannot be reached, and
-    /// with [`StoreError::Backend`] when the URL is malformed.
+    /// with [`StoreError::Backend`] when a URL is malformed, the partition count is out of
+    /// range or differs from the one the store's data was written with, or a cluster store
+    /// would not fit its scripts' keys in one slot (one partition and no hash tag in the
+    /// prefix).
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
         #[cfg(not(feature = "tls"))]
-        if self
-            .url
-            .trim_start()
-            .get(..9)
-            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
-        {
+        if self.target.urls().iter().any(|url| {
+            url.trim_start()
+                .get(..9)
+                .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+        }) {
             return Err(StoreError::Backend(
                 "the Redis URL asks for TLS (rediss://), but idem was built without it: \
                  enable the `tls` feature (idem/tls, idem-runtime/tls), or use redis:// on a \
@@ -200,33 +284,51 @@ impl RedisStoreBuilder {
                     .into(),
             ));
         }
-        let client = ::redis::Client::open(self.url.as_str())
-            .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(self.connection_timeout)
-            .set_response_timeout(self.response_timeout)
-            .set_number_of_retries(self.reconnect_retries)
-            .set_max_delay(1000);
-        let conn = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(map_err)?;
-        let p = &self.prefix;
-        let index_keys = [
-            format!("{p}s:running"),
-            format!("{p}s:completed"),
-            format!("{p}s:failed"),
-            format!("{p}s:pending"),
-            format!("{p}s:unknown"),
-            format!("{p}s:escalated"),
-            format!("{p}leases"),
-            format!("{p}expiry"),
-        ];
+        let layout = Layout::new(&self.prefix, self.partitions)?;
+        let conn = match &self.target {
+            Target::Single(url) => {
+                let client = ::redis::Client::open(url.as_str())
+                    .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(self.connection_timeout)
+                    .set_response_timeout(self.response_timeout)
+                    .set_number_of_retries(self.reconnect_retries)
+                    .set_max_delay(1000);
+                Conn::Single(
+                    ConnectionManager::new_with_config(client, config)
+                        .await
+                        .map_err(map_err)?,
+                )
+            }
+            Target::Cluster(nodes) => {
+                if nodes.is_empty() {
+                    return Err(StoreError::Backend(
+                        "a Redis Cluster store needs at least one node URL".into(),
+                    ));
+                }
+                if self.partitions == 1 && hash_tag(&self.prefix).is_none() {
+                    return Err(StoreError::Backend(format!(
+                        "on a Redis Cluster, a store of one partition needs its prefix in a \
+                         hash tag (e.g. `{{idem}}:`), or every script would name keys of \
+                         several slots; better, spread the store with `.partitions(n)` \
+                         (prefix `{}`)",
+                        self.prefix
+                    )));
+                }
+                let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    .connection_timeout(self.connection_timeout)
+                    .response_timeout(self.response_timeout)
+                    .retries(u32::try_from(self.reconnect_retries).unwrap_or(u32::MAX))
+                    .build()
+                    .map_err(|e| StoreError::Backend(format!("invalid Redis Cluster URL: {e}")))?;
+                Conn::Cluster(client.get_async_connection().await.map_err(map_err)?)
+            }
+        };
         let store = RedisStore {
             inner: Arc::new(Inner {
                 conn,
-                record_prefix: format!("{p}r:"),
                 prefix: self.prefix,
-                index_keys,
+                layout,
                 clock: self.clock,
                 retention: self.retention,
             }),
@@ -238,11 +340,24 @@ impl RedisStoreBuilder {
             .load_async(&mut conn)
             .await
             .map_err(map_err)?;
+        store.check_partitions().await?;
         Ok(store)
     }
 }
 
+/// The hash tag Redis Cluster hashes a name by: what lies between its first `{` and the
+/// first `}` after it, when that is not empty.
+fn hash_tag(name: &str) -> Option<&str> {
+    let open = name.find('{')?;
+    let rest = &name[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
 impl RedisStore {
+    /// The most partitions a store may have ([`RedisStoreBuilder::partitions`]).
+    pub const MAX_PARTITIONS: u16 = partition::MAX_PARTITIONS;
+
     /// Connects to `url` (`redis://[:password@]host:port[/db]`, or `rediss://…` for TLS,
     /// which needs the `tls` feature: the server's certificate is verified against the
     /// system's root certificates) with the default prefix, the system clock and default
@@ -253,15 +368,18 @@ impl RedisStore {
 
     /// A builder for a store at `url`.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
-        RedisStoreBuilder {
-            url: url.into(),
-            prefix: DEFAULT_PREFIX.to_owned(),
-            clock: Arc::new(SystemClock),
-            retention: Retention::default(),
-            connection_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(5),
-            reconnect_retries: 2,
-        }
+        RedisStoreBuilder::to(Target::Single(url.into()))
+    }
+
+    /// A builder for a store on the Redis Cluster that `nodes` (URLs of some of its nodes;
+    /// the others are discovered) belong to. Spread the store over the cluster's shards with
+    /// [`RedisStoreBuilder::partitions`]; one partition needs a hash tag in the prefix.
+    pub fn cluster<I, S>(nodes: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder::to(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 
     /// The prefix of every key this store writes.
@@ -269,25 +387,96 @@ impl RedisStore {
         &self.inner.prefix
     }
 
+    /// How many partitions the store's keys are spread over.
+    pub fn partitions(&self) -> usize {
+        self.inner.layout.parts.len()
+    }
+
     /// The Redis key holding `key`'s record (for operators and tests).
     pub fn record_key(&self, key: &IdemKey) -> String {
-        format!("{}{}", self.inner.record_prefix, key.as_str())
+        self.inner
+            .layout
+            .part(key.as_str())
+            .record_key(key.as_str())
     }
 
     /// The Redis key holding the release trace of `key` (for operators and tests).
     pub fn release_key(&self, key: &IdemKey) -> String {
-        format!("{}rel:{}", self.inner.prefix, key.as_str())
+        self.inner
+            .layout
+            .part(key.as_str())
+            .release_key(key.as_str())
     }
 
-    /// The sorted set listing every kept release (`IdemStore::list_releases`).
-    fn releases_key(&self) -> String {
-        format!("{}releases", self.inner.prefix)
+    /// The key recording the partition count.
+    fn partitions_key(&self) -> String {
+        format!("{}partitions", self.inner.prefix)
+    }
+
+    /// Records the partition count on first use and refuses a store built with another one
+    /// (see "Redis Cluster: partitions" on [`RedisStore`]).
+    async fn check_partitions(&self) -> Result<(), StoreError> {
+        let mut conn = self.inner.conn.clone();
+        let meta = self.partitions_key();
+        let n = self.partitions();
+        let mut stored: Option<String> = ::redis::cmd("GET")
+            .arg(&meta)
+            .query_async(&mut conn)
+            .await
+            .map_err(map_err)?;
+        if stored.is_none() {
+            if n > 1 {
+                // Data of an unpartitioned store written before the count was recorded.
+                let old = Layout::new(&self.inner.prefix, 1)?;
+                let part = &old.parts[0];
+                for k in part.index_keys.iter().chain([&part.releases_key]) {
+                    let exists: bool = ::redis::cmd("EXISTS")
+                        .arg(k)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(map_err)?;
+                    if exists {
+                        return Err(StoreError::Backend(format!(
+                            "the prefix `{}` holds the data of an unpartitioned store (found \
+                             `{k}`); a store with {n} partitions would not see it: keep one \
+                             partition, or use a new prefix",
+                            self.inner.prefix
+                        )));
+                    }
+                }
+            }
+            let () = ::redis::cmd("SET")
+                .arg(&meta)
+                .arg(n)
+                .arg("NX")
+                .query_async(&mut conn)
+                .await
+                .map_err(map_err)?;
+            stored = ::redis::cmd("GET")
+                .arg(&meta)
+                .query_async(&mut conn)
+                .await
+                .map_err(map_err)?;
+        }
+        match stored {
+            Some(s) if s == n.to_string() => Ok(()),
+            Some(s) => Err(StoreError::Backend(format!(
+                "the store at prefix `{}` was written with {s} partition(s) (recorded at \
+                 `{meta}`), and this one is built with {n}: the partition count is fixed for a \
+                 store's lifetime",
+                self.inner.prefix
+            ))),
+            None => Err(StoreError::Backend(format!(
+                "the partition count at `{meta}` vanished while connecting"
+            ))),
+        }
     }
 
     /// The kept releases of the idem key `key` (its trace at `p` `rel:` *key*), decoded,
     /// lapsed ones dropped.
     async fn trace(&self, key: &str) -> Result<Vec<ReleaseRecord>, StoreError> {
-        let rk = format!("{}rel:{key}", self.inner.prefix);
+        let part = self.inner.layout.part(key);
+        let rk = part.release_key(key);
         let mut conn = self.inner.conn.clone();
         let stored: Option<String> = ::redis::cmd("GET")
             .arg(&rk)
@@ -319,36 +508,52 @@ impl RedisStore {
                 at,
                 by: e.by,
                 note: e.note,
-                record: self.decode(&fields)?,
+                record: decode_record(&fields, &part.record_prefix)?,
             });
         }
         super::rules::keep_releases(&mut out, self.inner.clock.now(), &self.inner.retention);
         Ok(out)
     }
 
-    /// Runs one operation of the script against `record_key`.
+    /// Runs one operation of the script on `key`'s record.
+    async fn run_on(
+        &self,
+        key: &IdemKey,
+        op: &str,
+        args: &[&[u8]],
+    ) -> Result<Vec<Value>, StoreError> {
+        let part = self.inner.layout.part(key.as_str());
+        self.run(part, Some(key.as_str()), op, args).await
+    }
+
+    /// Runs one operation of the script in partition `part`, on `key`'s record or (`None`)
+    /// on none. Every key the script is given is of `part`, so of one slot.
     async fn run(
         &self,
-        record_key: &str,
+        part: &Part,
+        key: Option<&str>,
         op: &str,
         args: &[&[u8]],
     ) -> Result<Vec<Value>, StoreError> {
         let inner = &*self.inner;
-        let mut inv = SCRIPT.key(record_key);
-        for k in &inner.index_keys {
+        // An operation on no record names the first index key in the record's and the
+        // trace's places: every key a script names must be in the partition's slot.
+        let mut inv = match key {
+            Some(k) => SCRIPT.key(part.record_key(k)),
+            None => SCRIPT.key(part.index_keys[0].as_str()),
+        };
+        for k in &part.index_keys {
             inv.key(k.as_str());
         }
-        // The release trace of the record's key (the first index key for operations on no
-        // record: every key a script names must be in this store's slot).
-        match record_key.strip_prefix(inner.record_prefix.as_str()) {
-            Some(key) => inv.key(format!("{}rel:{key}", inner.prefix)),
-            None => inv.key(inner.index_keys[0].as_str()),
+        match key {
+            Some(k) => inv.key(part.release_key(k)),
+            None => inv.key(part.index_keys[0].as_str()),
         };
-        inv.key(self.releases_key());
+        inv.key(part.releases_key.as_str());
         inv.arg(inner.clock.now().as_millis())
             .arg(millis(inner.retention.results))
             .arg(millis(inner.retention.tombstones))
-            .arg(inner.record_prefix.as_str())
+            .arg(part.record_prefix.as_str())
             .arg(op);
         for a in args {
             inv.arg(*a);
@@ -361,17 +566,19 @@ impl RedisStore {
         }
     }
 
-    /// Turns every running record whose lease has passed into *unknown*, a page of
-    /// [`LEASE_PAGE`] per script call: a listing after a mass expiry (a fleet of workers
-    /// lost at once) costs several short calls, never one that blocks Redis for the lot.
-    async fn age_leases(&self) -> Result<(), StoreError> {
+    /// Turns every running record of partition `part` whose lease has passed into
+    /// *unknown*, a page of [`LEASE_PAGE`] per script call: a listing after a mass expiry (a
+    /// fleet of workers lost at once) costs several short calls, never one that blocks Redis
+    /// for the lot.
+    async fn age_leases(&self, part: &Part) -> Result<(), StoreError> {
         let page = LEASE_PAGE.to_string();
         let mut skip = 0u64;
         loop {
             let skipped = skip.to_string();
             let items = self
                 .run(
-                    &self.inner.index_keys[0],
+                    part,
+                    None,
                     "age_leases",
                     &[skipped.as_bytes(), page.as_bytes()],
                 )
@@ -387,11 +594,99 @@ impl RedisStore {
         }
     }
 
-    fn decode(&self, fields: &Value) -> Result<Record, StoreError> {
-        decode_record(fields, &self.inner.record_prefix)
+    /// Up to `limit` records of partition `part` in `state` after `after`, in
+    /// [`ListCursor`] order (leases already aged).
+    async fn list_part(
+        &self,
+        part: &Part,
+        state: RecordState,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let limit = limit.to_string();
+        let cursor = after.map(|c| (c.created_at.as_millis().to_string(), c.key.as_str()));
+        let mut args = vec![state.as_str().as_bytes(), limit.as_bytes()];
+        if let Some((created_at, key)) = &cursor {
+            args.extend([created_at.as_bytes(), key.as_bytes()]);
+        }
+        let items = self.run(part, None, "list", &args).await?;
+        let (Some(Value::Array(records)), Some(Value::Array(bad))) = (items.first(), items.get(1))
+        else {
+            return Err(unexpected("list", &Value::Array(items)));
+        };
+        for k in bad.iter().filter_map(text) {
+            tracing::error!(key = %k, prefix = %part.prefix,
+                "corrupt idem record left out of a listing; inspect it with HGETALL");
+        }
+        let mut out = Vec::with_capacity(records.len());
+        for fields in records {
+            match decode_record(fields, &part.record_prefix) {
+                Ok(r) => out.push(r),
+                Err(e) => tracing::error!(error = %e, "corrupt idem record left out of a listing"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` kept releases of partition `part` after `after`, in (time, key) order.
+    async fn releases_part(
+        &self,
+        part: &Part,
+        after: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<Vec<ReleaseRecord>, StoreError> {
+        const PAGE: usize = 128;
+        let member = |at: Timestamp, key: &str| format!("{:020}|{key}", at.as_millis());
+        let mut from = match after {
+            Some(c) => format!("({}", member(c.created_at, c.key.as_str())),
+            None => "-".to_owned(),
+        };
+        let mut out = Vec::new();
+        let mut traces: HashMap<String, Vec<ReleaseRecord>> = HashMap::new();
+        let mut conn = self.inner.conn.clone();
+        while out.len() < limit {
+            let members: Vec<String> = ::redis::cmd("ZRANGEBYLEX")
+                .arg(part.releases_key.as_str())
+                .arg(&from)
+                .arg("+")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(PAGE)
+                .query_async(&mut conn)
+                .await
+                .map_err(map_err)?;
+            for m in &members {
+                let Some((at, key)) = m.split_once('|') else {
+                    continue;
+                };
+                let Ok(at) = at.parse::<u64>().map(Timestamp) else {
+                    continue;
+                };
+                if !traces.contains_key(key) {
+                    let trace = self.trace(key).await?;
+                    traces.insert(key.to_owned(), trace);
+                }
+                // Members whose release was dropped meanwhile (trimmed, lapsed, or the
+                // trace expired) find nothing here and are passed over.
+                for r in traces[key].iter().filter(|r| r.at == at) {
+                    if out.len() < limit {
+                        out.push(r.clone());
+                    }
+                }
+            }
+            match members.last() {
+                Some(last) if members.len() == PAGE => from = format!("({last}"),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    fn decode(&self, key: &IdemKey, fields: &Value) -> Result<Record, StoreError> {
+        let part = self.inner.layout.part(key.as_str());
+        decode_record(fields, &part.record_prefix)
     }
 }
-
 /// A release as the script stores it: the record is its hash, as `HGETALL` returned it.
 #[derive(serde::Deserialize)]
 struct StoredRelease {
@@ -580,14 +875,13 @@ impl IdemStore for RedisStore {
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let token = ClaimToken::fresh();
-        let rk = self.record_key(&req.key);
         let operation = match &req.operation {
             Some(op) => Some(to_json(op, "operation")?),
             None => None,
         };
         let items = self
-            .run(
-                &rk,
+            .run_on(
+                &req.key,
                 "claim",
                 &[
                     req.key.as_str().as_bytes(),
@@ -602,7 +896,7 @@ impl IdemStore for RedisStore {
         match (tag(&items), items.get(1)) {
             (Some("claimed"), _) => Ok(ClaimOutcome::Claimed(token)),
             (Some("existing"), Some(fields)) => {
-                let record = self.decode(fields)?;
+                let record = self.decode(&req.key, fields)?;
                 Ok(super::rules::claim_against(Some(&record), req)
                     .unwrap_or(ClaimOutcome::Existing(Arc::new(record))))
             }
@@ -617,8 +911,8 @@ impl IdemStore for RedisStore {
         lease: Duration,
     ) -> Result<(), StoreError> {
         let items = self
-            .run(
-                &self.record_key(key),
+            .run_on(
+                key,
                 "renew",
                 &[
                     token.to_hex().as_bytes(),
@@ -651,8 +945,8 @@ impl IdemStore for RedisStore {
         let attempts = to_json(&settlement.attempts, "attempts")?;
         let read_backs = to_json(&settlement.read_backs, "read-backs")?;
         let items = self
-            .run(
-                &self.record_key(key),
+            .run_on(
+                key,
                 "settle",
                 &[
                     token.to_hex().as_bytes(),
@@ -673,11 +967,7 @@ impl IdemStore for RedisStore {
 
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
         let items = self
-            .run(
-                &self.record_key(key),
-                "release",
-                &[token.to_hex().as_bytes()],
-            )
+            .run_on(key, "release", &[token.to_hex().as_bytes()])
             .await?;
         match tag(&items) {
             Some("ok") => Ok(()),
@@ -693,8 +983,8 @@ impl IdemStore for RedisStore {
     ) -> Result<ClaimToken, StoreError> {
         let fresh = ClaimToken::fresh();
         let items = self
-            .run(
-                &self.record_key(key),
+            .run_on(
+                key,
                 "reclaim",
                 &[
                     expected.to_hex().as_bytes(),
@@ -717,8 +1007,8 @@ impl IdemStore for RedisStore {
         note: &ReleaseNote,
     ) -> Result<(), StoreError> {
         let items = self
-            .run(
-                &self.record_key(key),
+            .run_on(
+                key,
                 "release_unsettled",
                 &[
                     expected.to_hex().as_bytes(),
@@ -744,58 +1034,26 @@ impl IdemStore for RedisStore {
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<ReleaseRecord>, StoreError> {
-        const PAGE: usize = 128;
-        let member = |at: Timestamp, key: &str| format!("{:020}|{key}", at.as_millis());
-        let mut from = match after {
-            Some(c) => format!("({}", member(c.created_at, c.key.as_str())),
-            None => "-".to_owned(),
-        };
-        let mut out = Vec::new();
-        let mut traces: HashMap<String, Vec<ReleaseRecord>> = HashMap::new();
-        let mut conn = self.inner.conn.clone();
-        while out.len() < limit {
-            let members: Vec<String> = ::redis::cmd("ZRANGEBYLEX")
-                .arg(self.releases_key())
-                .arg(&from)
-                .arg("+")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(PAGE)
-                .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
-            for m in &members {
-                let Some((at, key)) = m.split_once('|') else {
-                    continue;
-                };
-                let Ok(at) = at.parse::<u64>().map(Timestamp) else {
-                    continue;
-                };
-                if !traces.contains_key(key) {
-                    let trace = self.trace(key).await?;
-                    traces.insert(key.to_owned(), trace);
-                }
-                // Members whose release was dropped meanwhile (trimmed, lapsed, or the
-                // trace expired) find nothing here and are passed over.
-                for r in traces[key].iter().filter(|r| r.at == at) {
-                    if out.len() < limit {
-                        out.push(r.clone());
-                    }
-                }
-            }
-            match members.last() {
-                Some(last) if members.len() == PAGE => from = format!("({last}"),
-                _ => break,
-            }
+        if limit == 0 {
+            return Ok(Vec::new());
         }
+        let parts = &self.inner.layout.parts;
+        let pages = try_join_all(parts.iter().map(|p| self.releases_part(p, after, limit))).await?;
+        // Each partition's page is in (time, key) order; the first `limit` of their merge are
+        // the first `limit` after the cursor overall.
+        let mut out: Vec<ReleaseRecord> = pages.into_iter().flatten().collect();
+        if parts.len() > 1 {
+            out.sort_by(ListCursor::cmp_releases);
+        }
+        out.truncate(limit);
         Ok(out)
     }
 
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
-        let items = self.run(&self.record_key(key), "get", &[]).await?;
+        let items = self.run_on(key, "get", &[]).await?;
         match (tag(&items), items.get(1)) {
             (Some("absent"), _) => Ok(None),
-            (Some("record"), Some(fields)) => self.decode(fields).map(Some),
+            (Some("record"), Some(fields)) => self.decode(key, fields).map(Some),
             _ => Err(unexpected("get", &Value::Array(items))),
         }
     }
@@ -813,30 +1071,18 @@ impl IdemStore for RedisStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        self.age_leases().await?;
-        let limit = limit.to_string();
-        let cursor = after.map(|c| (c.created_at.as_millis().to_string(), c.key.as_str()));
-        let mut args = vec![state.as_str().as_bytes(), limit.as_bytes()];
-        if let Some((created_at, key)) = &cursor {
-            args.extend([created_at.as_bytes(), key.as_bytes()]);
+        let parts = &self.inner.layout.parts;
+        try_join_all(parts.iter().map(|p| self.age_leases(p))).await?;
+        let pages =
+            try_join_all(parts.iter().map(|p| self.list_part(p, state, after, limit))).await?;
+        // Each partition's page is in ListCursor order; the first `limit` of their merge are
+        // the first `limit` after the cursor overall, so paging by the last one's cursor
+        // visits every record once, as with one partition.
+        let mut out: Vec<Record> = pages.into_iter().flatten().collect();
+        if parts.len() > 1 {
+            out.sort_by(ListCursor::cmp_records);
         }
-        // KEYS[1] is unused by `list`; any key of this store's slot will do.
-        let items = self.run(&self.inner.index_keys[0], "list", &args).await?;
-        let (Some(Value::Array(records)), Some(Value::Array(bad))) = (items.first(), items.get(1))
-        else {
-            return Err(unexpected("list", &Value::Array(items)));
-        };
-        for k in bad.iter().filter_map(text) {
-            tracing::error!(key = %k, prefix = %self.inner.prefix,
-                "corrupt idem record left out of a listing; inspect it with HGETALL");
-        }
-        let mut out = Vec::with_capacity(records.len());
-        for fields in records {
-            match self.decode(fields) {
-                Ok(r) => out.push(r),
-                Err(e) => tracing::error!(error = %e, "corrupt idem record left out of a listing"),
-            }
-        }
+        out.truncate(limit);
         Ok(out)
     }
 }
@@ -866,7 +1112,7 @@ mod tests {
     async fn count(store: &RedisStore, index: usize) -> i64 {
         let mut conn = store.inner.conn.clone();
         ::redis::cmd("ZCARD")
-            .arg(&store.inner.index_keys[index])
+            .arg(&store.inner.layout.parts[0].index_keys[index])
             .query_async(&mut conn)
             .await
             .expect("ZCARD")
@@ -911,7 +1157,12 @@ mod tests {
         // index_keys: 0 running, 4 unknown (RecordState::ALL order, minus nothing).
         let (running, unknown) = (0, 4);
         let items = store
-            .run(&store.inner.index_keys[0], "age_leases", &[b"0", b"128"])
+            .run(
+                &store.inner.layout.parts[0],
+                None,
+                "age_leases",
+                &[b"0", b"128"],
+            )
             .await
             .expect("age_leases");
         assert_eq!(

@@ -418,15 +418,35 @@ local function rank_after(idx, ca, k)
   return lo
 end
 
+-- A replay's fast path (rk holds a hash): true for a completed or failed record of this
+-- layout, under its own name, that rules::age would leave as it is (its result and
+-- tombstone windows both still run). A claim then returns it as read, without `age`'s field checks: it writes
+-- nothing, and the Rust side decodes, so checks, every field of what it returns. Anything
+-- else (absent, unsettled, whose lease may have ended, due to age, or not a record) takes
+-- the full path.
+local function settled_and_current(rk)
+  local f = redis.call('HMGET', rk, 'v', 'k', 'st', 'ua', 'rx')
+  if f[1] ~= '1' or not f[2] or RPREFIX .. f[2] ~= rk or not terminal(f[3]) then
+    return false
+  end
+  local ua = tonumber(f[4])
+  return ua ~= nil and ua + TOMBS > NOW and (f[5] == '1' or ua + RESULTS > NOW)
+end
+
 local rk = KEYS[1]
 
 if OP == 'claim' then
   -- ARGV: 6 key, 7 fingerprint, 8 tool, 9 token, 10 lease (ms), 11 operation (opt)
-  sweep()
-  local r = age(rk)
-  if r then
+  local t = redis.call('TYPE', rk)['ok']
+  if t == 'hash' and settled_and_current(rk) then
     return { 'existing', redis.call('HGETALL', rk) }
   end
+  if t ~= 'none' and age(rk) then
+    return { 'existing', redis.call('HGETALL', rk) }
+  end
+  -- Only a new claim sweeps: every terminal record was once one, so the sweep keeps up,
+  -- and a replay stays a read.
+  sweep()
   local k = ARGV[6]
   local lease = NOW + tonumber(ARGV[10])
   redis.call('HSET', rk, 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
