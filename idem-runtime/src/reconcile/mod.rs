@@ -413,19 +413,8 @@ impl Reconciler {
     /// looked at for good, and the decision to report, if any.
     async fn watch_one(&self, release: &ReleaseRecord, now: Timestamp) -> (bool, Option<Decision>) {
         let record = &release.record;
-        let tool = self
-            .registry
-            .get(&record.tool)
-            .filter(|t| t.kind() == ToolKind::Write)
-            .cloned();
-        let limits = Limits {
-            max_retries: self.max_retries,
-            max_failed_read_backs: self.max_failed_read_backs,
-        };
-        let default_bound = self.registry.executor().default_in_flight_bound;
-        let facts = tool
-            .as_ref()
-            .map(|t| Facts::of(t.spec(), default_bound, limits, None));
+        let tool = self.write_tool(&record.tool);
+        let facts = self.facts(tool.as_ref(), None);
         let decision = |action, detail: String| Some(Decision::on(record, action, detail));
         let mut next = watch(release, facts.as_ref(), false, now, None);
         if next != Watch::ReadBack {
@@ -656,14 +645,29 @@ impl Reconciler {
         Ok(None)
     }
 
+    /// The write tool registered here under `name`, if any: only those are this
+    /// reconciler's to settle.
+    fn write_tool(&self, name: &str) -> Option<DynTool> {
+        self.registry
+            .get(name)
+            .filter(|t| t.kind() == ToolKind::Write)
+            .cloned()
+    }
+
+    /// What the plans need to know of `tool` besides a record (`None` for no tool here).
+    fn facts(&self, tool: Option<&DynTool>, undecodable: Option<String>) -> Option<Facts> {
+        let limits = Limits {
+            max_retries: self.max_retries,
+            max_failed_read_backs: self.max_failed_read_backs,
+        };
+        let default_bound = self.registry.executor().default_in_flight_bound;
+        tool.map(|t| Facts::of(t.spec(), default_bound, limits, undecodable))
+    }
+
     /// Plans what to do with `record` (reading back first when the plan asks for it) and
     /// does it.
     async fn decide(&self, record: Record) -> Decision {
-        let tool = self
-            .registry
-            .get(&record.tool)
-            .filter(|t| t.kind() == ToolKind::Write)
-            .cloned();
+        let tool = self.write_tool(&record.tool);
         let decoded = match (&tool, &record.operation) {
             (Some(tool), Some(operation)) => Some(tool.decode(&operation.args)),
             _ => None,
@@ -676,14 +680,7 @@ impl Reconciler {
             Some(d) => (Some(d.typed), d.identity),
             None => (None, None),
         };
-        let limits = Limits {
-            max_retries: self.max_retries,
-            max_failed_read_backs: self.max_failed_read_backs,
-        };
-        let default_bound = self.registry.executor().default_in_flight_bound;
-        let facts = tool
-            .as_ref()
-            .map(|t| Facts::of(t.spec(), default_bound, limits, undecodable));
+        let facts = self.facts(tool.as_ref(), undecodable);
         let now = self.now();
 
         let mut evidence = None;
