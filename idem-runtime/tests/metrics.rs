@@ -177,8 +177,9 @@ fn a_scripted_sequence_is_counted_exactly() {
     // Store operations, by operation: four claims (fresh, replay, changed, slow), three
     // settles (the charge, the timeout, the escalation), one read (the late-result watcher
     // looks up the timed-out claim; the reconciler builds the escalation from the record it
-    // took over, delivers it, then settles), the reconciler's takeover, and its two listings
-    // (unknown, pending).
+    // took over, delivers it, then settles), the reconciler's takeover, its two listings
+    // (unknown, pending) and its look at the release traces (for keys freed after
+    // "unavailable").
     let op = |op: &str| {
         get(
             &seen,
@@ -191,7 +192,8 @@ fn a_scripted_sequence_is_counted_exactly() {
     assert_eq!(op("reclaim"), 1);
     assert_eq!(op("get"), 1);
     assert_eq!(op("list_after"), 2);
-    assert_eq!(total(&seen, observe::STORE_OP_DURATION), 11, "{seen:#?}");
+    assert_eq!(op("list_releases"), 1);
+    assert_eq!(total(&seen, observe::STORE_OP_DURATION), 12, "{seen:#?}");
 }
 
 #[test]
@@ -217,7 +219,17 @@ fn labels_come_from_bounded_sets_and_carry_nothing_of_a_call() {
         ),
         ("reason", &["unknown_tool", "changed_params"]),
         ("backend", &["memory"]),
-        ("op", &["claim", "settle", "reclaim", "get", "list_after"]),
+        (
+            "op",
+            &[
+                "claim",
+                "settle",
+                "reclaim",
+                "get",
+                "list_after",
+                "list_releases",
+            ],
+        ),
         ("result", &["ok"]),
         ("mode", &["once"]),
         ("action", &["escalated"]),
