@@ -36,6 +36,17 @@ local function num(x)
   return string.format('%.0f', x)
 end
 
+-- A stored time (milliseconds) as a number, or nil when it is not one. Lua's tonumber reads
+-- 'nan', 'inf' and '1e999' as numbers; a score made of one is refused by ZADD halfway
+-- through a script, so such a field must read as malformed before anything is written.
+local function time_of(x)
+  local n = tonumber(x)
+  if n and n == n and n >= 0 and n < 2 ^ 53 and n == math.floor(n) then
+    return n
+  end
+  return nil
+end
+
 local function corrupt(rk, detail)
   error({ err = 'IDEMCORRUPT ' .. rk .. ' ' .. detail })
 end
@@ -173,8 +184,8 @@ local function age(rk)
     corrupt(rk, 'the value is a ' .. t .. ', not a record hash')
   end
   local f = redis.call('HMGET', rk, 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 'v', 'rb')
-  local r = { k = f[1], st = f[2], tok = f[3], lease = tonumber(f[5]), ca = tonumber(f[6]),
-    ua = tonumber(f[7]), rx = f[8] }
+  local r = { k = f[1], st = f[2], tok = f[3], lease = time_of(f[5]), ca = time_of(f[6]),
+    ua = time_of(f[7]), rx = f[8] }
   if f[10] ~= '1' then
     corrupt(rk, 'unknown layout version ' .. shown(f[10]))
   end
@@ -429,7 +440,7 @@ local function settled_and_current(rk)
   if f[1] ~= '1' or not f[2] or RPREFIX .. f[2] ~= rk or not terminal(f[3]) then
     return false
   end
-  local ua = tonumber(f[4])
+  local ua = time_of(f[4])
   return ua ~= nil and ua + TOMBS > NOW and (f[5] == '1' or ua + RESULTS > NOW)
 end
 
