@@ -422,16 +422,11 @@ impl Reconciler {
         }
         // The key's record, if a repeat claimed it again, speaks for the operation; so
         // does a claim under the other key format during a migration.
-        let decoded = match (&tool, &record.operation) {
-            (Some(tool), Some(operation)) => tool.decode(&operation.args).ok(),
-            _ => None,
+        // `watch` asks for a read-back only with a tool and an operation to read back.
+        let (Some(tool), Some(operation)) = (tool.as_ref(), record.operation.as_ref()) else {
+            return (true, None);
         };
-        let Some((tool, operation, decoded)) = tool
-            .as_ref()
-            .zip(record.operation.as_ref())
-            .zip(decoded)
-            .map(|((t, o), d)| (t, o, d))
-        else {
+        let Ok(decoded) = tool.decode(&operation.args) else {
             // The saved arguments no longer decode: nothing to read back with.
             return (true, None);
         };
@@ -460,8 +455,9 @@ impl Reconciler {
                     )
                 }
             };
-        if held {
-            return (true, None);
+        next = watch(release, facts.as_ref(), held, now, None);
+        if next != Watch::ReadBack {
+            return (released::settled(&next), None);
         }
         let ctx = ReadBackCtx {
             key: record.key.clone(),
@@ -473,7 +469,7 @@ impl Reconciler {
             at: self.now(),
             result: evidence_of(&found),
         };
-        next = watch(release, facts.as_ref(), false, now, Some(&found));
+        next = watch(release, facts.as_ref(), held, now, Some(&found));
         let settled = released::settled(&next);
         let lease = tool.spec().lease_duration();
         match next {
