@@ -18,6 +18,14 @@
 # Redis (AOF, fsync always): it exports IDEM_REDIS_CLUSTER_URLS, the nodes' URLs separated
 # by commas, once `cluster info` says the cluster is ok.
 #
+# A second Redis Cluster of three masters serves TLS only, with client certificates
+# required (`--tls-auth-clients yes`, Redis's own default) and TLS on the cluster bus too:
+# it exports IDEM_REDIS_TLS_CLUSTER_URLS (rediss:// URLs), IDEM_REDIS_TLS_URL (a lone
+# TLS-only, client-certificate-only redis-server), IDEM_REDIS_TLS_CA (the CA that signed the
+# servers' and the client's certificates), IDEM_REDIS_TLS_OTHER_CA (a CA that signed nothing
+# here), and IDEM_REDIS_TLS_CLIENT_CERT / IDEM_REDIS_TLS_CLIENT_KEY (a client certificate the
+# servers accept). The CA is never put in the system's trust store: a test must name it.
+#
 # Knobs (environment):
 #   IDEM_SERVICES=0      start nothing (the backend tests then skip, saying why; otherwise
 #                        .ci/run sets IDEM_REQUIRE_BACKENDS=1 and a skip is a failure)
@@ -27,6 +35,8 @@
 IDEM_SVC_DIR=""
 IDEM_REDIS_PID=""
 IDEM_REDIS_CLUSTER_PIDS=""
+IDEM_REDIS_TLS_PIDS=""
+IDEM_REDIS_TLS_PID=""
 IDEM_PG_DATA=""
 IDEM_PG_BIN=""
 IDEM_PG_USER=""
@@ -136,7 +146,10 @@ idem_free_cluster_port() {
 }
 
 # Three cluster-enabled redis-servers joined into one cluster (see the top of this file).
+# $1: `plain`, or `tls` for the TLS-only cluster (its certificates made beforehand in
+# $IDEM_SVC_DIR/redis-tls-certs by idem_start_redis_tls).
 idem_start_redis_cluster() {
+    local kind=${1:-plain}
     if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
         idem_log "redis-server or redis-cli not found: the Redis Cluster tests will skip"
         return 0
@@ -145,77 +158,156 @@ idem_start_redis_cluster() {
     # runs share this machine): a node that does not come up means a fresh try on new ports.
     local try
     for try in 1 2 3; do
-        idem_try_redis_cluster "$try" && return 0
-        idem_stop_redis_cluster
+        idem_try_redis_cluster "$kind" "$try" && return 0
+        idem_stop_redis_cluster "$kind"
     done
-    idem_log "the Redis Cluster did not start in 3 tries"
+    idem_log "the Redis Cluster ($kind) did not start in 3 tries"
     return 1
 }
 
+# Stops the nodes of one cluster ($1: plain or tls).
 idem_stop_redis_cluster() {
-    local pid
-    for pid in $IDEM_REDIS_CLUSTER_PIDS; do
+    local pid pids
+    if [ "$1" = tls ]; then pids=$IDEM_REDIS_TLS_PIDS; else pids=$IDEM_REDIS_CLUSTER_PIDS; fi
+    for pid in $pids; do
         kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
     done
-    IDEM_REDIS_CLUSTER_PIDS=""
+    if [ "$1" = tls ]; then IDEM_REDIS_TLS_PIDS=""; else IDEM_REDIS_CLUSTER_PIDS=""; fi
 }
 
-# One try at idem_start_redis_cluster, in directories of its own ($1 numbers the try).
+# What redis-server and redis-cli need to serve and speak TLS with client certificates
+# required, from the certificates in $1.
+idem_redis_tls_args() {
+    local c=$1
+    IDEM_REDIS_TLS_SERVER_ARGS=(--tls-cert-file "$c/server.pem" --tls-key-file "$c/server.key"
+        --tls-ca-cert-file "$c/ca.pem" --tls-auth-clients yes)
+    IDEM_REDIS_TLS_CLI_ARGS=(--tls --cacert "$c/ca.pem" --cert "$c/client.pem"
+        --key "$c/client.key")
+}
+
+# One try at idem_start_redis_cluster, in directories of its own ($1: plain or tls; $2
+# numbers the try).
 idem_try_redis_cluster() {
-    local ports=() addrs=() urls=() port dir i n up
+    local kind=$1 ports=() addrs=() urls=() port dir i n up
+    local serve=() cli=() scheme=redis
+    if [ "$kind" = tls ]; then
+        idem_redis_tls_args "$IDEM_SVC_DIR/redis-tls-certs"
+        serve=("${IDEM_REDIS_TLS_SERVER_ARGS[@]}" --tls-cluster yes)
+        cli=("${IDEM_REDIS_TLS_CLI_ARGS[@]}")
+        scheme=rediss
+    fi
     for n in 1 2 3; do
         port=$(idem_free_cluster_port "${ports[@]}") || {
             idem_log "no free port for Redis Cluster"
             return 1
         }
-        dir="$IDEM_SVC_DIR/redis-cluster-$1-$n"
+        dir="$IDEM_SVC_DIR/redis-cluster-$kind-$2-$n"
         mkdir -p "$dir"
-        redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes --daemonize no \
-            --dir "$dir" --save '' --appendonly yes --appendfsync always \
-            --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" \
-            --cluster-node-timeout 5000 --logfile "$dir/redis.log" &
-        IDEM_REDIS_CLUSTER_PIDS="$IDEM_REDIS_CLUSTER_PIDS $!"
+        if [ "$kind" = tls ]; then
+            # TLS or nothing: no clear-text port at all, and TLS on the cluster bus too.
+            redis-server --bind 127.0.0.1 --port 0 --tls-port "$port" --protected-mode yes \
+                --daemonize no --dir "$dir" --save '' --appendonly no "${serve[@]}" \
+                --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" \
+                --cluster-node-timeout 5000 --logfile "$dir/redis.log" &
+            IDEM_REDIS_TLS_PIDS="$IDEM_REDIS_TLS_PIDS $!"
+        else
+            redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes --daemonize no \
+                --dir "$dir" --save '' --appendonly yes --appendfsync always \
+                --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" \
+                --cluster-node-timeout 5000 --logfile "$dir/redis.log" &
+            IDEM_REDIS_CLUSTER_PIDS="$IDEM_REDIS_CLUSTER_PIDS $!"
+        fi
         ports+=("$port")
         addrs+=("127.0.0.1:$port")
-        urls+=("redis://127.0.0.1:$port/")
+        urls+=("$scheme://127.0.0.1:$port/")
     done
     n=0
     for port in "${ports[@]}"; do
         n=$((n + 1))
         up=0
         for i in $(seq 1 300); do
-            redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG && { up=1; break; }
+            redis-cli "${cli[@]}" -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG \
+                && { up=1; break; }
             sleep 0.1
         done
         if [ $up != 1 ]; then
-            idem_log "Redis Cluster node on port $port did not come up; log:"
-            tail -5 "$IDEM_SVC_DIR/redis-cluster-$1-$n/redis.log" >&2 || true
+            idem_log "Redis Cluster ($kind) node on port $port did not come up; log:"
+            tail -5 "$IDEM_SVC_DIR/redis-cluster-$kind-$2-$n/redis.log" >&2 || true
             return 1
         fi
     done
-    if ! redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes \
-        >"$IDEM_SVC_DIR/redis-cluster-create-$1.log" 2>&1; then
-        idem_log "redis-cli --cluster create failed; log:"
-        cat "$IDEM_SVC_DIR/redis-cluster-create-$1.log" >&2
+    if ! redis-cli "${cli[@]}" --cluster create "${addrs[@]}" --cluster-replicas 0 \
+        --cluster-yes >"$IDEM_SVC_DIR/redis-cluster-create-$kind-$2.log" 2>&1; then
+        idem_log "redis-cli --cluster create ($kind) failed; log:"
+        cat "$IDEM_SVC_DIR/redis-cluster-create-$kind-$2.log" >&2
         return 1
     fi
     local ok=0
     for i in $(seq 1 300); do
         ok=1
         for port in "${ports[@]}"; do
-            redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null \
+            redis-cli "${cli[@]}" -h 127.0.0.1 -p "$port" cluster info 2>/dev/null \
                 | grep -q '^cluster_state:ok' || ok=0
         done
         [ $ok = 1 ] && break
         sleep 0.1
     done
     if [ $ok != 1 ]; then
-        idem_log "the Redis Cluster did not reach cluster_state:ok"
+        idem_log "the Redis Cluster ($kind) did not reach cluster_state:ok"
         return 1
     fi
-    export IDEM_REDIS_CLUSTER_URLS
-    IDEM_REDIS_CLUSTER_URLS=$(IFS=,; echo "${urls[*]}")
-    idem_log "Redis Cluster of 3 masters on ${addrs[*]} (pids$IDEM_REDIS_CLUSTER_PIDS)"
+    if [ "$kind" = tls ]; then
+        export IDEM_REDIS_TLS_CLUSTER_URLS
+        IDEM_REDIS_TLS_CLUSTER_URLS=$(IFS=,; echo "${urls[*]}")
+        idem_log "Redis Cluster of 3 TLS-only masters on ${addrs[*]} (pids$IDEM_REDIS_TLS_PIDS)"
+    else
+        export IDEM_REDIS_CLUSTER_URLS
+        IDEM_REDIS_CLUSTER_URLS=$(IFS=,; echo "${urls[*]}")
+        idem_log "Redis Cluster of 3 masters on ${addrs[*]} (pids$IDEM_REDIS_CLUSTER_PIDS)"
+    fi
+}
+
+# The TLS-only Redis services (see the top of this file): certificates, one lone server
+# and a cluster of three, all requiring a client certificate.
+idem_start_redis_tls() {
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
+        idem_log "redis-server or openssl not found: the Redis TLS tests will skip"
+        return 0
+    fi
+    local certs="$IDEM_SVC_DIR/redis-tls-certs" port dir i
+    mkdir -p "$certs"
+    chmod 700 "$certs"
+    idem_make_certificates "$certs" || {
+        idem_log "making the Redis TLS certificates failed; log:"
+        cat "$certs/openssl.log" >&2
+        return 1
+    }
+    idem_redis_tls_args "$certs"
+    port=$(idem_free_port) || { idem_log "no free port for Redis (TLS)"; return 1; }
+    dir="$IDEM_SVC_DIR/redis-tls"
+    mkdir -p "$dir"
+    redis-server --bind 127.0.0.1 --port 0 --tls-port "$port" --protected-mode yes \
+        --daemonize no --dir "$dir" --save '' --appendonly no \
+        "${IDEM_REDIS_TLS_SERVER_ARGS[@]}" --logfile "$dir/redis.log" &
+    IDEM_REDIS_TLS_PID=$!
+    local up=0
+    for i in $(seq 1 300); do
+        redis-cli "${IDEM_REDIS_TLS_CLI_ARGS[@]}" -h 127.0.0.1 -p "$port" ping 2>/dev/null \
+            | grep -q PONG && { up=1; break; }
+        sleep 0.1
+    done
+    if [ $up != 1 ]; then
+        idem_log "redis-server (TLS) did not start; log:"
+        tail -5 "$dir/redis.log" >&2 || true
+        return 1
+    fi
+    export IDEM_REDIS_TLS_URL="rediss://127.0.0.1:$port/"
+    export IDEM_REDIS_TLS_CA="$certs/ca.pem"
+    export IDEM_REDIS_TLS_OTHER_CA="$certs/other-ca.pem"
+    export IDEM_REDIS_TLS_CLIENT_CERT="$certs/client.pem"
+    export IDEM_REDIS_TLS_CLIENT_KEY="$certs/client.key"
+    idem_log "redis-server with TLS only (client certificates required) on 127.0.0.1:$port"
+    idem_start_redis_cluster tls
 }
 
 # Runs a command as the unprivileged cluster owner (PostgreSQL refuses to run as root).
@@ -257,8 +349,8 @@ idem_start_postgres() {
     idem_log "PostgreSQL $("$IDEM_PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data $IDEM_PG_DATA)"
 }
 
-# A CA and a server certificate for 127.0.0.1 signed by it, plus a second CA that signed
-# nothing (for the "wrong CA" case), all in $1. Keys are created 0600.
+# A CA, a server certificate for 127.0.0.1 and a client certificate signed by it, plus a
+# second CA that signed nothing (for the "wrong CA" case), all in $1. Keys are created 0600.
 idem_make_certificates() {
     local dir=$1
     (
@@ -272,7 +364,12 @@ idem_make_certificates() {
             -subj "/CN=127.0.0.1" &&
         printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' >ext.cnf &&
         openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-            -out server.pem -extfile ext.cnf
+            -out server.pem -extfile ext.cnf &&
+        openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr \
+            -subj "/CN=idem test client" &&
+        printf 'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n' >client-ext.cnf &&
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+            -out client.pem -extfile client-ext.cnf
     ) >"$dir/openssl.log" 2>&1
 }
 
@@ -330,7 +427,12 @@ idem_services_stop() {
         kill "$IDEM_REDIS_PID" 2>/dev/null && wait "$IDEM_REDIS_PID" 2>/dev/null
         IDEM_REDIS_PID=""
     fi
-    idem_stop_redis_cluster
+    idem_stop_redis_cluster plain
+    idem_stop_redis_cluster tls
+    if [ -n "$IDEM_REDIS_TLS_PID" ]; then
+        kill "$IDEM_REDIS_TLS_PID" 2>/dev/null && wait "$IDEM_REDIS_TLS_PID" 2>/dev/null
+        IDEM_REDIS_TLS_PID=""
+    fi
     if [ -n "$IDEM_PG_DATA" ] && [ -f "$IDEM_PG_DATA/postmaster.pid" ]; then
         idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_DATA" -m fast -w stop >/dev/null 2>&1
     fi
@@ -363,7 +465,8 @@ idem_services_start() {
     IDEM_SVC_DIR=$(mktemp -d "${TMPDIR:-/tmp}/idem-services.XXXXXX")
     idem_install_missing || idem_log "installing services failed; continuing with what is there"
     idem_start_redis
-    idem_start_redis_cluster
+    idem_start_redis_cluster plain
+    idem_start_redis_tls
     idem_start_postgres
     idem_start_postgres_tls
 }

@@ -6,6 +6,8 @@
 
 mod connection;
 mod partition;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -176,7 +178,6 @@ enum Target {
 
 impl Target {
     /// The URLs it names.
-    #[cfg(not(feature = "tls"))]
     fn urls(&self) -> &[String] {
         match self {
             Target::Single(url) => std::slice::from_ref(url),
@@ -198,6 +199,8 @@ pub struct RedisStoreBuilder {
     connection_timeout: Duration,
     response_timeout: Duration,
     reconnect_retries: usize,
+    #[cfg(feature = "tls")]
+    tls: tls::TlsOptions,
 }
 
 impl RedisStoreBuilder {
@@ -211,6 +214,8 @@ impl RedisStoreBuilder {
             connection_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
             reconnect_retries: 2,
+            #[cfg(feature = "tls")]
+            tls: tls::TlsOptions::default(),
         }
     }
 
@@ -265,18 +270,38 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Trust exactly these root certificates (PEM, one or more `BEGIN CERTIFICATE` blocks,
+    /// e.g. a private CA's) for the server's certificate instead of the system's roots
+    /// (feature `tls`). The host name is still verified. Needs `rediss://` URLs: `connect`
+    /// refuses certificates given for a clear-text URL rather than ignore them.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.roots = Some(pem.into());
+        self
+    }
+
+    /// Present this client certificate (PEM, the chain leaf first) and its private key
+    /// (PEM: PKCS#8, PKCS#1 or SEC1) to servers that require one: Redis does by default
+    /// when it serves TLS (`tls-auth-clients yes`). Feature `tls`; needs `rediss://` URLs.
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((certificate_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Connects. Fails with [`StoreError::Unavailable`] when Redis cannot be reached, and
     /// with [`StoreError::Backend`] when a URL is malformed, the partition count is out of
     /// range or differs from the one the store's data was written with, or a cluster store
     /// would not fit its scripts' keys in one slot (one partition and no hash tag in the
-    /// prefix).
+    /// prefix), or TLS certificates were given that do not parse or for a URL that is not
+    /// `rediss://`.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
         #[cfg(not(feature = "tls"))]
-        if self.target.urls().iter().any(|url| {
-            url.trim_start()
-                .get(..9)
-                .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
-        }) {
+        if self.target.urls().iter().any(|url| is_tls_url(url)) {
             return Err(StoreError::Backend(
                 "the Redis URL asks for TLS (rediss://), but idem was built without it: \
                  enable the `tls` feature (idem/tls, idem-runtime/tls), or use redis:// on a \
@@ -285,10 +310,31 @@ impl RedisStoreBuilder {
             ));
         }
         let layout = Layout::new(&self.prefix, self.partitions)?;
+        #[cfg(feature = "tls")]
+        let certificates = self.tls.certificates()?;
+        #[cfg(feature = "tls")]
+        if certificates.is_some() {
+            if let Some(url) = self.target.urls().iter().find(|url| !is_tls_url(url)) {
+                return Err(StoreError::Backend(format!(
+                    "TLS certificates were given, but the Redis URL {} is not rediss://: \
+                     use rediss:// so the connection is encrypted and they are used",
+                    redact(url)
+                )));
+            }
+        }
         let conn = match &self.target {
             Target::Single(url) => {
-                let client = ::redis::Client::open(url.as_str())
-                    .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
+                #[cfg(feature = "tls")]
+                let client = match certificates.clone() {
+                    Some(certificates) => {
+                        ::redis::Client::build_with_tls(url.as_str(), certificates)
+                    }
+                    None => ::redis::Client::open(url.as_str()),
+                };
+                #[cfg(not(feature = "tls"))]
+                let client = ::redis::Client::open(url.as_str());
+                let client =
+                    client.map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(self.connection_timeout)
                     .set_response_timeout(self.response_timeout)
@@ -315,10 +361,16 @@ impl RedisStoreBuilder {
                         self.prefix
                     )));
                 }
-                let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                let builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                     .connection_timeout(self.connection_timeout)
                     .response_timeout(self.response_timeout)
-                    .retries(u32::try_from(self.reconnect_retries).unwrap_or(u32::MAX))
+                    .retries(u32::try_from(self.reconnect_retries).unwrap_or(u32::MAX));
+                #[cfg(feature = "tls")]
+                let builder = match certificates {
+                    Some(certificates) => builder.certs(certificates),
+                    None => builder,
+                };
+                let client = builder
                     .build()
                     .map_err(|e| StoreError::Backend(format!("invalid Redis Cluster URL: {e}")))?;
                 Conn::Cluster(client.get_async_connection().await.map_err(map_err)?)
@@ -345,6 +397,24 @@ impl RedisStoreBuilder {
     }
 }
 
+/// True for a `rediss://` URL (TLS).
+fn is_tls_url(url: &str) -> bool {
+    url.trim_start()
+        .get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+}
+
+/// `url` without its password, for an error message.
+#[cfg(feature = "tls")]
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// The hash tag Redis Cluster hashes a name by: what lies between its first `{` and the
 /// first `}` after it, when that is not empty.
 fn hash_tag(name: &str) -> Option<&str> {
@@ -360,7 +430,8 @@ impl RedisStore {
 
     /// Connects to `url` (`redis://[:password@]host:port[/db]`, or `rediss://…` for TLS,
     /// which needs the `tls` feature: the server's certificate is verified against the
-    /// system's root certificates) with the default prefix, the system clock and default
+    /// system's root certificates; for a private CA or a client certificate, use
+    /// [`RedisStore::builder`]) with the default prefix, the system clock and default
     /// retention.
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         RedisStore::builder(url).connect().await
