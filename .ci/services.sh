@@ -10,8 +10,10 @@
 # a CA made at start with openssl; every key 0600 in the run's private directory; clear-text
 # connections rejected by pg_hba): it exports IDEM_POSTGRES_TLS_URL (no sslmode: the test
 # picks one), IDEM_POSTGRES_TLS_CA (the CA certificate, to verify the server with) and
-# IDEM_POSTGRES_TLS_OTHER_CA (a CA that did not sign it). The main cluster stays clear text,
-# so every other test connects as it always did.
+# IDEM_POSTGRES_TLS_OTHER_CA (a CA that did not sign it). Its database idem_mtls also
+# requires a client certificate (IDEM_POSTGRES_TLS_MTLS_URL; IDEM_POSTGRES_TLS_CLIENT_CERT
+# and _KEY are one the CA signed). The main cluster stays clear text, so every other test
+# connects as it always did.
 #
 # A Redis Cluster of three masters (no replicas), each its own cluster-enabled redis-server
 # on a free loopback port with its own directory and the same persistence as the single
@@ -391,10 +393,10 @@ idem_start_postgres_tls() {
         return 1
     }
     # The server reads its key as the cluster owner, and refuses a key others can read.
-    cp "$dir/certs/server.pem" "$dir/certs/server.key" "$dir/"
-    chmod 600 "$dir/server.key" "$dir/server.pem"
+    cp "$dir/certs/server.pem" "$dir/certs/server.key" "$dir/certs/ca.pem" "$dir/"
+    chmod 600 "$dir/server.key" "$dir/server.pem" "$dir/ca.pem"
     if [ "$(id -u)" = 0 ]; then
-        chown "$IDEM_PG_USER" "$dir" "$dir/server.key" "$dir/server.pem"
+        chown "$IDEM_PG_USER" "$dir" "$dir/server.key" "$dir/server.pem" "$dir/ca.pem"
     fi
     IDEM_PG_TLS_DATA="$dir/data"
     idem_as_pg_user "$IDEM_PG_BIN/initdb" -D "$IDEM_PG_TLS_DATA" -U idem --auth=trust \
@@ -403,22 +405,32 @@ idem_start_postgres_tls() {
         cat "$dir/initdb.log" >&2
         return 1
     }
-    # TLS or nothing: a clear-text connection from anywhere is rejected.
+    # TLS or nothing: a clear-text connection from anywhere is rejected. The database
+    # idem_mtls also wants a client certificate signed by the CA.
     printf '%s\n' \
-        "local     all all               trust" \
-        "hostnossl all all 0.0.0.0/0     reject" \
-        "hostnossl all all ::/0          reject" \
-        "hostssl   all all 127.0.0.1/32  trust" >"$IDEM_PG_TLS_DATA/pg_hba.conf"
+        "local     all       all               trust" \
+        "hostnossl all       all 0.0.0.0/0     reject" \
+        "hostnossl all       all ::/0          reject" \
+        "hostssl   idem_mtls all 127.0.0.1/32  trust clientcert=verify-ca" \
+        "hostssl   all       all 127.0.0.1/32  trust" >"$IDEM_PG_TLS_DATA/pg_hba.conf"
     idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_TLS_DATA" -l "$dir/postgres.log" -w \
         -t 60 -o "-h 127.0.0.1 -p $port -k $dir -c max_connections=50 -c ssl=on \
-        -c ssl_cert_file=$dir/server.pem -c ssl_key_file=$dir/server.key" start >/dev/null || {
+        -c ssl_cert_file=$dir/server.pem -c ssl_key_file=$dir/server.key \
+        -c ssl_ca_file=$dir/ca.pem" start >/dev/null || {
         idem_log "PostgreSQL (TLS) did not start; log:"
         cat "$dir/postgres.log" >&2
+        return 1
+    }
+    idem_as_pg_user "$IDEM_PG_BIN/createdb" -h "$dir" -p "$port" -U idem idem_mtls || {
+        idem_log "createdb idem_mtls (TLS) failed"
         return 1
     }
     export IDEM_POSTGRES_TLS_URL="postgres://idem@127.0.0.1:$port/postgres"
     export IDEM_POSTGRES_TLS_CA="$dir/certs/ca.pem"
     export IDEM_POSTGRES_TLS_OTHER_CA="$dir/certs/other-ca.pem"
+    export IDEM_POSTGRES_TLS_MTLS_URL="postgres://idem@127.0.0.1:$port/idem_mtls"
+    export IDEM_POSTGRES_TLS_CLIENT_CERT="$dir/certs/client.pem"
+    export IDEM_POSTGRES_TLS_CLIENT_KEY="$dir/certs/client.key"
     idem_log "PostgreSQL with TLS only on 127.0.0.1:$port (CA $IDEM_POSTGRES_TLS_CA)"
 }
 

@@ -178,3 +178,114 @@ async fn clear_text_is_refused_by_a_server_that_requires_tls() {
         "the server's refusal must come through: {e}"
     );
 }
+
+/// The PEM bytes of the file an environment variable names, or `None` after skipping.
+fn pem_of(var: &str, check: &str) -> Option<Vec<u8>> {
+    let path = conformance::backend_url(var, check)?;
+    Some(std::fs::read(&path).unwrap_or_else(|e| panic!("{var}={path}: {e}")))
+}
+
+/// The short form: the private CA's PEM through `tls_root_certificates`, no rustls types in
+/// the caller's code. The right CA gets through (the server reports TLS); another is
+/// refused as untrusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_certificates_as_pem_verify_the_server() {
+    let check = "root_certificates_as_pem_verify_the_server";
+    let Some(t) = tls(check) else {
+        return;
+    };
+    let (Some(ca), Some(other_ca)) = (
+        pem_of("IDEM_POSTGRES_TLS_CA", check),
+        pem_of("IDEM_POSTGRES_TLS_OTHER_CA", check),
+    ) else {
+        return;
+    };
+    let url = with_sslmode(&t.url, "verify-full");
+    let schema = format!("idem_tls_pem_{}", std::process::id());
+    let store = PostgresStore::builder(url.as_str())
+        .schema(schema.as_str())
+        .tls_root_certificates(ca)
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("the server's CA as PEM must connect: {e}"));
+    claims_over(&store, "tls-pem").await;
+    assert!(server_says_tls(&store).await);
+    let e = PostgresStore::builder(url.as_str())
+        .schema(schema.as_str())
+        .tls_root_certificates(other_ca)
+        .connect()
+        .await
+        .expect_err("another CA must be refused");
+    assert!(text(&e).contains("unknownissuer"), "{e}");
+}
+
+/// A database that wants a client certificate (`clientcert=verify-ca`): refused without
+/// one, served with the one the CA signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_when_given() {
+    let check = "a_client_certificate_is_presented_when_given";
+    let Some(url) = conformance::backend_url("IDEM_POSTGRES_TLS_MTLS_URL", check) else {
+        return;
+    };
+    let (Some(ca), Some(cert), Some(key)) = (
+        pem_of("IDEM_POSTGRES_TLS_CA", check),
+        pem_of("IDEM_POSTGRES_TLS_CLIENT_CERT", check),
+        pem_of("IDEM_POSTGRES_TLS_CLIENT_KEY", check),
+    ) else {
+        return;
+    };
+    let url = with_sslmode(&url, "verify-full");
+    let schema = format!("idem_mtls_{}", std::process::id());
+    let e = PostgresStore::builder(url.as_str())
+        .schema(schema.as_str())
+        .tls_root_certificates(ca.clone())
+        .connect()
+        .await
+        .expect_err("without a client certificate the server must refuse");
+    assert!(text(&e).contains("certificate"), "{e}");
+    let store = PostgresStore::builder(url.as_str())
+        .schema(schema.as_str())
+        .tls_root_certificates(ca)
+        .tls_client_certificate(cert, key)
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("with the client certificate the server must serve: {e}"));
+    claims_over(&store, "tls-mtls").await;
+    assert!(server_says_tls(&store).await);
+}
+
+/// Certificates the connection might not use are refused before connecting: a URL that
+/// does not require TLS (`prefer` falls back to clear text), and certificates beside a
+/// whole `tls_config`.
+#[tokio::test]
+async fn certificates_that_could_go_unused_are_refused() {
+    let pem = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_vec();
+    // Port 9 on loopback: nothing is reached, the refusal comes first.
+    for url in [
+        "postgres://idem@127.0.0.1:9/db",
+        "postgres://idem@127.0.0.1:9/db?sslmode=prefer",
+        "postgres://idem@127.0.0.1:9/db?sslmode=disable",
+    ] {
+        match PostgresStore::builder(url)
+            .tls_root_certificates(pem.clone())
+            .connect()
+            .await
+        {
+            Err(StoreError::Backend(msg)) => assert!(msg.contains("sslmode"), "{url}: {msg}"),
+            other => panic!("{url}: certificates without required TLS: {other:?}"),
+        }
+    }
+    let both = PostgresStore::builder("postgres://idem@127.0.0.1:9/db?sslmode=require")
+        .tls_config(
+            rustls::ClientConfig::builder()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+        )
+        .tls_root_certificates(pem)
+        .connect()
+        .await;
+    match both {
+        Err(StoreError::Backend(msg)) => assert!(msg.contains("tls_config"), "{msg}"),
+        other => panic!("tls_config and certificates together: {other:?}"),
+    }
+}

@@ -36,6 +36,8 @@ mod redis;
 pub mod rules;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))]
+mod tls;
 mod transaction;
 
 use std::fmt;

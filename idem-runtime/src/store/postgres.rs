@@ -117,6 +117,8 @@ pub struct PostgresStoreBuilder {
     lock_timeout: Duration,
     #[cfg(feature = "tls")]
     tls: Option<rustls::ClientConfig>,
+    #[cfg(feature = "tls")]
+    tls_files: super::tls::TlsOptions,
 }
 
 impl std::fmt::Debug for PostgresStoreBuilder {
@@ -138,6 +140,31 @@ impl PostgresStoreBuilder {
     #[cfg(feature = "tls")]
     pub fn tls_config(mut self, config: rustls::ClientConfig) -> Self {
         self.tls = Some(config);
+        self
+    }
+
+    /// Trust exactly these root certificates (PEM, one or more `BEGIN CERTIFICATE` blocks,
+    /// e.g. a private CA's) for the server's certificate instead of the system's roots
+    /// (feature `tls`); chain and host name are still verified. The URL must ask for TLS
+    /// (`sslmode=require`, `verify-ca` or `verify-full`): `connect` refuses certificates
+    /// that `prefer` could leave unused. The short form of [`Self::tls_config`]; give one or
+    /// the other.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_files.roots = Some(pem.into());
+        self
+    }
+
+    /// Present this client certificate (PEM, the chain leaf first) and its private key
+    /// (PEM: PKCS#8, PKCS#1 or SEC1) to a server that asks for one (`clientcert=` in
+    /// `pg_hba.conf`). Feature `tls`; the same rules as [`Self::tls_root_certificates`].
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_files.client = Some((certificate_pem.into(), key_pem.into()));
         self
     }
 
@@ -177,8 +204,11 @@ impl PostgresStoreBuilder {
     /// Connects, creates the schema and applies pending migrations.
     ///
     /// Fails with [`StoreError::Unavailable`] when the database cannot be reached and with
-    /// [`StoreError::Backend`] for a malformed URL or schema name, or a database migrated
-    /// by a newer version of this library.
+    /// [`StoreError::Backend`] for a malformed URL or schema name, a database migrated by a
+    /// newer version of this library, or TLS settings it cannot honour (certificates that
+    /// do not parse, certificates for a URL that does not require TLS, both
+    /// [`Self::tls_config`] and certificates, or either with [`PostgresStore::with_pool`],
+    /// whose pool makes its own connections).
     pub async fn connect(self) -> Result<PostgresStore, StoreError> {
         if !valid_identifier(&self.schema) {
             return Err(StoreError::Backend(format!(
@@ -186,7 +216,17 @@ impl PostgresStoreBuilder {
                 self.schema
             )));
         }
+        #[cfg(feature = "tls")]
+        let tls_given = self.tls.is_some() || self.tls_files.is_set();
         let pool = match self.source {
+            #[cfg(feature = "tls")]
+            Source::Pool(_) if tls_given => {
+                return Err(StoreError::Backend(
+                    "TLS settings were given with an existing pool, which makes its own \
+                     connections: configure TLS on the pool's manager instead"
+                        .into(),
+                ))
+            }
             Source::Pool(pool) => pool,
             Source::Url(url) => {
                 let url = strict_sslmode(&url);
@@ -201,9 +241,27 @@ impl PostgresStoreBuilder {
                 };
                 #[cfg(feature = "tls")]
                 let manager = {
+                    if self.tls_files.is_set()
+                        && config.get_ssl_mode() != tokio_postgres::config::SslMode::Require
+                    {
+                        return Err(StoreError::Backend(
+                            "TLS certificates were given, but the Postgres URL does not \
+                             require TLS: add sslmode=verify-full (or require, verify-ca), \
+                             or a server without TLS would get the connection in clear text"
+                                .into(),
+                        ));
+                    }
                     let tls = match self.tls {
+                        Some(_) if self.tls_files.is_set() => {
+                            return Err(StoreError::Backend(
+                                "both tls_config and TLS certificates were given: give the \
+                                 certificates inside the one rustls::ClientConfig, or only \
+                                 the certificates"
+                                    .into(),
+                            ));
+                        }
                         Some(tls) => tls,
-                        None => default_tls(),
+                        None => self.tls_files.rustls_config()?,
                     };
                     Manager::from_config(
                         config,
@@ -255,25 +313,6 @@ impl PostgresStoreBuilder {
 fn strict_sslmode(url: &str) -> String {
     url.replace("sslmode=verify-full", "sslmode=require")
         .replace("sslmode=verify-ca", "sslmode=require")
-}
-
-/// The TLS configuration used unless [`PostgresStoreBuilder::tls_config`] gives one: the
-/// operating system's root certificates (honouring `SSL_CERT_FILE` and `SSL_CERT_DIR`),
-/// full verification of the chain and the host name, no client certificate.
-#[cfg(feature = "tls")]
-fn default_tls() -> rustls::ClientConfig {
-    let found = rustls_native_certs::load_native_certs();
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in found.certs {
-        // A certificate the OS store holds but rustls cannot parse is skipped, as browsers do.
-        let _ = roots.add(cert);
-    }
-    for e in &found.errors {
-        tracing::warn!(error = %e, "reading the system's root certificates");
-    }
-    rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth()
 }
 
 fn valid_identifier(s: &str) -> bool {
@@ -715,6 +754,8 @@ impl PostgresStore {
             lock_timeout: Duration::from_secs(2),
             #[cfg(feature = "tls")]
             tls: None,
+            #[cfg(feature = "tls")]
+            tls_files: super::tls::TlsOptions::default(),
         }
     }
 

@@ -6,8 +6,6 @@
 
 mod connection;
 mod partition;
-#[cfg(feature = "tls")]
-mod tls;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -200,7 +198,7 @@ pub struct RedisStoreBuilder {
     response_timeout: Duration,
     reconnect_retries: usize,
     #[cfg(feature = "tls")]
-    tls: tls::TlsOptions,
+    tls: super::tls::TlsOptions,
 }
 
 impl RedisStoreBuilder {
@@ -215,7 +213,7 @@ impl RedisStoreBuilder {
             response_timeout: Duration::from_secs(5),
             reconnect_retries: 2,
             #[cfg(feature = "tls")]
-            tls: tls::TlsOptions::default(),
+            tls: super::tls::TlsOptions::default(),
         }
     }
 
@@ -311,7 +309,7 @@ impl RedisStoreBuilder {
         }
         let layout = Layout::new(&self.prefix, self.partitions)?;
         #[cfg(feature = "tls")]
-        let certificates = self.tls.certificates()?;
+        let certificates = self.tls.redis_certificates()?;
         #[cfg(feature = "tls")]
         if certificates.is_some() {
             if let Some(url) = self.target.urls().iter().find(|url| !is_tls_url(url)) {
