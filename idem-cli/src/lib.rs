@@ -32,7 +32,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use idem_runtime::store::ListCursor;
 use idem_runtime::{IdemKey, IdemStore, Reconciler, RecordState, Registry};
 
-pub use store_url::{open_store, StoreUrlError};
+pub use store_url::{open_store, open_store_with, StoreOptions, StoreUrlError};
 
 /// `idem`: inspect and settle idempotency records.
 #[derive(Debug, Parser)]
@@ -44,14 +44,20 @@ pub struct Cli {
     /// the database must exist. `sqlite://./REL.db` or `sqlite://REL.db` is relative to the
     /// working directory; `sqlite:///ABS/PATH.db` (three slashes) or `sqlite:////ABS/PATH.db`
     /// (four) is absolute. `sqlite::memory:` is refused: a fresh in-memory database holds no
-    /// records. Redis: `redis://[:PASSWORD@]HOST:PORT[/DB]`. Postgres:
-    /// `postgres://USER[:PASSWORD]@HOST:PORT/DB`.
+    /// records. Redis: `redis://[:PASSWORD@]HOST:PORT[/DB]`, or `rediss://…` for TLS; with
+    /// `--cluster`, some nodes of a Redis Cluster, comma-separated. Postgres:
+    /// `postgres://USER[:PASSWORD]@HOST:PORT/DB`. The options below (`--prefix`,
+    /// `--partitions`, `--schema`, `--tls-…`) must match what the service's store builder
+    /// set, or the CLI looks at another, empty store.
     ///
     /// Arguments are visible to other users of the machine (`ps`, /proc, shell history):
     /// put a URL that holds a password in `IDEM_STORE_URL` instead. Given here, it draws a
     /// warning.
     #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
+    /// What the service's store builder set beyond the URL.
+    #[command(flatten)]
+    pub store_options: StoreOptions,
     /// Print JSON instead of a table. The values are exact; characters a terminal would act
     /// on are written as `\u` escapes, which every JSON reader decodes.
     #[arg(long, global = true)]
@@ -268,7 +274,7 @@ where
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    let store = match open_store(&url).await {
+    let store = match open_store_with(&url, &cli.store_options).await {
         Ok(s) => s,
         Err(e) => return fail(e),
     };

@@ -1,9 +1,112 @@
-//! Store URLs: `sqlite:…`, `redis://…`, `postgres://…`.
+//! Store URLs: `sqlite:…`, `redis://…`, `postgres://…`, and the options a service's store
+//! builder may have set beyond the URL (a Redis prefix, partitions or cluster, a Postgres
+//! schema, TLS certificates), so the CLI opens the very store the service writes.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use idem_runtime::IdemStore;
+
+/// How to open the store beyond its URL: what the service's store builder set. Each option
+/// belongs to some backends; one given for a store it does not apply to is an error, not
+/// ignored (the CLI would look at another store than the service's and find nothing).
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct StoreOptions {
+    /// Redis: the store's key prefix (`RedisStoreBuilder::prefix`; default `idem:`).
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub prefix: Option<String>,
+    /// Redis: how many partitions the store is spread over
+    /// (`RedisStoreBuilder::partitions`; default 1).
+    #[arg(long, global = true, value_name = "N")]
+    pub partitions: Option<u16>,
+    /// Redis: the store lives on a Redis Cluster, and the store URL lists some of its nodes,
+    /// comma-separated (`redis://h1:7000,redis://h2:7000`).
+    #[arg(long, global = true)]
+    pub cluster: bool,
+    /// Postgres: the schema holding the store's tables (`PostgresStoreBuilder::schema`;
+    /// default `idem`).
+    #[arg(long, global = true, value_name = "SCHEMA")]
+    pub schema: Option<String>,
+    /// Redis and Postgres over TLS: a PEM file of root certificates (a private CA) to trust
+    /// instead of the system's. Redis needs a `rediss://` URL; Postgres `sslmode=require`
+    /// or stricter.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// Redis and Postgres over TLS: a PEM client certificate, for servers that require one
+    /// (with `--tls-key`).
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl StoreOptions {
+    /// The options given that `backend` has no use for, by flag name.
+    fn foreign_to(&self, backend: Backend) -> Vec<&'static str> {
+        let redis = backend == Backend::Redis;
+        let postgres = backend == Backend::Postgres;
+        let mut out = Vec::new();
+        let mut check = |given: bool, applies: bool, flag: &'static str| {
+            if given && !applies {
+                out.push(flag);
+            }
+        };
+        check(self.prefix.is_some(), redis, "--prefix");
+        check(self.partitions.is_some(), redis, "--partitions");
+        check(self.cluster, redis, "--cluster");
+        check(self.schema.is_some(), postgres, "--schema");
+        check(self.tls_ca.is_some(), redis || postgres, "--tls-ca");
+        check(self.tls_cert.is_some(), redis || postgres, "--tls-cert");
+        check(self.tls_key.is_some(), redis || postgres, "--tls-key");
+        out
+    }
+
+    /// The TLS files' contents: the CA, and the client certificate with its key.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[allow(clippy::type_complexity)]
+    fn tls_files(&self) -> Result<(Option<Vec<u8>>, Option<(Vec<u8>, Vec<u8>)>), StoreUrlError> {
+        let read = |flag: &str, path: &PathBuf| {
+            std::fs::read(path)
+                .map_err(|e| StoreUrlError(format!("reading {flag} {}: {e}", path.display())))
+        };
+        let ca = self
+            .tls_ca
+            .as_ref()
+            .map(|p| read("--tls-ca", p))
+            .transpose()?;
+        let client = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some((read("--tls-cert", cert)?, read("--tls-key", key)?)),
+            (None, None) => None,
+            _ => return Err(StoreUrlError("--tls-cert and --tls-key go together".into())),
+        };
+        if (ca.is_some() || client.is_some()) && !cfg!(feature = "tls") {
+            return Err(StoreUrlError(
+                "--tls-ca, --tls-cert and --tls-key need the CLI built with its `tls` feature"
+                    .into(),
+            ));
+        }
+        Ok((ca, client))
+    }
+}
+
+/// The store backends a URL can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Redis,
+    Postgres,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Redis => "Redis",
+            Backend::Postgres => "Postgres",
+        }
+    }
+}
 
 /// Why a store URL could not be opened.
 #[derive(Debug)]
@@ -17,10 +120,35 @@ impl std::fmt::Display for StoreUrlError {
 
 impl std::error::Error for StoreUrlError {}
 
-/// Opens the store a URL names (the forms are listed in `idem --help`). A SQLite database
-/// must exist already: the CLI inspects records, so a mistyped path is an error rather than
-/// a new, empty database.
+/// Opens the store a URL names (the forms are listed in `idem --help`) with default
+/// options. A SQLite database must exist already: the CLI inspects records, so a mistyped
+/// path is an error rather than a new, empty database.
 pub async fn open_store(url: &str) -> Result<Arc<dyn IdemStore>, StoreUrlError> {
+    open_store_with(url, &StoreOptions::default()).await
+}
+
+/// Opens the store a URL names with `options` (see [`StoreOptions`]).
+pub async fn open_store_with(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<Arc<dyn IdemStore>, StoreUrlError> {
+    let backend = match scheme(url) {
+        "sqlite" => Some(Backend::Sqlite),
+        "redis" | "rediss" => Some(Backend::Redis),
+        "postgres" | "postgresql" => Some(Backend::Postgres),
+        _ => None,
+    };
+    if let Some(backend) = backend {
+        let foreign = options.foreign_to(backend);
+        if !foreign.is_empty() {
+            return Err(StoreUrlError(format!(
+                "{} do{} not apply to a {} store",
+                foreign.join(", "),
+                if foreign.len() == 1 { "es" } else { "" },
+                backend.name()
+            )));
+        }
+    }
     match scheme(url) {
         "memory" => Err(StoreUrlError(
             "`memory:` names a store that lives inside one process; the CLI cannot see it. \
@@ -42,20 +170,75 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn IdemStore>, StoreUrlError> 
                 .map_err(|e| StoreUrlError(e.to_string()))
         }
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => idem_runtime::RedisStore::connect(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn IdemStore>)
-            .map_err(|e| StoreUrlError(e.to_string())),
+        "redis" | "rediss" => open_redis(url, options).await,
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => idem_runtime::PostgresStore::connect(url)
-            .await
-            .map(|s| Arc::new(s) as Arc<dyn IdemStore>)
-            .map_err(|e| StoreUrlError(e.to_string())),
+        "postgres" | "postgresql" => open_postgres(url, options).await,
         other => Err(StoreUrlError(format!(
             "unsupported store URL scheme `{other}`: use sqlite://PATH, redis://HOST:PORT or postgres://… \
              (each needs its cargo feature)"
         ))),
     }
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<Arc<dyn IdemStore>, StoreUrlError> {
+    let mut builder = if options.cluster {
+        idem_runtime::RedisStore::cluster(url.split(',').map(str::trim).filter(|s| !s.is_empty()))
+    } else {
+        idem_runtime::RedisStore::builder(url)
+    };
+    if let Some(prefix) = &options.prefix {
+        builder = builder.prefix(prefix.as_str());
+    }
+    if let Some(n) = options.partitions {
+        builder = builder.partitions(n);
+    }
+    #[allow(unused_variables)]
+    let (ca, client) = options.tls_files()?;
+    #[cfg(feature = "tls")]
+    {
+        if let Some(ca) = ca {
+            builder = builder.tls_root_certificates(ca);
+        }
+        if let Some((cert, key)) = client {
+            builder = builder.tls_client_certificate(cert, key);
+        }
+    }
+    builder
+        .connect()
+        .await
+        .map(|s| Arc::new(s) as Arc<dyn IdemStore>)
+        .map_err(|e| StoreUrlError(e.to_string()))
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<Arc<dyn IdemStore>, StoreUrlError> {
+    let mut builder = idem_runtime::PostgresStore::builder(url);
+    if let Some(schema) = &options.schema {
+        builder = builder.schema(schema.as_str());
+    }
+    #[allow(unused_variables)]
+    let (ca, client) = options.tls_files()?;
+    #[cfg(feature = "tls")]
+    {
+        if let Some(ca) = ca {
+            builder = builder.tls_root_certificates(ca);
+        }
+        if let Some((cert, key)) = client {
+            builder = builder.tls_client_certificate(cert, key);
+        }
+    }
+    builder
+        .connect()
+        .await
+        .map(|s| Arc::new(s) as Arc<dyn IdemStore>)
+        .map_err(|e| StoreUrlError(e.to_string()))
 }
 
 fn scheme(url: &str) -> &str {
@@ -68,6 +251,7 @@ fn scheme(url: &str) -> &str {
 /// makes it absolute, however many slashes there are (`sqlite:///abs.db`, and the
 /// `sqlite:////abs.db` some tools write, both name `/abs.db`); anything else is relative to
 /// the working directory (`sqlite://./rel.db`, `sqlite://rel.db`, `sqlite:rel.db`).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) fn sqlite_path(url: &str) -> Result<PathBuf, StoreUrlError> {
     let rest = url
         .strip_prefix("sqlite:")
