@@ -62,6 +62,25 @@ impl StoreOptions {
         out
     }
 
+    /// `builder` with the TLS files given (read here), or an error naming the file.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    fn with_tls<B: TakesCertificates>(&self, builder: B) -> Result<B, StoreUrlError> {
+        #[allow(unused_variables)]
+        let (ca, client) = self.tls_files()?;
+        #[cfg(feature = "tls")]
+        let builder = {
+            let builder = match ca {
+                Some(ca) => builder.roots(ca),
+                None => builder,
+            };
+            match client {
+                Some((cert, key)) => builder.client(cert, key),
+                None => builder,
+            }
+        };
+        Ok(builder)
+    }
+
     /// The TLS files' contents: the CA, and the client certificate with its key.
     #[cfg(any(feature = "redis", feature = "postgres"))]
     #[allow(clippy::type_complexity)]
@@ -196,22 +215,7 @@ async fn open_redis(
     if let Some(n) = options.partitions {
         builder = builder.partitions(n);
     }
-    #[allow(unused_variables)]
-    let (ca, client) = options.tls_files()?;
-    #[cfg(feature = "tls")]
-    {
-        if let Some(ca) = ca {
-            builder = builder.tls_root_certificates(ca);
-        }
-        if let Some((cert, key)) = client {
-            builder = builder.tls_client_certificate(cert, key);
-        }
-    }
-    builder
-        .connect()
-        .await
-        .map(|s| Arc::new(s) as Arc<dyn IdemStore>)
-        .map_err(|e| StoreUrlError(e.to_string()))
+    opened(options.with_tls(builder)?.connect().await)
 }
 
 #[cfg(feature = "postgres")]
@@ -223,22 +227,50 @@ async fn open_postgres(
     if let Some(schema) = &options.schema {
         builder = builder.schema(schema.as_str());
     }
-    #[allow(unused_variables)]
-    let (ca, client) = options.tls_files()?;
-    #[cfg(feature = "tls")]
-    {
-        if let Some(ca) = ca {
-            builder = builder.tls_root_certificates(ca);
-        }
-        if let Some((cert, key)) = client {
-            builder = builder.tls_client_certificate(cert, key);
-        }
-    }
-    builder
-        .connect()
-        .await
+    opened(options.with_tls(builder)?.connect().await)
+}
+
+/// A connected store as the CLI holds it, or the connection's error.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn opened<S: IdemStore + 'static>(
+    store: Result<S, idem_runtime::StoreError>,
+) -> Result<Arc<dyn IdemStore>, StoreUrlError> {
+    store
         .map(|s| Arc::new(s) as Arc<dyn IdemStore>)
         .map_err(|e| StoreUrlError(e.to_string()))
+}
+
+/// A store builder that takes TLS certificates as PEM (both network stores' builders).
+#[cfg(any(feature = "redis", feature = "postgres"))]
+trait TakesCertificates: Sized {
+    #[cfg(feature = "tls")]
+    fn roots(self, pem: Vec<u8>) -> Self;
+    #[cfg(feature = "tls")]
+    fn client(self, cert: Vec<u8>, key: Vec<u8>) -> Self;
+}
+
+#[cfg(feature = "redis")]
+impl TakesCertificates for idem_runtime::store::RedisStoreBuilder {
+    #[cfg(feature = "tls")]
+    fn roots(self, pem: Vec<u8>) -> Self {
+        self.tls_root_certificates(pem)
+    }
+    #[cfg(feature = "tls")]
+    fn client(self, cert: Vec<u8>, key: Vec<u8>) -> Self {
+        self.tls_client_certificate(cert, key)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl TakesCertificates for idem_runtime::store::PostgresStoreBuilder {
+    #[cfg(feature = "tls")]
+    fn roots(self, pem: Vec<u8>) -> Self {
+        self.tls_root_certificates(pem)
+    }
+    #[cfg(feature = "tls")]
+    fn client(self, cert: Vec<u8>, key: Vec<u8>) -> Self {
+        self.tls_client_certificate(cert, key)
+    }
 }
 
 fn scheme(url: &str) -> &str {
