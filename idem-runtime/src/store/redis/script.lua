@@ -1,4 +1,9 @@
--- idem RedisStore: the store contract's rules (idem_runtime::store::rules) in Lua.
+#!lua name=IDEM_LIBRARY
+-- idem RedisStore: the store contract's rules (idem_runtime::store::rules) in Lua, loaded
+-- once per server as a Redis Function library (FUNCTION LOAD, Redis >= 7) and called with
+-- FCALL. The Rust side replaces IDEM_LIBRARY with `idem_` and a hash of this text, so two
+-- idem versions on one server each call their own code. On a Redis without FUNCTION the
+-- same text runs through EVALSHA, wrapped so that every call runs `main` (see mod.rs).
 --
 -- One record per key, a hash at KEYS[1]:
 --   v    layout version ("1")          k     the idem key
@@ -21,13 +26,11 @@
 -- Every check that can fail happens before the first write: Redis does not roll a script
 -- back when it errors half-way.
 
-local NOW = tonumber(ARGV[1])
-local RESULTS = tonumber(ARGV[2])
-local TOMBS = tonumber(ARGV[3])
-local RPREFIX = ARGV[4]
-local OP = ARGV[5]
+-- One call's keys, arguments and what `main` reads from them. The library is built once
+-- per server and these are set at the start of every call; Redis runs one call at a time,
+-- so no two calls ever see each other's values.
+local KEYS, ARGV, NOW, RESULTS, TOMBS, RPREFIX, OP, LEASES, EXPIRY, FULL
 local IDX = { running = 2, completed = 3, failed = 4, pending = 5, unknown = 6, escalated = 7 }
-local LEASES, EXPIRY = KEYS[8], KEYS[9]
 -- The value's own timestamps decide expiry; the Redis TTL only reclaims memory, a minute
 -- later, so clock skew between workers and Redis never drops a tombstone early.
 local TTL_SLACK = 60000
@@ -154,8 +157,8 @@ end
 -- payload and operation too, so nothing acts on a record the Rust side would report as
 -- corrupt. (`age` checks the other fields for every operation; these two can be large,
 -- and a replay, which only reads them back, leaves their check to the Rust decode.)
-local FULL = OP == 'renew' or OP == 'settle' or OP == 'release' or OP == 'reclaim'
-  or OP == 'release_unsettled'
+local FULL_OPS = { renew = true, settle = true, release = true, reclaim = true,
+  release_unsettled = true }
 
 local function parses(rk)
   local f = redis.call('HMGET', rk, 'pl', 'op', 'tool')
@@ -444,223 +447,239 @@ local function settled_and_current(rk)
   return ua ~= nil and ua + TOMBS > NOW and (f[5] == '1' or ua + RESULTS > NOW)
 end
 
-local rk = KEYS[1]
-
-if OP == 'claim' then
-  -- ARGV: 6 key, 7 fingerprint, 8 tool, 9 token, 10 lease (ms), 11 operation (opt)
-  local t = redis.call('TYPE', rk)['ok']
-  if t == 'hash' and settled_and_current(rk) then
-    return { 'existing', redis.call('HGETALL', rk) }
-  end
-  if t ~= 'none' and age(rk) then
-    return { 'existing', redis.call('HGETALL', rk) }
-  end
-  -- Only a new claim sweeps: every terminal record was once one, so the sweep keeps up,
-  -- and a replay stays a read.
-  sweep()
-  local k = ARGV[6]
-  local lease = NOW + tonumber(ARGV[10])
-  redis.call('HSET', rk, 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
-    'tok', ARGV[9], 'lease', num(lease), 'ca', num(NOW), 'ua', num(NOW), 'rx', '0', 'att', '[]', 'rb', '[]')
-  opt(rk, 'op', ARGV[11], true)
-  redis.call('ZADD', KEYS[IDX.running], num(NOW), k)
-  redis.call('ZADD', LEASES, num(lease), k)
-  return { 'claimed' }
-elseif OP == 'renew' then
-  -- ARGV: 6 token, 7 lease (ms)
-  local r = age(rk)
-  if not r then
-    return { 'stale', 'absent' }
-  end
-  if r.st ~= 'running' or r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  local lease = NOW + tonumber(ARGV[7])
-  redis.call('HSET', rk, 'lease', num(lease), 'ua', num(NOW))
-  redis.call('ZADD', LEASES, num(lease), r.k)
-  return { 'ok' }
-elseif OP == 'settle' then
-  -- ARGV: 6 token, 7 state, 8 payload, 9 message, 10 downstream ref (opt), 11 attempts,
-  -- 12 read-backs
-  local new = ARGV[7]
-  local r = age(rk)
-  if not r then
-    return { 'stale', 'absent' }
-  end
-  if r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  if r.st == 'running' then
-    -- applied below
-  elseif r.st == new and new ~= 'unknown' then
-    -- A retried settle, or a handler that settled in its own transaction: keep the first
-    -- result, add the evidence.
-    append(rk)
-    redis.call('HSET', rk, 'ua', num(NOW))
-    retain(rk, r.k, r.st)
+-- One operation on the record at rk (KEYS[1]).
+local function dispatch(rk)
+  if OP == 'claim' then
+    -- ARGV: 6 key, 7 fingerprint, 8 tool, 9 token, 10 lease (ms), 11 operation (opt)
+    local t = redis.call('TYPE', rk)['ok']
+    if t == 'hash' and settled_and_current(rk) then
+      return { 'existing', redis.call('HGETALL', rk) }
+    end
+    if t ~= 'none' and age(rk) then
+      return { 'existing', redis.call('HGETALL', rk) }
+    end
+    -- Only a new claim sweeps: every terminal record was once one, so the sweep keeps up,
+    -- and a replay stays a read.
+    sweep()
+    local k = ARGV[6]
+    local lease = NOW + tonumber(ARGV[10])
+    redis.call('HSET', rk, 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
+      'tok', ARGV[9], 'lease', num(lease), 'ca', num(NOW), 'ua', num(NOW), 'rx', '0', 'att', '[]', 'rb', '[]')
+    opt(rk, 'op', ARGV[11], true)
+    redis.call('ZADD', KEYS[IDX.running], num(NOW), k)
+    redis.call('ZADD', LEASES, num(lease), k)
+    return { 'claimed' }
+  elseif OP == 'renew' then
+    -- ARGV: 6 token, 7 lease (ms)
+    local r = age(rk)
+    if not r then
+      return { 'stale', 'absent' }
+    end
+    if r.st ~= 'running' or r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    local lease = NOW + tonumber(ARGV[7])
+    redis.call('HSET', rk, 'lease', num(lease), 'ua', num(NOW))
+    redis.call('ZADD', LEASES, num(lease), r.k)
     return { 'ok' }
-  elseif r.st == 'unknown' then
-    if new == 'unknown' or new == 'running' then
+  elseif OP == 'settle' then
+    -- ARGV: 6 token, 7 state, 8 payload, 9 message, 10 downstream ref (opt), 11 attempts,
+    -- 12 read-backs
+    local new = ARGV[7]
+    local r = age(rk)
+    if not r then
+      return { 'stale', 'absent' }
+    end
+    if r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    if r.st == 'running' then
+      -- applied below
+    elseif r.st == new and new ~= 'unknown' then
+      -- A retried settle, or a handler that settled in its own transaction: keep the first
+      -- result, add the evidence.
       append(rk)
       redis.call('HSET', rk, 'ua', num(NOW))
+      retain(rk, r.k, r.st)
       return { 'ok' }
-    end
-  else
-    return { 'stale', r.st }
-  end
-  if new == 'running' or not IDX[new] then
-    return { 'invalid' }
-  end
-  redis.call('HSET', rk, 'st', new, 'ua', num(NOW), 'rx', '0')
-  redis.call('HDEL', rk, 'lease')
-  opt(rk, 'pl', ARGV[8], false)
-  opt(rk, 'msg', ARGV[9], false)
-  opt(rk, 'dref', ARGV[10], true)
-  append(rk)
-  move(r, new)
-  redis.call('ZREM', LEASES, r.k)
-  retain(rk, r.k, new)
-  return { 'ok' }
-elseif OP == 'release' then
-  -- ARGV: 6 token
-  local r = age(rk)
-  if not r then
-    return { 'stale', 'absent' }
-  end
-  if r.st ~= 'running' or r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  redis.call('DEL', rk)
-  redis.call('ZREM', KEYS[IDX.running], r.k)
-  redis.call('ZREM', LEASES, r.k)
-  return { 'ok' }
-elseif OP == 'reclaim' then
-  -- ARGV: 6 expected token, 7 fresh token, 8 lease (ms)
-  local r = age(rk)
-  if not r then
-    return { 'absent' }
-  end
-  local takeable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
-  if not takeable or r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  local lease = NOW + tonumber(ARGV[8])
-  redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', num(lease), 'ua', num(NOW))
-  move(r, 'running')
-  redis.call('ZADD', LEASES, num(lease), r.k)
-  retain(rk, r.k, 'running')
-  return { 'ok' }
-elseif OP == 'release_unsettled' then
-  -- KEYS[10] the key's release trace (a JSON array, oldest first, of { at, by, note,
-  -- record = the record hash as HGETALL returns it }); ARGV: 6 expected token, 7 who,
-  -- 8 note, 9 how many releases a trace keeps (rules::RELEASES_KEPT).
-  local r = age(rk)
-  if not r then
-    return { 'absent' }
-  end
-  local releasable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
-  if not releasable or r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  local trace, gone = {}, {}
-  local t = redis.call('TYPE', KEYS[10])['ok']
-  if t ~= 'none' and t ~= 'string' then
-    corrupt(KEYS[10], 'the release trace is a ' .. t .. ', not a string')
-  end
-  local old = t == 'string' and redis.call('GET', KEYS[10])
-  if old then
-    local ok, kept = pcall(cjson.decode, old)
-    if not ok or type(kept) ~= 'table' then
-      corrupt(KEYS[10], 'the release trace is not a JSON array')
-    end
-    -- rules::keep_releases: lapsed releases go, then the oldest beyond the last few.
-    for _, e in ipairs(kept) do
-      if type(e) == 'table' and tonumber(e.at) and tonumber(e.at) + TOMBS > NOW then
-        table.insert(trace, e)
-      elseif type(e) == 'table' and tonumber(e.at) then
-        table.insert(gone, e)
+    elseif r.st == 'unknown' then
+      if new == 'unknown' or new == 'running' then
+        append(rk)
+        redis.call('HSET', rk, 'ua', num(NOW))
+        return { 'ok' }
       end
-    end
-  end
-  table.insert(trace, { at = num(NOW), by = ARGV[7], note = ARGV[8],
-    record = redis.call('HGETALL', rk) })
-  while #trace > tonumber(ARGV[9]) do
-    table.insert(gone, table.remove(trace, 1))
-  end
-  redis.call('DEL', rk)
-  redis.call('ZREM', KEYS[IDX[r.st]], r.k)
-  -- KEYS[11] lists every kept release for IdemStore::list_releases: all scores 0, so the
-  -- members (the release time, zero-padded, then the key) sort in (time, key) order.
-  for _, e in ipairs(gone) do
-    redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
-  end
-  redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
-  redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
-  -- The trace outlives its newest release by the tombstone window (and the usual slack);
-  -- older releases in it are dropped by their own time on every read and write.
-  redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
-  return { 'ok' }
-elseif OP == 'get' then
-  local r = age(rk)
-  if not r then
-    return { 'absent' }
-  end
-  return { 'record', redis.call('HGETALL', rk) }
-elseif OP == 'age_leases' then
-  -- KEYS[1] is unused; ARGV: 6 how many expired leases earlier pages found corrupt (they
-  -- stay in the index and are skipped), 7 the page size. Ages at most one page of expired
-  -- leases, so one call never holds Redis for long however many leases lapsed at once.
-  -- Returns { 1 when a full page was aged (call again), the new skip count }.
-  local offset, page = tonumber(ARGV[6]), tonumber(ARGV[7])
-  local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', num(NOW), 'LIMIT', offset, page)
-  for _, k in ipairs(due) do
-    local ok, r = pcall(age, RPREFIX .. k)
-    if not ok then
-      offset = offset + 1
-    elseif r == nil then
-      forget(k)
-    elseif r.st ~= 'running' then
-      redis.call('ZREM', LEASES, k)
     else
-      redis.call('ZADD', LEASES, num(r.lease), k)
+      return { 'stale', r.st }
     end
-  end
-  return { #due == page and 1 or 0, offset }
-elseif OP == 'list' then
-  -- KEYS[1] is unused; ARGV: 6 state, 7 limit, then optionally the cursor to list strictly
-  -- after: 8 its created_at (ms), 9 its key. Returns { records, corrupt keys }.
-  -- The caller has aged expired leases first (`age_leases`), so list(unknown) includes
-  -- them and list(running) does not.
-  local state, limit = ARGV[6], tonumber(ARGV[7])
-  local out, bad = {}, {}
-  local idx = KEYS[IDX[state]]
-  local offset = 0
-  if ARGV[8] then
-    offset = rank_after(idx, tonumber(ARGV[8]), ARGV[9])
-  end
-  while #out < limit do
-    local batch = redis.call('ZRANGE', idx, offset, offset + 127)
-    if #batch == 0 then
-      break
+    if new == 'running' or not IDX[new] then
+      return { 'invalid' }
     end
-    for _, k in ipairs(batch) do
-      if #out >= limit then
-        break
+    redis.call('HSET', rk, 'st', new, 'ua', num(NOW), 'rx', '0')
+    redis.call('HDEL', rk, 'lease')
+    opt(rk, 'pl', ARGV[8], false)
+    opt(rk, 'msg', ARGV[9], false)
+    opt(rk, 'dref', ARGV[10], true)
+    append(rk)
+    move(r, new)
+    redis.call('ZREM', LEASES, r.k)
+    retain(rk, r.k, new)
+    return { 'ok' }
+  elseif OP == 'release' then
+    -- ARGV: 6 token
+    local r = age(rk)
+    if not r then
+      return { 'stale', 'absent' }
+    end
+    if r.st ~= 'running' or r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    redis.call('DEL', rk)
+    redis.call('ZREM', KEYS[IDX.running], r.k)
+    redis.call('ZREM', LEASES, r.k)
+    return { 'ok' }
+  elseif OP == 'reclaim' then
+    -- ARGV: 6 expected token, 7 fresh token, 8 lease (ms)
+    local r = age(rk)
+    if not r then
+      return { 'absent' }
+    end
+    local takeable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
+    if not takeable or r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    local lease = NOW + tonumber(ARGV[8])
+    redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', num(lease), 'ua', num(NOW))
+    move(r, 'running')
+    redis.call('ZADD', LEASES, num(lease), r.k)
+    retain(rk, r.k, 'running')
+    return { 'ok' }
+  elseif OP == 'release_unsettled' then
+    -- KEYS[10] the key's release trace (a JSON array, oldest first, of { at, by, note,
+    -- record = the record hash as HGETALL returns it }); ARGV: 6 expected token, 7 who,
+    -- 8 note, 9 how many releases a trace keeps (rules::RELEASES_KEPT).
+    local r = age(rk)
+    if not r then
+      return { 'absent' }
+    end
+    local releasable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
+    if not releasable or r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    local trace, gone = {}, {}
+    local t = redis.call('TYPE', KEYS[10])['ok']
+    if t ~= 'none' and t ~= 'string' then
+      corrupt(KEYS[10], 'the release trace is a ' .. t .. ', not a string')
+    end
+    local old = t == 'string' and redis.call('GET', KEYS[10])
+    if old then
+      local ok, kept = pcall(cjson.decode, old)
+      if not ok or type(kept) ~= 'table' then
+        corrupt(KEYS[10], 'the release trace is not a JSON array')
       end
+      -- rules::keep_releases: lapsed releases go, then the oldest beyond the last few.
+      for _, e in ipairs(kept) do
+        if type(e) == 'table' and tonumber(e.at) and tonumber(e.at) + TOMBS > NOW then
+          table.insert(trace, e)
+        elseif type(e) == 'table' and tonumber(e.at) then
+          table.insert(gone, e)
+        end
+      end
+    end
+    table.insert(trace, { at = num(NOW), by = ARGV[7], note = ARGV[8],
+      record = redis.call('HGETALL', rk) })
+    while #trace > tonumber(ARGV[9]) do
+      table.insert(gone, table.remove(trace, 1))
+    end
+    redis.call('DEL', rk)
+    redis.call('ZREM', KEYS[IDX[r.st]], r.k)
+    -- KEYS[11] lists every kept release for IdemStore::list_releases: all scores 0, so the
+    -- members (the release time, zero-padded, then the key) sort in (time, key) order.
+    for _, e in ipairs(gone) do
+      redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
+    end
+    redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
+    redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
+    -- The trace outlives its newest release by the tombstone window (and the usual slack);
+    -- older releases in it are dropped by their own time on every read and write.
+    redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
+    return { 'ok' }
+  elseif OP == 'get' then
+    local r = age(rk)
+    if not r then
+      return { 'absent' }
+    end
+    return { 'record', redis.call('HGETALL', rk) }
+  elseif OP == 'age_leases' then
+    -- KEYS[1] is unused; ARGV: 6 how many expired leases earlier pages found corrupt (they
+    -- stay in the index and are skipped), 7 the page size. Ages at most one page of expired
+    -- leases, so one call never holds Redis for long however many leases lapsed at once.
+    -- Returns { 1 when a full page was aged (call again), the new skip count }.
+    local offset, page = tonumber(ARGV[6]), tonumber(ARGV[7])
+    local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', num(NOW), 'LIMIT', offset, page)
+    for _, k in ipairs(due) do
       local ok, r = pcall(age, RPREFIX .. k)
       if not ok then
-        table.insert(bad, k)
         offset = offset + 1
       elseif r == nil then
         forget(k)
-      elseif r.st ~= state then
-        redis.call('ZREM', idx, k)
+      elseif r.st ~= 'running' then
+        redis.call('ZREM', LEASES, k)
       else
-        table.insert(out, redis.call('HGETALL', RPREFIX .. k))
-        offset = offset + 1
+        redis.call('ZADD', LEASES, num(r.lease), k)
       end
     end
+    return { #due == page and 1 or 0, offset }
+  elseif OP == 'list' then
+    -- KEYS[1] is unused; ARGV: 6 state, 7 limit, then optionally the cursor to list strictly
+    -- after: 8 its created_at (ms), 9 its key. Returns { records, corrupt keys }.
+    -- The caller has aged expired leases first (`age_leases`), so list(unknown) includes
+    -- them and list(running) does not.
+    local state, limit = ARGV[6], tonumber(ARGV[7])
+    local out, bad = {}, {}
+    local idx = KEYS[IDX[state]]
+    local offset = 0
+    if ARGV[8] then
+      offset = rank_after(idx, tonumber(ARGV[8]), ARGV[9])
+    end
+    while #out < limit do
+      local batch = redis.call('ZRANGE', idx, offset, offset + 127)
+      if #batch == 0 then
+        break
+      end
+      for _, k in ipairs(batch) do
+        if #out >= limit then
+          break
+        end
+        local ok, r = pcall(age, RPREFIX .. k)
+        if not ok then
+          table.insert(bad, k)
+          offset = offset + 1
+        elseif r == nil then
+          forget(k)
+        elseif r.st ~= state then
+          redis.call('ZREM', idx, k)
+        else
+          table.insert(out, redis.call('HGETALL', RPREFIX .. k))
+          offset = offset + 1
+        end
+      end
+    end
+    return { out, bad }
   end
-  return { out, bad }
+  return redis.error_reply('IDEMBADOP unknown operation ' .. tostring(OP))
 end
-return redis.error_reply('IDEMBADOP unknown operation ' .. tostring(OP))
+
+-- A call: FCALL <library> numkeys KEYS... ARGV... (see the top of this file).
+local function main(keys, argv)
+  KEYS, ARGV = keys, argv
+  NOW = tonumber(ARGV[1])
+  RESULTS = tonumber(ARGV[2])
+  TOMBS = tonumber(ARGV[3])
+  RPREFIX = ARGV[4]
+  OP = ARGV[5]
+  LEASES, EXPIRY = KEYS[8], KEYS[9]
+  FULL = FULL_OPS[OP] == true
+  return dispatch(KEYS[1])
+end
+
+redis.register_function('IDEM_LIBRARY', main)
