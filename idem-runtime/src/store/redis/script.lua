@@ -35,6 +35,11 @@ local IDX = { running = 2, completed = 3, failed = 4, pending = 5, unknown = 6, 
 -- later, so clock skew between workers and Redis never drops a tombstone early.
 local TTL_SLACK = 60000
 
+-- A claim token (32 hex) and a fingerprint (64 hex), whole. Spelled out: a library's body
+-- runs where `string` is not yet reachable (Redis runs it with only `redis` to register).
+local TOKEN_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
+local FINGERPRINT_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
+
 local function num(x)
   return string.format('%.0f', x)
 end
@@ -188,7 +193,7 @@ local function age(rk)
   end
   local f = redis.call('HMGET', rk, 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 'v', 'rb')
   local r = { k = f[1], st = f[2], tok = f[3], lease = time_of(f[5]), ca = time_of(f[6]),
-    ua = time_of(f[7]), rx = f[8] }
+    ua = time_of(f[7]), rx = f[8], att = f[9], rb = f[11] }
   if f[10] ~= '1' then
     corrupt(rk, 'unknown layout version ' .. shown(f[10]))
   end
@@ -198,10 +203,10 @@ local function age(rk)
   if not r.st or not IDX[r.st] then
     corrupt(rk, 'unknown state ' .. shown(r.st))
   end
-  if not r.tok or not string.match(r.tok, '^' .. string.rep('%x', 32) .. '$') then
+  if not r.tok or not string.match(r.tok, TOKEN_PATTERN) then
     corrupt(rk, 'malformed claim token')
   end
-  if not f[4] or not string.match(f[4], '^' .. string.rep('%x', 64) .. '$') then
+  if not f[4] or not string.match(f[4], FINGERPRINT_PATTERN) then
     corrupt(rk, 'malformed fingerprint')
   end
   if not r.ca or not r.ua then
@@ -246,9 +251,10 @@ local function age(rk)
         for _, a in ipairs(atts) do
           a.message = cjson.null
         end
-        redis.call('HSET', rk, 'att', cjson.encode(atts))
+        r.att = cjson.encode(atts)
+        redis.call('HSET', rk, 'att', r.att)
       end
-      r.rx = '1'
+      r.rx, r.rb = '1', '[]'
     end
   end
   return r
@@ -278,17 +284,23 @@ local function retain(rk, k, st)
   end
 end
 
--- Appends a JSON array to the one stored in `field`, as text (no JSON round trip, so
--- nothing in the evidence is reformatted).
-local function append_to(rk, field, new)
+-- The JSON array `old` with the entries of `new` appended, as text (no JSON round trip,
+-- so nothing in the evidence is reformatted); nil when `new` adds nothing.
+local function joined(old, new)
   if new == '[]' then
-    return
+    return nil
   end
-  local old = redis.call('HGET', rk, field)
   if not old or old == '[]' then
-    redis.call('HSET', rk, field, new)
-  else
-    redis.call('HSET', rk, field, string.sub(old, 1, -2) .. ',' .. string.sub(new, 2))
+    return new
+  end
+  return string.sub(old, 1, -2) .. ',' .. string.sub(new, 2)
+end
+
+-- Appends a JSON array to the one stored in `field`.
+local function append_to(rk, field, new)
+  local v = joined(redis.call('HGET', rk, field), new)
+  if v then
+    redis.call('HSET', rk, field, v)
   end
 end
 
@@ -296,6 +308,9 @@ end
 -- what it drops in one marker read-back. KEPT is rules::EVIDENCE_KEPT.
 local KEPT = 16
 local MARKER = 'idem evidence cap: '
+-- Every entry is at least 20 bytes of JSON, so arrays no longer than this cannot be over
+-- the cap: the common settle decodes nothing.
+local FITS = 2 * KEPT * 20 + 2
 
 local function marker_counts(result)
   if type(result) ~= 'string' or string.sub(result, 1, #MARKER) ~= MARKER then
@@ -326,10 +341,7 @@ end
 
 local function cap(rk)
   local att, rb = redis.call('HGET', rk, 'att'), redis.call('HGET', rk, 'rb')
-  -- Every entry is at least 20 bytes of JSON, so shorter arrays cannot be over the cap:
-  -- the common settle decodes nothing.
-  local fits = 2 * KEPT * 20 + 2
-  if #att <= fits and #rb <= fits then
+  if #att <= FITS and #rb <= FITS then
     return
   end
   local atts, rbs = cjson.decode(att), cjson.decode(rb)
@@ -365,15 +377,6 @@ local function append(rk)
   append_to(rk, 'att', ARGV[11])
   append_to(rk, 'rb', ARGV[12])
   cap(rk)
-end
-
--- "+value" sets a field, "-" removes it.
-local function opt(rk, field, v, keep_when_absent)
-  if string.sub(v, 1, 1) == '+' then
-    redis.call('HSET', rk, field, string.sub(v, 2))
-  elseif not keep_when_absent then
-    redis.call('HDEL', rk, field)
-  end
 end
 
 -- Ages a few terminal records whose tombstone window has passed, so the indexes do not
@@ -463,9 +466,15 @@ local function dispatch(rk)
     sweep()
     local k = ARGV[6]
     local lease = NOW + tonumber(ARGV[10])
-    redis.call('HSET', rk, 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
-      'tok', ARGV[9], 'lease', num(lease), 'ca', num(NOW), 'ua', num(NOW), 'rx', '0', 'att', '[]', 'rb', '[]')
-    opt(rk, 'op', ARGV[11], true)
+    local fields = { 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
+      'tok', ARGV[9], 'lease', num(lease), 'ca', num(NOW), 'ua', num(NOW), 'rx', '0',
+      'att', '[]', 'rb', '[]' }
+    -- The key is free (absent, or its lapsed tombstone just deleted): nothing to remove.
+    if string.sub(ARGV[11], 1, 1) == '+' then
+      fields[#fields + 1] = 'op'
+      fields[#fields + 1] = string.sub(ARGV[11], 2)
+    end
+    redis.call('HSET', rk, unpack(fields))
     redis.call('ZADD', KEYS[IDX.running], num(NOW), k)
     redis.call('ZADD', LEASES, num(lease), k)
     return { 'claimed' }
@@ -514,12 +523,32 @@ local function dispatch(rk)
     if new == 'running' or not IDX[new] then
       return { 'invalid' }
     end
-    redis.call('HSET', rk, 'st', new, 'ua', num(NOW), 'rx', '0')
-    redis.call('HDEL', rk, 'lease')
-    opt(rk, 'pl', ARGV[8], false)
-    opt(rk, 'msg', ARGV[9], false)
-    opt(rk, 'dref', ARGV[10], true)
-    append(rk)
+    -- One HSET and one HDEL: the state, the result ("+value" sets a field, "-" removes
+    -- it; an absent downstream ref keeps the one stored), and the evidence appended to
+    -- what `age` read.
+    local set, del = { 'st', new, 'ua', num(NOW), 'rx', '0' }, { 'lease' }
+    for _, f in ipairs({ { 'pl', ARGV[8] }, { 'msg', ARGV[9] }, { 'dref', ARGV[10] } }) do
+      if string.sub(f[2], 1, 1) == '+' then
+        set[#set + 1] = f[1]
+        set[#set + 1] = string.sub(f[2], 2)
+      elseif f[1] ~= 'dref' then
+        del[#del + 1] = f[1]
+      end
+    end
+    local att, rb = joined(r.att, ARGV[11]), joined(r.rb, ARGV[12])
+    if att then
+      set[#set + 1] = 'att'
+      set[#set + 1] = att
+    end
+    if rb then
+      set[#set + 1] = 'rb'
+      set[#set + 1] = rb
+    end
+    redis.call('HSET', rk, unpack(set))
+    redis.call('HDEL', rk, unpack(del))
+    if #(att or r.att) > FITS or #(rb or r.rb) > FITS then
+      cap(rk)
+    end
     move(r, new)
     redis.call('ZREM', LEASES, r.k)
     retain(rk, r.k, new)
