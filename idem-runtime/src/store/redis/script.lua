@@ -165,21 +165,26 @@ end
 local FULL_OPS = { renew = true, settle = true, release = true, reclaim = true,
   release_unsettled = true }
 
-local function parses(rk)
-  local f = redis.call('HMGET', rk, 'pl', 'op', 'tool')
-  if not f[3] then
+local function parses(rk, pl, op, tool)
+  if not tool then
     corrupt(rk, 'missing tool')
   end
-  if f[1] and not pcall(cjson.decode, f[1]) then
+  if pl and not pcall(cjson.decode, pl) then
     corrupt(rk, 'malformed payload')
   end
-  if f[2] then
-    local ok, op = pcall(cjson.decode, f[2])
-    if not ok or type(op) ~= 'table' or type(op.scope) ~= 'table' then
+  if op then
+    local ok, o = pcall(cjson.decode, op)
+    if not ok or type(o) ~= 'table' or type(o.scope) ~= 'table' then
       corrupt(rk, 'malformed operation')
     end
   end
 end
+
+-- The fields `age` reads; the operations that check a record in full read the three
+-- `parses` checks in the same HMGET.
+local AGE_FIELDS = { 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 'v', 'rb' }
+local FULL_FIELDS = { 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 'v', 'rb',
+  'pl', 'op', 'tool' }
 
 -- Reads the record at rk with time applied (rules::age): an expired lease becomes unknown,
 -- an expired result a tombstone, a lapsed tombstone nothing. Returns nil when absent.
@@ -191,7 +196,7 @@ local function age(rk)
   if t ~= 'hash' then
     corrupt(rk, 'the value is a ' .. t .. ', not a record hash')
   end
-  local f = redis.call('HMGET', rk, 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 'v', 'rb')
+  local f = redis.call('HMGET', rk, unpack(FULL and FULL_FIELDS or AGE_FIELDS))
   local r = { k = f[1], st = f[2], tok = f[3], lease = time_of(f[5]), ca = time_of(f[6]),
     ua = time_of(f[7]), rx = f[8], att = f[9], rb = f[11] }
   if f[10] ~= '1' then
@@ -223,8 +228,11 @@ local function age(rk)
   end
   local ages = (r.st == 'running' and r.lease <= NOW)
     or (terminal(r.st) and (r.ua + TOMBS <= NOW or (r.rx ~= '1' and r.ua + RESULTS <= NOW)))
-  if FULL or ages then
-    parses(rk)
+  if FULL then
+    parses(rk, f[12], f[13], f[14])
+  elseif ages then
+    local p = redis.call('HMGET', rk, 'pl', 'op', 'tool')
+    parses(rk, p[1], p[2], p[3])
   end
 
   if r.st == 'running' and r.lease <= NOW then
