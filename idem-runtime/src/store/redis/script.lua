@@ -443,30 +443,36 @@ local function rank_after(idx, ca, k)
   return lo
 end
 
--- A replay's fast path (rk holds a hash): true for a completed or failed record of this
--- layout, under its own name, that rules::age would leave as it is (its result and
--- tombstone windows both still run). A claim then returns it as read, without `age`'s field checks: it writes
--- nothing, and the Rust side decodes, so checks, every field of what it returns. Anything
--- else (absent, unsettled, whose lease may have ended, due to age, or not a record) takes
--- the full path.
-local function settled_and_current(rk)
-  local f = redis.call('HMGET', rk, 'v', 'k', 'st', 'ua', 'rx')
-  if f[1] ~= '1' or not f[2] or RPREFIX .. f[2] ~= rk or not terminal(f[3]) then
+-- A replay's fast path (`all`, rk's hash as HGETALL returned it): true for a completed or
+-- failed record of this layout, under its own name, that rules::age would leave as it is
+-- (its result and tombstone windows both still run). A claim then returns it as read,
+-- without `age`'s field checks: it writes nothing, and the Rust side decodes, so checks,
+-- every field of what it returns. Anything else (unsettled, whose lease may have ended,
+-- due to age, or not a record) takes the full path.
+local function settled_and_current(rk, all)
+  local f = {}
+  for i = 1, #all, 2 do
+    f[all[i]] = all[i + 1]
+  end
+  if f.v ~= '1' or not f.k or RPREFIX .. f.k ~= rk or not terminal(f.st) then
     return false
   end
-  local ua = time_of(f[4])
-  return ua ~= nil and ua + TOMBS > NOW and (f[5] == '1' or ua + RESULTS > NOW)
+  local ua = time_of(f.ua)
+  return ua ~= nil and ua + TOMBS > NOW and (f.rx == '1' or ua + RESULTS > NOW)
 end
 
 -- One operation on the record at rk (KEYS[1]).
 local function dispatch(rk)
   if OP == 'claim' then
     -- ARGV: 6 key, 7 fingerprint, 8 tool, 9 token, 10 lease (ms), 11 operation (opt)
-    local t = redis.call('TYPE', rk)['ok']
-    if t == 'hash' and settled_and_current(rk) then
-      return { 'existing', redis.call('HGETALL', rk) }
+    -- One HGETALL answers a replay. It is empty for an absent key (Redis keeps no empty
+    -- hash) and an error for a value that is not a hash, which `age` then reports.
+    local all = redis.pcall('HGETALL', rk)
+    local hash = all.err == nil
+    if hash and #all > 0 and settled_and_current(rk, all) then
+      return { 'existing', all }
     end
-    if t ~= 'none' and age(rk) then
+    if (not hash or #all > 0) and age(rk) then
       return { 'existing', redis.call('HGETALL', rk) }
     end
     -- Only a new claim sweeps: every terminal record was once one, so the sweep keeps up,
