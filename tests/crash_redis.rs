@@ -446,7 +446,10 @@ async fn redis_process_kill_and_restart_with_aof_loses_nothing() {
     assert!(replay.replayed());
     let sent = monitor.client_commands(&addr);
     let fcall = calls(&addr, "fcall");
-    eprintln!("round trips for a repeat: INFO commandstats FCALL={fcall}; MONITOR saw {} client commands", sent.len());
+    eprintln!(
+        "round trips for a repeat: INFO commandstats FCALL={fcall}; MONITOR saw {} client commands",
+        sent.len()
+    );
     assert_eq!((fcall, sent.len()), (1, 1), "a repeat is one claim");
 
     // Mid-run state: one completed call, one claim still running (its worker alive).

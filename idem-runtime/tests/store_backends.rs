@@ -1074,7 +1074,10 @@ async fn redis_script_flush_is_survived() {
     let at = Prefix::fresh(&url);
     let clock = ManualClock::starting_now();
     let s = at.open(&clock, RETENTION).await;
-    let library = s.function_library().expect("Redis 7 has FUNCTION").to_owned();
+    let library = s
+        .function_library()
+        .expect("Redis 7 has FUNCTION")
+        .to_owned();
     let req = request("flush", LEASE);
     let t = claim(&s, &req).await;
     let mut conn = at.conn().await;

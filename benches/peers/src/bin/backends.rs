@@ -173,10 +173,7 @@ fn rate(x: f64) -> String {
 /// (calls, µs) of the commands `cmds` together on one server since its last `CONFIG
 /// RESETSTAT` (`INFO commandstats`). idem's store calls its code with `FCALL` (Redis ≥ 7) or
 /// `EVALSHA`; counting both measures either build.
-async fn calls_and_usec(
-    conn: &mut impl redis::aio::ConnectionLike,
-    cmds: &[&str],
-) -> (u64, u64) {
+async fn calls_and_usec(conn: &mut impl redis::aio::ConnectionLike, cmds: &[&str]) -> (u64, u64) {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)

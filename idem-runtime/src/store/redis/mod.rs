@@ -1227,7 +1227,9 @@ mod tests {
         }
 
         fn unavailable(&self) -> Option<String> {
-            url().is_none().then(|| "IDEM_REDIS_URL is not set".to_owned())
+            url()
+                .is_none()
+                .then(|| "IDEM_REDIS_URL is not set".to_owned())
         }
 
         async fn location(&self) -> Result<ScriptPrefix, StoreError> {
