@@ -137,4 +137,39 @@ mod tests {
             .code
             .contains(&format!("redis.register_function('{}', main)", a.name())));
     }
+
+    /// A server's error reply, as the client reports it.
+    fn reply(raw: &str) -> RedisError {
+        ::redis::parse_redis_value(format!("-{raw}\r\n").as_bytes())
+            .expect("an error reply parses")
+            .extract_error()
+            .expect_err("an error reply is an error")
+    }
+
+    /// Which replies make the store fall back to scripts, reload, or count as loaded, as
+    /// the servers word them: Redis 6.x has no FUNCTION; 7.x answers FCALL of a flushed
+    /// library and a second FUNCTION LOAD of one so. Anything else (no permission, another
+    /// unknown command) is none of these, and surfaces as an error.
+    #[test]
+    fn server_replies_are_told_apart() {
+        let redis6 = reply(
+            "ERR unknown command `FUNCTION`, with args beginning with: `LOAD`, `#!lua name=idem_0`, ",
+        );
+        let flushed = reply("ERR Function not found");
+        let loaded = reply("ERR Library 'idem_0123456789abcdef' already exists");
+        let denied =
+            reply("NOPERM this user has no permissions to run the 'function|load' command");
+        let other = reply("ERR unknown command `FCALL`, with args beginning with: ");
+        assert!(no_functions(&redis6));
+        assert!(function_missing(&flushed) && already_loaded(&loaded));
+        for e in [&flushed, &loaded, &denied, &other] {
+            assert!(!no_functions(e), "{e}");
+        }
+        for e in [&redis6, &loaded, &denied, &other] {
+            assert!(!function_missing(e), "{e}");
+        }
+        for e in [&redis6, &flushed, &denied, &other] {
+            assert!(!already_loaded(e), "{e}");
+        }
+    }
 }
