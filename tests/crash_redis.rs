@@ -452,6 +452,19 @@ async fn redis_process_kill_and_restart_with_aof_loses_nothing() {
     );
     assert_eq!((fcall, sent.len()), (1, 1), "a repeat is one claim");
 
+    // The server loses the library (FUNCTION FLUSH; a restart without persistence): the
+    // first call that misses it loads it again, once, and runs; nothing else reloads.
+    redis_cmd(&addr, &["FUNCTION", "FLUSH"]).expect("FUNCTION FLUSH");
+    redis_cmd(&addr, &["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
+    let runs_then = runs.load(Ordering::SeqCst);
+    assert!(registry.call(charge("after-flush", 1)).await.is_completed());
+    assert_eq!(runs.load(Ordering::SeqCst), runs_then + 1, "ran once");
+    assert!(registry.call(charge("after-flush", 1)).await.replayed());
+    assert_eq!(calls(&addr, "function|load"), 1, "one reload");
+    let listed = redis_cmd(&addr, &["FUNCTION", "LIST"]).expect("FUNCTION LIST");
+    let library = store.function_library().expect("Redis 7 has FUNCTION");
+    assert!(listed.contains(library), "{library} is back: {listed}");
+
     // Mid-run state: one completed call, one claim still running (its worker alive).
     let done = registry.call(charge("acme", 4900)).await;
     assert!(done.is_completed());

@@ -1100,8 +1100,10 @@ async fn redis_script_flush_is_survived() {
             matches!(listed, redis::Value::Array(ref libs) if libs.len() == 1)
         }
     };
+    // (Other checks share this server and may load the library again at any moment, so
+    // only what follows the store's own calls is asserted; tests/crash_redis.rs counts the
+    // reload on a server of its own.)
     let () = flush().query_async(&mut conn).await.expect("FLUSH");
-    assert!(!loaded(&mut conn).await, "the flush removed the library");
     s.renew(&req.key, t, LEASE)
         .await
         .expect("renew after flush");

@@ -111,6 +111,13 @@ pub(super) fn no_functions(e: &RedisError) -> bool {
     text.contains("unknown command") && text.contains("function")
 }
 
+/// True when the connection's ACL user may not load functions (`NOPERM … 'function|load'`)
+/// while it may run scripts: the store then runs its code as a script, as it did before it
+/// became a library, so an upgrade does not break on an ACL written for `EVALSHA`.
+pub(super) fn functions_denied(e: &RedisError) -> bool {
+    e.code() == Some("NOPERM") && e.to_string().to_ascii_lowercase().contains("function")
+}
+
 /// True when an `FCALL` found no such function: the server's functions were flushed
 /// (`FUNCTION FLUSH`), or it restarted without persistence. The store loads the library
 /// again and retries once, as `EVALSHA` does after `NOSCRIPT`.
@@ -148,8 +155,8 @@ mod tests {
 
     /// Which replies make the store fall back to scripts, reload, or count as loaded, as
     /// the servers word them: Redis 6.x has no FUNCTION; 7.x answers FCALL of a flushed
-    /// library and a second FUNCTION LOAD of one so. Anything else (no permission, another
-    /// unknown command) is none of these, and surfaces as an error.
+    /// library and a second FUNCTION LOAD of one so; an ACL may deny FUNCTION. Anything
+    /// else (another unknown command) is none of these, and surfaces as an error.
     #[test]
     fn server_replies_are_told_apart() {
         let redis6 = reply(
@@ -160,8 +167,11 @@ mod tests {
         let denied =
             reply("NOPERM this user has no permissions to run the 'function|load' command");
         let other = reply("ERR unknown command `FCALL`, with args beginning with: ");
-        assert!(no_functions(&redis6));
+        assert!(no_functions(&redis6) && functions_denied(&denied));
         assert!(function_missing(&flushed) && already_loaded(&loaded));
+        for e in [&redis6, &flushed, &loaded, &other] {
+            assert!(!functions_denied(e), "{e}");
+        }
         for e in [&flushed, &loaded, &denied, &other] {
             assert!(!no_functions(e), "{e}");
         }

@@ -50,9 +50,10 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// versions on one server each call their own. When a server has lost it (`FUNCTION
 /// FLUSH`, a restart without persistence, a new master), the first call that misses it
 /// loads it again and retries, once. On a server without `FUNCTION` (Redis < 7, or a
-/// server compatible with an older Redis) `connect` logs a warning and the store runs the
-/// same code as a script with `EVALSHA`: the same behaviour, at a higher server cost per
-/// call. A function is refused outright while Redis is over `maxmemory` (it may write),
+/// server compatible with an older Redis), or for an ACL user who may not load functions,
+/// `connect` logs a warning and the store runs the same code as a script with `EVALSHA`:
+/// the same behaviour, at a higher server cost per call
+/// ([`RedisStore::function_library`] is then `None`). A function is refused outright while Redis is over `maxmemory` (it may write),
 /// where a script failed at its first write.
 ///
 /// Time is read from the store's [`Clock`] on the worker
@@ -354,6 +355,14 @@ impl RedisStoreBuilder {
                         "this Redis has no FUNCTION command (Redis < 7): the idem store runs \
                          its code with EVALSHA, at a higher server cost per call"
                     );
+                    load_script(&mut loading).await?;
+                    Calls::Script
+                }
+                Err(e) if library::functions_denied(&e) => {
+                    tracing::warn!(error = %e,
+                        "this Redis user may not load functions (ACL): the idem store runs \
+                         its code with EVALSHA, at a higher server cost per call; allow \
+                         `function|load` and `fcall` to use the Function library");
                     load_script(&mut loading).await?;
                     Calls::Script
                 }
