@@ -189,14 +189,16 @@ local FULL_FIELDS = { 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 
 -- Reads the record at rk with time applied (rules::age): an expired lease becomes unknown,
 -- an expired result a tombstone, a lapsed tombstone nothing. Returns nil when absent.
 local function age(rk)
-  local t = redis.call('TYPE', rk)['ok']
-  if t == 'none' then
+  -- One HMGET, no TYPE first: it fails on a value that is not a hash (named by TYPE then),
+  -- and finds no `k` and no `v` only in an absent key or a hash that is not a record
+  -- (told apart by EXISTS then).
+  local f = redis.pcall('HMGET', rk, unpack(FULL and FULL_FIELDS or AGE_FIELDS))
+  if f.err then
+    corrupt(rk, 'the value is a ' .. redis.call('TYPE', rk)['ok'] .. ', not a record hash')
+  end
+  if not f[1] and not f[10] and redis.call('EXISTS', rk) == 0 then
     return nil
   end
-  if t ~= 'hash' then
-    corrupt(rk, 'the value is a ' .. t .. ', not a record hash')
-  end
-  local f = redis.call('HMGET', rk, unpack(FULL and FULL_FIELDS or AGE_FIELDS))
   local r = { k = f[1], st = f[2], tok = f[3], lease = time_of(f[5]), ca = time_of(f[6]),
     ua = time_of(f[7]), rx = f[8], att = f[9], rb = f[11] }
   if f[10] ~= '1' then
