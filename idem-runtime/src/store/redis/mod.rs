@@ -52,9 +52,9 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// loads it again and retries, once. On a server without `FUNCTION` (Redis < 7, or a
 /// server compatible with an older Redis), or for an ACL user who may not load functions,
 /// `connect` logs a warning and the store runs the same code as a script with `EVALSHA`:
-/// the same behaviour, at a higher server cost per call
-/// ([`RedisStore::function_library`] is then `None`). A function is refused outright while Redis is over `maxmemory` (it may write),
-/// where a script failed at its first write.
+/// the same behaviour, at a higher server cost per call ([`RedisStore::function_library`]
+/// is then `None`). A function is refused outright while Redis is over `maxmemory` (it may
+/// write), where a script failed at its first write.
 ///
 /// Time is read from the store's [`Clock`] on the worker
 /// and passed into the script, not taken from Redis `TIME`, so every backend ages records
@@ -285,9 +285,10 @@ impl RedisStoreBuilder {
 
     /// Connects. Fails with [`StoreError::Unavailable`] when Redis cannot be reached, and
     /// with [`StoreError::Backend`] when a URL is malformed, the partition count is out of
-    /// range or differs from the one the store's data was written with, or a cluster store
+    /// range or differs from the one the store's data was written with, a cluster store
     /// would not fit its scripts' keys in one slot (one partition and no hash tag in the
-    /// prefix).
+    /// prefix), or the server refuses the store's code (`FUNCTION LOAD`, or `SCRIPT LOAD`
+    /// where it has no functions; see "One round trip, atomic" on [`RedisStore`]).
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
         #[cfg(not(feature = "tls"))]
         if self.target.urls().iter().any(|url| {
@@ -453,9 +454,9 @@ impl RedisStore {
     }
 
     /// The name of the Redis Function library this store calls (`idem_` and a hash of its
-    /// code), or `None` on a server without `FUNCTION`, where it runs its code with
-    /// `EVALSHA`. Libraries of idem versions no worker runs any more can be deleted with
-    /// `FUNCTION DELETE` (for operators and tests).
+    /// code), or `None` when it runs its code with `EVALSHA` (a server without `FUNCTION`,
+    /// or a user who may not load functions). Libraries of idem versions no worker runs any
+    /// more can be deleted with `FUNCTION DELETE` (for operators and tests).
     pub fn function_library(&self) -> Option<&str> {
         (self.inner.calls == Calls::Function).then(|| LIBRARY.name())
     }
@@ -607,11 +608,15 @@ impl RedisStore {
         // An operation on no record names the first index key in the record's and the
         // trace's places: every key a call names must be in the partition's slot.
         let first = part.index_keys[0].as_str();
-        let mut keys: Vec<String> = Vec::with_capacity(3 + part.index_keys.len());
-        keys.push(key.map_or_else(|| first.to_owned(), |k| part.record_key(k)));
-        keys.extend(part.index_keys.iter().cloned());
-        keys.push(key.map_or_else(|| first.to_owned(), |k| part.release_key(k)));
-        keys.push(part.releases_key.clone());
+        let (record, trace) = (
+            key.map(|k| part.record_key(k)),
+            key.map(|k| part.release_key(k)),
+        );
+        let mut keys: Vec<&str> = Vec::with_capacity(3 + part.index_keys.len());
+        keys.push(record.as_deref().unwrap_or(first));
+        keys.extend(part.index_keys.iter().map(String::as_str));
+        keys.push(trace.as_deref().unwrap_or(first));
+        keys.push(part.releases_key.as_str());
         let now = inner.clock.now().as_millis().to_string();
         let results = millis(inner.retention.results).to_string();
         let tombstones = millis(inner.retention.tombstones).to_string();
@@ -639,7 +644,7 @@ impl RedisStore {
             Calls::Script => {
                 let mut inv = LIBRARY.script().prepare_invoke();
                 for k in &keys {
-                    inv.key(k.as_str());
+                    inv.key(*k);
                 }
                 for a in &argv {
                     inv.arg(*a);
