@@ -415,20 +415,28 @@ async fn redis_process_kill_and_restart_with_aof_loses_nothing() {
         .expect("a registry");
 
     // Round trips per call, counted by the server: a fresh write is one claim and one
-    // settle; a repeat is one claim.
+    // settle; a repeat is one claim. Each is one FCALL of the library `connect` loaded.
+    assert!(store.function_library().is_some(), "Redis 7 has FUNCTION");
     assert!(registry.call(charge("warmup", 1)).await.is_completed());
     redis_cmd(&addr, &["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
     let monitor = Monitor::start(&addr);
     assert!(registry.call(charge("counted", 1)).await.is_completed());
     let sent = monitor.client_commands(&addr);
-    let evalsha = calls(&addr, "evalsha");
-    eprintln!("round trips for a fresh write: INFO commandstats EVALSHA={evalsha}; MONITOR saw {} client commands: {sent:#?}", sent.len());
-    assert_eq!(evalsha, 2, "claim + settle: one EVALSHA each");
-    assert_eq!((calls(&addr, "eval"), calls(&addr, "script|load")), (0, 0));
+    let fcall = calls(&addr, "fcall");
+    eprintln!("round trips for a fresh write: INFO commandstats FCALL={fcall}; MONITOR saw {} client commands: {sent:#?}", sent.len());
+    assert_eq!(fcall, 2, "claim + settle: one FCALL each");
+    assert_eq!(
+        (
+            calls(&addr, "evalsha"),
+            calls(&addr, "eval"),
+            calls(&addr, "function|load")
+        ),
+        (0, 0, 0)
+    );
     assert_eq!(sent.len(), 2, "and no other command: {sent:?}");
     assert!(
         sent.iter()
-            .all(|l| l.to_ascii_lowercase().contains("\"evalsha\"")),
+            .all(|l| l.to_ascii_lowercase().contains("\"fcall\"")),
         "{sent:?}"
     );
 
@@ -437,9 +445,25 @@ async fn redis_process_kill_and_restart_with_aof_loses_nothing() {
     let replay = registry.call(charge("counted", 1)).await;
     assert!(replay.replayed());
     let sent = monitor.client_commands(&addr);
-    let evalsha = calls(&addr, "evalsha");
-    eprintln!("round trips for a repeat: INFO commandstats EVALSHA={evalsha}; MONITOR saw {} client commands", sent.len());
-    assert_eq!((evalsha, sent.len()), (1, 1), "a repeat is one claim");
+    let fcall = calls(&addr, "fcall");
+    eprintln!(
+        "round trips for a repeat: INFO commandstats FCALL={fcall}; MONITOR saw {} client commands",
+        sent.len()
+    );
+    assert_eq!((fcall, sent.len()), (1, 1), "a repeat is one claim");
+
+    // The server loses the library (FUNCTION FLUSH; a restart without persistence): the
+    // first call that misses it loads it again, once, and runs; nothing else reloads.
+    redis_cmd(&addr, &["FUNCTION", "FLUSH"]).expect("FUNCTION FLUSH");
+    redis_cmd(&addr, &["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
+    let runs_then = runs.load(Ordering::SeqCst);
+    assert!(registry.call(charge("after-flush", 1)).await.is_completed());
+    assert_eq!(runs.load(Ordering::SeqCst), runs_then + 1, "ran once");
+    assert!(registry.call(charge("after-flush", 1)).await.replayed());
+    assert_eq!(calls(&addr, "function|load"), 1, "one reload");
+    let listed = redis_cmd(&addr, &["FUNCTION", "LIST"]).expect("FUNCTION LIST");
+    let library = store.function_library().expect("Redis 7 has FUNCTION");
+    assert!(listed.contains(library), "{library} is back: {listed}");
 
     // Mid-run state: one completed call, one claim still running (its worker alive).
     let done = registry.call(charge("acme", 4900)).await;

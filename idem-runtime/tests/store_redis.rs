@@ -190,6 +190,96 @@ async fn foreign_hash_is_corrupt() {
     ));
 }
 
+/// An ACL user who may run scripts but not load functions (an ACL written for the
+/// `EVALSHA` store): `connect` falls back to running its code as a script (the server's
+/// ACL log shows the refused `FUNCTION LOAD`), and the store claims, settles and replays
+/// as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_denied_functions_runs_the_script() {
+    let Some(url) = url() else {
+        conformance::skip("this Redis check", &skip_reason());
+        return;
+    };
+    let at = Prefix::fresh(&url);
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let user = format!("idem-test-{}", std::process::id());
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&user)
+        .arg("reset")
+        .arg("on")
+        .arg(">not-a-secret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-function")
+        .arg("-fcall")
+        .arg("-fcall_ro")
+        .query_async::<()>(&mut admin)
+        .await
+        .expect("ACL SETUSER");
+    let addr = url
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let as_user = format!("redis://{user}:not-a-secret@{addr}/");
+    let result = async {
+        let store = RedisStore::builder(as_user.as_str())
+            .prefix(at.prefix.as_str())
+            .connect()
+            .await
+            .expect("connect as a user without FUNCTION");
+        assert_eq!(store.function_library(), None, "runs the script");
+        let req = idem_runtime::store::ClaimRequest {
+            key: conformance::key("acl"),
+            fingerprint: conformance::fingerprint("acl"),
+            tool: "t".into(),
+            lease: Duration::from_secs(10),
+            operation: None,
+        };
+        let token = match store.claim(&req).await.expect("claim") {
+            idem_runtime::store::ClaimOutcome::Claimed(t) => t,
+            other => panic!("a fresh key is claimed, got {other:?}"),
+        };
+        store
+            .settle(
+                &req.key,
+                token,
+                idem_runtime::store::Settlement::new(idem_runtime::store::RecordState::Completed),
+            )
+            .await
+            .expect("settle");
+        match store.claim(&req).await.expect("claim again") {
+            idem_runtime::store::ClaimOutcome::Existing(r) => {
+                assert_eq!(r.state, idem_runtime::store::RecordState::Completed)
+            }
+            other => panic!("a settled key replays, got {other:?}"),
+        }
+        let info: String = redis::cmd("ACL")
+            .arg("LOG")
+            .query_async::<redis::Value>(&mut admin)
+            .await
+            .map(|v| format!("{v:?}"))
+            .unwrap_or_default();
+        info
+    }
+    .await;
+    let () = redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut admin)
+        .await
+        .expect("ACL DELUSER");
+    assert!(
+        result.contains("function"),
+        "the server refused this user FUNCTION LOAD (ACL LOG): {result}"
+    );
+}
+
 /// The record of a running claim carries no Redis TTL (its lease is inside the value); a
 /// completed one expires with its tombstone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

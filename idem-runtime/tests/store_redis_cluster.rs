@@ -385,8 +385,9 @@ async fn partition_count_is_fixed_for_a_stores_life() {
     }
 }
 
-/// Every master's script cache flushed (a restart, a failover, an operator): the next call
-/// on each partition loads the script again where it runs, and nothing is lost.
+/// Every master's functions and script cache flushed (a restart, a failover, an
+/// operator): the first call that misses the library loads it again on every master, and
+/// nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_on_every_master_is_survived() {
     let Some(nodes) = nodes() else {
@@ -412,11 +413,14 @@ async fn script_flush_on_every_master_is_survived() {
             .get_multiplexed_async_connection()
             .await
             .expect("connect to a node");
-        let () = redis::cmd("SCRIPT")
+        let () = redis::pipe()
+            .cmd("FUNCTION")
+            .arg("FLUSH")
+            .cmd("SCRIPT")
             .arg("FLUSH")
             .query_async(&mut conn)
             .await
-            .expect("SCRIPT FLUSH");
+            .expect("FUNCTION FLUSH, SCRIPT FLUSH");
     }
     for (req, t) in reqs.iter().zip(tokens) {
         store
@@ -433,4 +437,21 @@ async fn script_flush_on_every_master_is_survived() {
         reqs.len(),
         "every settle after the flush landed"
     );
+    // Functions are per node: the reload put the library back on every master.
+    let library = store.function_library().expect("Redis 7 has FUNCTION");
+    for node in &nodes {
+        let client = redis::Client::open(node.as_str()).expect("node URL");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to a node");
+        let listed: Vec<redis::Value> = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(library)
+            .query_async(&mut conn)
+            .await
+            .expect("FUNCTION LIST");
+        assert_eq!(listed.len(), 1, "{library} is loaded on {node}");
+    }
 }

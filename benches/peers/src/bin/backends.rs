@@ -170,28 +170,37 @@ fn rate(x: f64) -> String {
 // Redis
 // ---------------------------------------------------------------------------------------
 
-/// (calls, µs) of `cmd` on one server since its last `CONFIG RESETSTAT` (`INFO
-/// commandstats`).
-async fn calls_and_usec(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) -> (u64, u64) {
+/// (calls, µs) of the commands `cmds` together on one server since its last `CONFIG
+/// RESETSTAT` (`INFO commandstats`). idem's store calls its code with `FCALL` (Redis ≥ 7) or
+/// `EVALSHA`; counting both measures either build.
+async fn calls_and_usec(conn: &mut impl redis::aio::ConnectionLike, cmds: &[&str]) -> (u64, u64) {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
         .await
         .expect("INFO commandstats");
-    let Some(line) = info
-        .lines()
-        .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
-    else {
-        return (0, 0);
-    };
-    let field = |name: &str| {
-        line.split([':', ','])
-            .find_map(|kv| kv.strip_prefix(name))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("calls="), field("usec="))
+    let mut total = (0, 0);
+    for cmd in cmds {
+        let Some(line) = info
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
+        else {
+            continue;
+        };
+        let field = |name: &str| -> u64 {
+            line.split([':', ','])
+                .find_map(|kv| kv.strip_prefix(name))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        total.0 += field("calls=");
+        total.1 += field("usec=");
+    }
+    total
 }
+
+/// The commands idem's store calls its code with.
+const IDEM_CMDS: &[&str] = &["fcall", "evalsha"];
 
 /// idem over a Redis Cluster in 1, 3 and 12 partitions: the same fresh-write and replay
 /// loads, and what each master's `INFO commandstats` counted (the store's work per shard).
@@ -207,8 +216,8 @@ fn bench_cluster(urls: &str) {
     );
     println!();
     println!(
-        "| partitions | load | idem calls/s (wall clock) | `EVALSHA` per master (share) | \
-         server µs per `EVALSHA`, per master | busiest master's server µs per idem call | \
+        "| partitions | load | idem calls/s (wall clock) | `FCALL` per master (share) | \
+         server µs per `FCALL`, per master | busiest master's server µs per idem call | \
          idem calls/s that master could serve |"
     );
     println!("|---|---|---|---|---|---|---|");
@@ -265,7 +274,7 @@ fn bench_cluster(urls: &str) {
                 .await;
                 let mut per = Vec::new();
                 for a in admins.iter_mut() {
-                    per.push(calls_and_usec(a, "evalsha").await);
+                    per.push(calls_and_usec(a, IDEM_CMDS).await);
                 }
                 let total: u64 = per.iter().map(|p| p.0).sum();
                 let busiest = per.iter().map(|p| p.1).max().unwrap_or(0);
@@ -307,19 +316,11 @@ fn redis_benchmark(host: &str, port: u16, conc: usize, secs: f64) -> f64 {
     run(((probe * secs) as u64).max(10_000))
 }
 
-/// Server-side µs per call of `cmd` since the last `CONFIG RESETSTAT` (`INFO commandstats`).
-async fn usec_per_call(conn: &mut redis::aio::ConnectionManager, cmd: &str) -> Option<f64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .ok()?;
-    let line = info
-        .lines()
-        .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))?;
-    line.split(',')
-        .find_map(|kv| kv.strip_prefix("usec_per_call="))
-        .and_then(|v| v.parse().ok())
+/// Server-side µs per call of the commands `cmds` together since the last `CONFIG
+/// RESETSTAT` (`INFO commandstats`).
+async fn usec_per_call(conn: &mut redis::aio::ConnectionManager, cmds: &[&str]) -> Option<f64> {
+    let (calls, usec) = calls_and_usec(conn, cmds).await;
+    (calls > 0).then(|| usec as f64 / calls as f64)
 }
 
 async fn reset_stats(conn: &mut redis::aio::ConnectionManager) {
@@ -389,7 +390,7 @@ fn bench_redis(url: &str) {
                 })
                 .await,
             );
-            let script_us = usec_per_call(&mut admin, "evalsha").await;
+            let script_us = usec_per_call(&mut admin, &["evalsha"]).await;
 
             let store = idem::RedisStore::builder(url)
                 .prefix(format!("idem-peers:{pid}:{conc}:"))
@@ -406,7 +407,7 @@ fn bench_redis(url: &str) {
                 })
                 .await,
             );
-            let fresh_us = usec_per_call(&mut admin, "evalsha").await;
+            let fresh_us = usec_per_call(&mut admin, IDEM_CMDS).await;
             prime(&reg, "r", conc).await;
             reset_stats(&mut admin).await;
             let r = reg.clone();
@@ -417,7 +418,7 @@ fn bench_redis(url: &str) {
                 })
                 .await,
             );
-            let replay_us = usec_per_call(&mut admin, "evalsha").await;
+            let replay_us = usec_per_call(&mut admin, IDEM_CMDS).await;
             server_us.push((script_us, fresh_us, replay_us));
         });
     }
@@ -439,7 +440,7 @@ fn bench_redis(url: &str) {
     row("idem replay", &vs(&replays));
     let us = |o: Option<f64>| o.map_or("?".to_owned(), |v| format!("{v:.1} µs"));
     row(
-        "server µs per `EVALSHA`: script / fresh / replay",
+        "server µs per call: one-line script (`EVALSHA`) / idem fresh / idem replay (`FCALL`)",
         &server_us
             .iter()
             .map(|(a, b, c)| format!("{} / {} / {}", us(*a), us(*b), us(*c)))

@@ -1,22 +1,25 @@
 //! [`RedisStore`]: many workers on many machines sharing one Redis, or a Redis Cluster.
 //!
-//! Every operation is one `EVALSHA` of one Lua script (`script.lua`, next to this file) that
-//! implements the contract's rules ([`super::rules`]) atomically inside Redis. See
-//! [`RedisStore`] for the data layout and what Redis persistence means for the guarantees.
+//! Every operation is one `FCALL` of one Lua function (`script.lua`, next to this file,
+//! loaded once per server as a Function library; see `library.rs`) that implements the
+//! contract's rules ([`super::rules`]) atomically inside Redis. See [`RedisStore`] for the
+//! data layout and what Redis persistence means for the guarantees.
 
 mod connection;
+mod library;
 mod partition;
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
-use ::redis::{ErrorKind, RedisError, Script, Value};
+use ::redis::{ErrorKind, RedisError, Value};
 use futures_util::future::try_join_all;
 
 use self::connection::Conn;
+use self::library::{Calls, LIBRARY};
 use self::partition::{Layout, Part};
 use super::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Operation,
@@ -28,8 +31,6 @@ use crate::identity::{Fingerprint, IdemKey};
 /// How many expired leases one script call ages at most (see `RedisStore::age_leases`).
 const LEASE_PAGE: usize = 128;
 
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("script.lua")));
-
 /// The key prefix used when none is configured.
 pub const DEFAULT_PREFIX: &str = "idem:";
 
@@ -37,12 +38,25 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// # One round trip, atomic
 ///
-/// `claim`, `settle`, `renew`, `release`, `release_unsettled`, `reclaim` and `get` are each a single `EVALSHA`
-/// of one Lua script, which Redis runs atomically (a listing is one more per page and
-/// partition, after one per 128 expired leases it first turns *unknown*, so no single call
-/// blocks Redis for long): of N workers racing for a key exactly one gets the token, and a settle is
-/// fenced by the claim's token inside the same script that writes it. (After Redis restarts or its script cache is flushed, the first
-/// call pays one extra `SCRIPT LOAD`.) Time is read from the store's [`Clock`] on the worker
+/// `claim`, `settle`, `renew`, `release`, `release_unsettled`, `reclaim` and `get` are each a
+/// single `FCALL` of one Lua function, which Redis runs atomically (a listing is one more per
+/// page and partition, after one per 128 expired leases it first turns *unknown*, so no
+/// single call blocks Redis for long): of N workers racing for a key exactly one gets the
+/// token, and a settle is fenced by the claim's token inside the same call that writes it.
+///
+/// The code is a Redis Function library, loaded by `connect` with `FUNCTION LOAD` on the
+/// server (on a cluster, on every master), so a call runs only the operation, not the
+/// setup of the whole library. Its name is `idem_` and a hash of the code: two idem
+/// versions on one server each call their own. When a server has lost it (`FUNCTION
+/// FLUSH`, a restart without persistence, a new master), the first call that misses it
+/// loads it again and retries, once. On a server without `FUNCTION` (Redis < 7, or a
+/// server compatible with an older Redis), or for an ACL user who may not load functions,
+/// `connect` logs a warning and the store runs the same code as a script with `EVALSHA`:
+/// the same behaviour, at a higher server cost per call ([`RedisStore::function_library`]
+/// is then `None`). A function is refused outright while Redis is over `maxmemory` (it may
+/// write), where a script failed at its first write.
+///
+/// Time is read from the store's [`Clock`] on the worker
 /// and passed into the script, not taken from Redis `TIME`, so every backend ages records
 /// the same way; keep worker clocks in sync (NTP) and leases much longer than their skew.
 ///
@@ -147,6 +161,7 @@ pub struct RedisStore {
 
 struct Inner {
     conn: Conn,
+    calls: Calls,
     prefix: String,
     layout: Layout,
     clock: Arc<dyn Clock>,
@@ -199,6 +214,8 @@ pub struct RedisStoreBuilder {
     reconnect_retries: usize,
     #[cfg(feature = "tls")]
     tls: super::tls::TlsOptions,
+    /// Runs the code with `EVALSHA` even where `FUNCTION` exists (tests of that path).
+    force_script: bool,
 }
 
 impl RedisStoreBuilder {
@@ -214,6 +231,7 @@ impl RedisStoreBuilder {
             reconnect_retries: 2,
             #[cfg(feature = "tls")]
             tls: super::tls::TlsOptions::default(),
+            force_script: false,
         }
     }
 
@@ -293,10 +311,11 @@ impl RedisStoreBuilder {
 
     /// Connects. Fails with [`StoreError::Unavailable`] when Redis cannot be reached, and
     /// with [`StoreError::Backend`] when a URL is malformed, the partition count is out of
-    /// range or differs from the one the store's data was written with, or a cluster store
+    /// range or differs from the one the store's data was written with, a cluster store
     /// would not fit its scripts' keys in one slot (one partition and no hash tag in the
-    /// prefix), or TLS certificates were given that do not parse or for a URL that is not
-    /// `rediss://`.
+    /// prefix), the server refuses the store's code (`FUNCTION LOAD`, or `SCRIPT LOAD`
+    /// where it has no functions; see "One round trip, atomic" on [`RedisStore`]), or TLS
+    /// certificates were given that do not parse or for a URL that is not `rediss://`.
     pub async fn connect(self) -> Result<RedisStore, StoreError> {
         #[cfg(not(feature = "tls"))]
         if self.target.urls().iter().any(|url| is_tls_url(url)) {
@@ -374,22 +393,43 @@ impl RedisStoreBuilder {
                 Conn::Cluster(client.get_async_connection().await.map_err(map_err)?)
             }
         };
+        // Load the code now, so a Redis that refuses it fails here, not mid-call.
+        let mut loading = conn.clone();
+        let calls = if self.force_script {
+            load_script(&mut loading).await?;
+            Calls::Script
+        } else {
+            match load_library(&mut loading).await {
+                Ok(()) => Calls::Function,
+                Err(e) if library::no_functions(&e) => {
+                    tracing::warn!(
+                        "this Redis has no FUNCTION command (Redis < 7): the idem store runs \
+                         its code with EVALSHA, at a higher server cost per call"
+                    );
+                    load_script(&mut loading).await?;
+                    Calls::Script
+                }
+                Err(e) if library::functions_denied(&e) => {
+                    tracing::warn!(error = %e,
+                        "this Redis user may not load functions (ACL): the idem store runs \
+                         its code with EVALSHA, at a higher server cost per call; allow \
+                         `function|load` and `fcall` to use the Function library");
+                    load_script(&mut loading).await?;
+                    Calls::Script
+                }
+                Err(e) => return Err(map_err(e)),
+            }
+        };
         let store = RedisStore {
             inner: Arc::new(Inner {
                 conn,
+                calls,
                 prefix: self.prefix,
                 layout,
                 clock: self.clock,
                 retention: self.retention,
             }),
         };
-        // Load the script now, so a Redis that refuses scripts fails here, not mid-call.
-        let mut conn = store.inner.conn.clone();
-        SCRIPT
-            .prepare_invoke()
-            .load_async(&mut conn)
-            .await
-            .map_err(map_err)?;
         store.check_partitions().await?;
         Ok(store)
     }
@@ -411,6 +451,27 @@ fn redact(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// Loads the store's Function library (on a cluster, on every master); a server that holds
+/// it already counts as loaded.
+async fn load_library(conn: &mut Conn) -> Result<(), RedisError> {
+    match LIBRARY.load_cmd().query_async::<Value>(conn).await {
+        Ok(_) => Ok(()),
+        Err(e) if library::already_loaded(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Loads the script form of the code (Redis < 7).
+async fn load_script(conn: &mut Conn) -> Result<(), StoreError> {
+    LIBRARY
+        .script()
+        .prepare_invoke()
+        .load_async(conn)
+        .await
+        .map(|_| ())
+        .map_err(map_err)
 }
 
 /// The hash tag Redis Cluster hashes a name by: what lies between its first `{` and the
@@ -459,6 +520,14 @@ impl RedisStore {
     /// How many partitions the store's keys are spread over.
     pub fn partitions(&self) -> usize {
         self.inner.layout.parts.len()
+    }
+
+    /// The name of the Redis Function library this store calls (`idem_` and a hash of its
+    /// code), or `None` when it runs its code with `EVALSHA` (a server without `FUNCTION`,
+    /// or a user who may not load functions). Libraries of idem versions no worker runs any
+    /// more can be deleted with `FUNCTION DELETE` (for operators and tests).
+    pub fn function_library(&self) -> Option<&str> {
+        (self.inner.calls == Calls::Function).then(|| LIBRARY.name())
     }
 
     /// The Redis key holding `key`'s record (for operators and tests).
@@ -606,29 +675,52 @@ impl RedisStore {
     ) -> Result<Vec<Value>, StoreError> {
         let inner = &*self.inner;
         // An operation on no record names the first index key in the record's and the
-        // trace's places: every key a script names must be in the partition's slot.
-        let mut inv = match key {
-            Some(k) => SCRIPT.key(part.record_key(k)),
-            None => SCRIPT.key(part.index_keys[0].as_str()),
-        };
-        for k in &part.index_keys {
-            inv.key(k.as_str());
-        }
-        match key {
-            Some(k) => inv.key(part.release_key(k)),
-            None => inv.key(part.index_keys[0].as_str()),
-        };
-        inv.key(part.releases_key.as_str());
-        inv.arg(inner.clock.now().as_millis())
-            .arg(millis(inner.retention.results))
-            .arg(millis(inner.retention.tombstones))
-            .arg(part.record_prefix.as_str())
-            .arg(op);
-        for a in args {
-            inv.arg(*a);
-        }
+        // trace's places: every key a call names must be in the partition's slot.
+        let first = part.index_keys[0].as_str();
+        let (record, trace) = (
+            key.map(|k| part.record_key(k)),
+            key.map(|k| part.release_key(k)),
+        );
+        let mut keys: Vec<&str> = Vec::with_capacity(3 + part.index_keys.len());
+        keys.push(record.as_deref().unwrap_or(first));
+        keys.extend(part.index_keys.iter().map(String::as_str));
+        keys.push(trace.as_deref().unwrap_or(first));
+        keys.push(part.releases_key.as_str());
+        let now = inner.clock.now().as_millis().to_string();
+        let results = millis(inner.retention.results).to_string();
+        let tombstones = millis(inner.retention.tombstones).to_string();
+        let mut argv: Vec<&[u8]> = Vec::with_capacity(5 + args.len());
+        argv.extend([
+            now.as_bytes(),
+            results.as_bytes(),
+            tombstones.as_bytes(),
+            part.record_prefix.as_bytes(),
+            op.as_bytes(),
+        ]);
+        argv.extend_from_slice(args);
         let mut conn = inner.conn.clone();
-        let reply: Value = inv.invoke_async(&mut conn).await.map_err(map_err)?;
+        let reply: Value = match inner.calls {
+            Calls::Function => {
+                let call = LIBRARY.fcall(&keys, &argv);
+                match call.query_async(&mut conn).await {
+                    Err(e) if library::function_missing(&e) => {
+                        load_library(&mut conn).await.map_err(map_err)?;
+                        call.query_async(&mut conn).await.map_err(map_err)?
+                    }
+                    other => other.map_err(map_err)?,
+                }
+            }
+            Calls::Script => {
+                let mut inv = LIBRARY.script().prepare_invoke();
+                for k in &keys {
+                    inv.key(*k);
+                }
+                for a in &argv {
+                    inv.arg(*a);
+                }
+                inv.invoke_async(&mut conn).await.map_err(map_err)?
+            }
+        };
         match reply {
             Value::Array(items) => Ok(items),
             other => Err(unexpected(op, &other)),
@@ -1176,6 +1268,110 @@ mod tests {
             eprintln!("skipping: IDEM_REDIS_URL is not set (start a Redis to run this test)");
         }
         url
+    }
+
+    /// A prefix of its own for the script-path suite, deleted with its keys when dropped.
+    #[cfg(feature = "testing")]
+    struct ScriptPrefix {
+        url: String,
+        prefix: String,
+    }
+
+    #[cfg(feature = "testing")]
+    impl Drop for ScriptPrefix {
+        fn drop(&mut self) {
+            let Ok(client) = ::redis::Client::open(self.url.as_str()) else {
+                return;
+            };
+            let Ok(mut conn) = client.get_connection() else {
+                return;
+            };
+            let keys: Vec<String> = ::redis::cmd("KEYS")
+                .arg(format!("{}*", self.prefix))
+                .query(&mut conn)
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                let _: Result<(), _> = ::redis::cmd("DEL").arg(keys).query(&mut conn);
+            }
+        }
+    }
+
+    /// Stores that run their code with `EVALSHA`, as on a Redis without `FUNCTION`.
+    #[cfg(feature = "testing")]
+    struct ScriptPath;
+
+    #[cfg(feature = "testing")]
+    impl crate::store::conformance::StoreFactory for ScriptPath {
+        type Store = RedisStore;
+        type Location = ScriptPrefix;
+
+        fn durable(&self) -> bool {
+            true
+        }
+
+        fn unavailable(&self) -> Option<String> {
+            url()
+                .is_none()
+                .then(|| "IDEM_REDIS_URL is not set".to_owned())
+        }
+
+        async fn location(&self) -> Result<ScriptPrefix, StoreError> {
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let url = url().ok_or_else(|| StoreError::Unavailable("no IDEM_REDIS_URL".into()))?;
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            Ok(ScriptPrefix {
+                url,
+                prefix: format!("idem-test:script-{}-{nanos}-{n}:", std::process::id()),
+            })
+        }
+
+        async fn open(
+            &self,
+            at: &ScriptPrefix,
+            options: &crate::store::conformance::StoreOptions,
+        ) -> Result<RedisStore, StoreError> {
+            let mut builder = RedisStore::builder(at.url.as_str())
+                .prefix(at.prefix.as_str())
+                .clock(options.clock())
+                .retention(options.retention);
+            builder.force_script = true;
+            let store = builder.connect().await?;
+            assert_eq!(store.inner.calls, Calls::Script);
+            Ok(store)
+        }
+
+        async fn corrupt(&self, at: &ScriptPrefix, key: &IdemKey) -> Result<bool, StoreError> {
+            let client = ::redis::Client::open(at.url.as_str())
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            ::redis::pipe()
+                .del(format!("{}r:{}", at.prefix, key.as_str()))
+                .set(
+                    format!("{}r:{}", at.prefix, key.as_str()),
+                    b"\xff not a record".as_slice(),
+                )
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            Ok(true)
+        }
+    }
+
+    /// The `EVALSHA` path (a Redis without `FUNCTION`) keeps the whole store contract: the
+    /// conformance suite, run against it.
+    #[cfg(feature = "testing")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_script_path_passes_the_conformance_suite() {
+        if url().is_none() {
+            return;
+        }
+        crate::store::conformance::run_all(&ScriptPath).await;
     }
 
     async fn count(store: &RedisStore, index: usize) -> i64 {

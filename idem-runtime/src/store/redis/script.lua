@@ -1,4 +1,9 @@
--- idem RedisStore: the store contract's rules (idem_runtime::store::rules) in Lua.
+#!lua name=IDEM_LIBRARY
+-- idem RedisStore: the store contract's rules (idem_runtime::store::rules) in Lua, loaded
+-- once per server as a Redis Function library (FUNCTION LOAD, Redis >= 7) and called with
+-- FCALL. The Rust side replaces IDEM_LIBRARY with `idem_` and a hash of this text, so two
+-- idem versions on one server each call their own code. On a Redis without FUNCTION the
+-- same text runs through EVALSHA, wrapped so that every call runs `main` (see mod.rs).
 --
 -- One record per key, a hash at KEYS[1]:
 --   v    layout version ("1")          k     the idem key
@@ -21,16 +26,19 @@
 -- Every check that can fail happens before the first write: Redis does not roll a script
 -- back when it errors half-way.
 
-local NOW = tonumber(ARGV[1])
-local RESULTS = tonumber(ARGV[2])
-local TOMBS = tonumber(ARGV[3])
-local RPREFIX = ARGV[4]
-local OP = ARGV[5]
+-- One call's keys, arguments and what `main` reads from them. The library is built once
+-- per server and these are set at the start of every call; Redis runs one call at a time,
+-- so no two calls ever see each other's values.
+local KEYS, ARGV, NOW, RESULTS, TOMBS, RPREFIX, OP, LEASES, EXPIRY, FULL
 local IDX = { running = 2, completed = 3, failed = 4, pending = 5, unknown = 6, escalated = 7 }
-local LEASES, EXPIRY = KEYS[8], KEYS[9]
 -- The value's own timestamps decide expiry; the Redis TTL only reclaims memory, a minute
 -- later, so clock skew between workers and Redis never drops a tombstone early.
 local TTL_SLACK = 60000
+
+-- A claim token (32 hex) and a fingerprint (64 hex), whole. Spelled out: a library's body
+-- runs where `string` is not yet reachable (Redis runs it with only `redis` to register).
+local TOKEN_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
+local FINGERPRINT_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
 
 local function num(x)
   return string.format('%.0f', x)
@@ -154,38 +162,45 @@ end
 -- payload and operation too, so nothing acts on a record the Rust side would report as
 -- corrupt. (`age` checks the other fields for every operation; these two can be large,
 -- and a replay, which only reads them back, leaves their check to the Rust decode.)
-local FULL = OP == 'renew' or OP == 'settle' or OP == 'release' or OP == 'reclaim'
-  or OP == 'release_unsettled'
+local FULL_OPS = { renew = true, settle = true, release = true, reclaim = true,
+  release_unsettled = true }
 
-local function parses(rk)
-  local f = redis.call('HMGET', rk, 'pl', 'op', 'tool')
-  if not f[3] then
+local function parses(rk, pl, op, tool)
+  if not tool then
     corrupt(rk, 'missing tool')
   end
-  if f[1] and not pcall(cjson.decode, f[1]) then
+  if pl and not pcall(cjson.decode, pl) then
     corrupt(rk, 'malformed payload')
   end
-  if f[2] then
-    local ok, op = pcall(cjson.decode, f[2])
-    if not ok or type(op) ~= 'table' or type(op.scope) ~= 'table' then
+  if op then
+    local ok, o = pcall(cjson.decode, op)
+    if not ok or type(o) ~= 'table' or type(o.scope) ~= 'table' then
       corrupt(rk, 'malformed operation')
     end
   end
 end
 
+-- The fields `age` reads; the operations that check a record in full read the three
+-- `parses` checks in the same HMGET.
+local AGE_FIELDS = { 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 'v', 'rb' }
+local FULL_FIELDS = { 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 'v', 'rb',
+  'pl', 'op', 'tool' }
+
 -- Reads the record at rk with time applied (rules::age): an expired lease becomes unknown,
 -- an expired result a tombstone, a lapsed tombstone nothing. Returns nil when absent.
 local function age(rk)
-  local t = redis.call('TYPE', rk)['ok']
-  if t == 'none' then
+  -- One HMGET, no TYPE first: it fails on a value that is not a hash (named by TYPE then),
+  -- and finds no `k` and no `v` only in an absent key or a hash that is not a record
+  -- (told apart by EXISTS then).
+  local f = redis.pcall('HMGET', rk, unpack(FULL and FULL_FIELDS or AGE_FIELDS))
+  if f.err then
+    corrupt(rk, 'the value is a ' .. redis.call('TYPE', rk)['ok'] .. ', not a record hash')
+  end
+  if not f[1] and not f[10] and redis.call('EXISTS', rk) == 0 then
     return nil
   end
-  if t ~= 'hash' then
-    corrupt(rk, 'the value is a ' .. t .. ', not a record hash')
-  end
-  local f = redis.call('HMGET', rk, 'k', 'st', 'tok', 'fp', 'lease', 'ca', 'ua', 'rx', 'att', 'v', 'rb')
   local r = { k = f[1], st = f[2], tok = f[3], lease = time_of(f[5]), ca = time_of(f[6]),
-    ua = time_of(f[7]), rx = f[8] }
+    ua = time_of(f[7]), rx = f[8], att = f[9], rb = f[11] }
   if f[10] ~= '1' then
     corrupt(rk, 'unknown layout version ' .. shown(f[10]))
   end
@@ -195,10 +210,10 @@ local function age(rk)
   if not r.st or not IDX[r.st] then
     corrupt(rk, 'unknown state ' .. shown(r.st))
   end
-  if not r.tok or not string.match(r.tok, '^' .. string.rep('%x', 32) .. '$') then
+  if not r.tok or not string.match(r.tok, TOKEN_PATTERN) then
     corrupt(rk, 'malformed claim token')
   end
-  if not f[4] or not string.match(f[4], '^' .. string.rep('%x', 64) .. '$') then
+  if not f[4] or not string.match(f[4], FINGERPRINT_PATTERN) then
     corrupt(rk, 'malformed fingerprint')
   end
   if not r.ca or not r.ua then
@@ -215,8 +230,11 @@ local function age(rk)
   end
   local ages = (r.st == 'running' and r.lease <= NOW)
     or (terminal(r.st) and (r.ua + TOMBS <= NOW or (r.rx ~= '1' and r.ua + RESULTS <= NOW)))
-  if FULL or ages then
-    parses(rk)
+  if FULL then
+    parses(rk, f[12], f[13], f[14])
+  elseif ages then
+    local p = redis.call('HMGET', rk, 'pl', 'op', 'tool')
+    parses(rk, p[1], p[2], p[3])
   end
 
   if r.st == 'running' and r.lease <= NOW then
@@ -243,9 +261,10 @@ local function age(rk)
         for _, a in ipairs(atts) do
           a.message = cjson.null
         end
-        redis.call('HSET', rk, 'att', cjson.encode(atts))
+        r.att = cjson.encode(atts)
+        redis.call('HSET', rk, 'att', r.att)
       end
-      r.rx = '1'
+      r.rx, r.rb = '1', '[]'
     end
   end
   return r
@@ -275,17 +294,23 @@ local function retain(rk, k, st)
   end
 end
 
--- Appends a JSON array to the one stored in `field`, as text (no JSON round trip, so
--- nothing in the evidence is reformatted).
-local function append_to(rk, field, new)
+-- The JSON array `old` with the entries of `new` appended, as text (no JSON round trip,
+-- so nothing in the evidence is reformatted); nil when `new` adds nothing.
+local function joined(old, new)
   if new == '[]' then
-    return
+    return nil
   end
-  local old = redis.call('HGET', rk, field)
   if not old or old == '[]' then
-    redis.call('HSET', rk, field, new)
-  else
-    redis.call('HSET', rk, field, string.sub(old, 1, -2) .. ',' .. string.sub(new, 2))
+    return new
+  end
+  return string.sub(old, 1, -2) .. ',' .. string.sub(new, 2)
+end
+
+-- Appends a JSON array to the one stored in `field`.
+local function append_to(rk, field, new)
+  local v = joined(redis.call('HGET', rk, field), new)
+  if v then
+    redis.call('HSET', rk, field, v)
   end
 end
 
@@ -293,6 +318,9 @@ end
 -- what it drops in one marker read-back. KEPT is rules::EVIDENCE_KEPT.
 local KEPT = 16
 local MARKER = 'idem evidence cap: '
+-- Every entry is at least 20 bytes of JSON, so arrays no longer than this cannot be over
+-- the cap: the common settle decodes nothing.
+local FITS = 2 * KEPT * 20 + 2
 
 local function marker_counts(result)
   if type(result) ~= 'string' or string.sub(result, 1, #MARKER) ~= MARKER then
@@ -323,10 +351,7 @@ end
 
 local function cap(rk)
   local att, rb = redis.call('HGET', rk, 'att'), redis.call('HGET', rk, 'rb')
-  -- Every entry is at least 20 bytes of JSON, so shorter arrays cannot be over the cap:
-  -- the common settle decodes nothing.
-  local fits = 2 * KEPT * 20 + 2
-  if #att <= fits and #rb <= fits then
+  if #att <= FITS and #rb <= FITS then
     return
   end
   local atts, rbs = cjson.decode(att), cjson.decode(rb)
@@ -362,15 +387,6 @@ local function append(rk)
   append_to(rk, 'att', ARGV[11])
   append_to(rk, 'rb', ARGV[12])
   cap(rk)
-end
-
--- "+value" sets a field, "-" removes it.
-local function opt(rk, field, v, keep_when_absent)
-  if string.sub(v, 1, 1) == '+' then
-    redis.call('HSET', rk, field, string.sub(v, 2))
-  elseif not keep_when_absent then
-    redis.call('HDEL', rk, field)
-  end
 end
 
 -- Ages a few terminal records whose tombstone window has passed, so the indexes do not
@@ -429,238 +445,286 @@ local function rank_after(idx, ca, k)
   return lo
 end
 
--- A replay's fast path (rk holds a hash): true for a completed or failed record of this
--- layout, under its own name, that rules::age would leave as it is (its result and
--- tombstone windows both still run). A claim then returns it as read, without `age`'s field checks: it writes
--- nothing, and the Rust side decodes, so checks, every field of what it returns. Anything
--- else (absent, unsettled, whose lease may have ended, due to age, or not a record) takes
--- the full path.
-local function settled_and_current(rk)
-  local f = redis.call('HMGET', rk, 'v', 'k', 'st', 'ua', 'rx')
-  if f[1] ~= '1' or not f[2] or RPREFIX .. f[2] ~= rk or not terminal(f[3]) then
+-- A replay's fast path (`all`, rk's hash as HGETALL returned it): true for a completed or
+-- failed record of this layout, under its own name, that rules::age would leave as it is
+-- (its result and tombstone windows both still run). A claim then returns it as read,
+-- without `age`'s field checks: it writes nothing, and the Rust side decodes, so checks,
+-- every field of what it returns. Anything else (unsettled, whose lease may have ended,
+-- due to age, or not a record) takes the full path.
+local function settled_and_current(rk, all)
+  local f = {}
+  for i = 1, #all, 2 do
+    f[all[i]] = all[i + 1]
+  end
+  if f.v ~= '1' or not f.k or RPREFIX .. f.k ~= rk or not terminal(f.st) then
     return false
   end
-  local ua = time_of(f[4])
-  return ua ~= nil and ua + TOMBS > NOW and (f[5] == '1' or ua + RESULTS > NOW)
+  local ua = time_of(f.ua)
+  return ua ~= nil and ua + TOMBS > NOW and (f.rx == '1' or ua + RESULTS > NOW)
 end
 
-local rk = KEYS[1]
-
-if OP == 'claim' then
-  -- ARGV: 6 key, 7 fingerprint, 8 tool, 9 token, 10 lease (ms), 11 operation (opt)
-  local t = redis.call('TYPE', rk)['ok']
-  if t == 'hash' and settled_and_current(rk) then
-    return { 'existing', redis.call('HGETALL', rk) }
-  end
-  if t ~= 'none' and age(rk) then
-    return { 'existing', redis.call('HGETALL', rk) }
-  end
-  -- Only a new claim sweeps: every terminal record was once one, so the sweep keeps up,
-  -- and a replay stays a read.
-  sweep()
-  local k = ARGV[6]
-  local lease = NOW + tonumber(ARGV[10])
-  redis.call('HSET', rk, 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
-    'tok', ARGV[9], 'lease', num(lease), 'ca', num(NOW), 'ua', num(NOW), 'rx', '0', 'att', '[]', 'rb', '[]')
-  opt(rk, 'op', ARGV[11], true)
-  redis.call('ZADD', KEYS[IDX.running], num(NOW), k)
-  redis.call('ZADD', LEASES, num(lease), k)
-  return { 'claimed' }
-elseif OP == 'renew' then
-  -- ARGV: 6 token, 7 lease (ms)
-  local r = age(rk)
-  if not r then
-    return { 'stale', 'absent' }
-  end
-  if r.st ~= 'running' or r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  local lease = NOW + tonumber(ARGV[7])
-  redis.call('HSET', rk, 'lease', num(lease), 'ua', num(NOW))
-  redis.call('ZADD', LEASES, num(lease), r.k)
-  return { 'ok' }
-elseif OP == 'settle' then
-  -- ARGV: 6 token, 7 state, 8 payload, 9 message, 10 downstream ref (opt), 11 attempts,
-  -- 12 read-backs
-  local new = ARGV[7]
-  local r = age(rk)
-  if not r then
-    return { 'stale', 'absent' }
-  end
-  if r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  if r.st == 'running' then
-    -- applied below
-  elseif r.st == new and new ~= 'unknown' then
-    -- A retried settle, or a handler that settled in its own transaction: keep the first
-    -- result, add the evidence.
-    append(rk)
-    redis.call('HSET', rk, 'ua', num(NOW))
-    retain(rk, r.k, r.st)
+-- One operation on the record at rk (KEYS[1]).
+local function dispatch(rk)
+  if OP == 'claim' then
+    -- ARGV: 6 key, 7 fingerprint, 8 tool, 9 token, 10 lease (ms), 11 operation (opt)
+    -- One HGETALL answers a replay. It is empty for an absent key (Redis keeps no empty
+    -- hash) and an error for a value that is not a hash, which `age` then reports.
+    local all = redis.pcall('HGETALL', rk)
+    local hash = all.err == nil
+    if hash and #all > 0 and settled_and_current(rk, all) then
+      return { 'existing', all }
+    end
+    if (not hash or #all > 0) and age(rk) then
+      return { 'existing', redis.call('HGETALL', rk) }
+    end
+    -- Only a new claim sweeps: every terminal record was once one, so the sweep keeps up,
+    -- and a replay stays a read.
+    sweep()
+    local k = ARGV[6]
+    local lease = NOW + tonumber(ARGV[10])
+    local fields = { 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
+      'tok', ARGV[9], 'lease', num(lease), 'ca', num(NOW), 'ua', num(NOW), 'rx', '0',
+      'att', '[]', 'rb', '[]' }
+    -- The key is free (absent, or its lapsed tombstone just deleted): nothing to remove.
+    if string.sub(ARGV[11], 1, 1) == '+' then
+      fields[#fields + 1] = 'op'
+      fields[#fields + 1] = string.sub(ARGV[11], 2)
+    end
+    redis.call('HSET', rk, unpack(fields))
+    redis.call('ZADD', KEYS[IDX.running], num(NOW), k)
+    redis.call('ZADD', LEASES, num(lease), k)
+    return { 'claimed' }
+  elseif OP == 'renew' then
+    -- ARGV: 6 token, 7 lease (ms)
+    local r = age(rk)
+    if not r then
+      return { 'stale', 'absent' }
+    end
+    if r.st ~= 'running' or r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    local lease = NOW + tonumber(ARGV[7])
+    redis.call('HSET', rk, 'lease', num(lease), 'ua', num(NOW))
+    redis.call('ZADD', LEASES, num(lease), r.k)
     return { 'ok' }
-  elseif r.st == 'unknown' then
-    if new == 'unknown' or new == 'running' then
+  elseif OP == 'settle' then
+    -- ARGV: 6 token, 7 state, 8 payload, 9 message, 10 downstream ref (opt), 11 attempts,
+    -- 12 read-backs
+    local new = ARGV[7]
+    local r = age(rk)
+    if not r then
+      return { 'stale', 'absent' }
+    end
+    if r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    if r.st == 'running' then
+      -- applied below
+    elseif r.st == new and new ~= 'unknown' then
+      -- A retried settle, or a handler that settled in its own transaction: keep the first
+      -- result, add the evidence.
       append(rk)
       redis.call('HSET', rk, 'ua', num(NOW))
+      retain(rk, r.k, r.st)
       return { 'ok' }
-    end
-  else
-    return { 'stale', r.st }
-  end
-  if new == 'running' or not IDX[new] then
-    return { 'invalid' }
-  end
-  redis.call('HSET', rk, 'st', new, 'ua', num(NOW), 'rx', '0')
-  redis.call('HDEL', rk, 'lease')
-  opt(rk, 'pl', ARGV[8], false)
-  opt(rk, 'msg', ARGV[9], false)
-  opt(rk, 'dref', ARGV[10], true)
-  append(rk)
-  move(r, new)
-  redis.call('ZREM', LEASES, r.k)
-  retain(rk, r.k, new)
-  return { 'ok' }
-elseif OP == 'release' then
-  -- ARGV: 6 token
-  local r = age(rk)
-  if not r then
-    return { 'stale', 'absent' }
-  end
-  if r.st ~= 'running' or r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  redis.call('DEL', rk)
-  redis.call('ZREM', KEYS[IDX.running], r.k)
-  redis.call('ZREM', LEASES, r.k)
-  return { 'ok' }
-elseif OP == 'reclaim' then
-  -- ARGV: 6 expected token, 7 fresh token, 8 lease (ms)
-  local r = age(rk)
-  if not r then
-    return { 'absent' }
-  end
-  local takeable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
-  if not takeable or r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  local lease = NOW + tonumber(ARGV[8])
-  redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', num(lease), 'ua', num(NOW))
-  move(r, 'running')
-  redis.call('ZADD', LEASES, num(lease), r.k)
-  retain(rk, r.k, 'running')
-  return { 'ok' }
-elseif OP == 'release_unsettled' then
-  -- KEYS[10] the key's release trace (a JSON array, oldest first, of { at, by, note,
-  -- record = the record hash as HGETALL returns it }); ARGV: 6 expected token, 7 who,
-  -- 8 note, 9 how many releases a trace keeps (rules::RELEASES_KEPT).
-  local r = age(rk)
-  if not r then
-    return { 'absent' }
-  end
-  local releasable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
-  if not releasable or r.tok ~= ARGV[6] then
-    return { 'stale', r.st }
-  end
-  local trace, gone = {}, {}
-  local t = redis.call('TYPE', KEYS[10])['ok']
-  if t ~= 'none' and t ~= 'string' then
-    corrupt(KEYS[10], 'the release trace is a ' .. t .. ', not a string')
-  end
-  local old = t == 'string' and redis.call('GET', KEYS[10])
-  if old then
-    local ok, kept = pcall(cjson.decode, old)
-    if not ok or type(kept) ~= 'table' then
-      corrupt(KEYS[10], 'the release trace is not a JSON array')
-    end
-    -- rules::keep_releases: lapsed releases go, then the oldest beyond the last few.
-    for _, e in ipairs(kept) do
-      if type(e) == 'table' and tonumber(e.at) and tonumber(e.at) + TOMBS > NOW then
-        table.insert(trace, e)
-      elseif type(e) == 'table' and tonumber(e.at) then
-        table.insert(gone, e)
+    elseif r.st == 'unknown' then
+      if new == 'unknown' or new == 'running' then
+        append(rk)
+        redis.call('HSET', rk, 'ua', num(NOW))
+        return { 'ok' }
       end
-    end
-  end
-  table.insert(trace, { at = num(NOW), by = ARGV[7], note = ARGV[8],
-    record = redis.call('HGETALL', rk) })
-  while #trace > tonumber(ARGV[9]) do
-    table.insert(gone, table.remove(trace, 1))
-  end
-  redis.call('DEL', rk)
-  redis.call('ZREM', KEYS[IDX[r.st]], r.k)
-  -- KEYS[11] lists every kept release for IdemStore::list_releases: all scores 0, so the
-  -- members (the release time, zero-padded, then the key) sort in (time, key) order.
-  for _, e in ipairs(gone) do
-    redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
-  end
-  redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
-  redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
-  -- The trace outlives its newest release by the tombstone window (and the usual slack);
-  -- older releases in it are dropped by their own time on every read and write.
-  redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
-  return { 'ok' }
-elseif OP == 'get' then
-  local r = age(rk)
-  if not r then
-    return { 'absent' }
-  end
-  return { 'record', redis.call('HGETALL', rk) }
-elseif OP == 'age_leases' then
-  -- KEYS[1] is unused; ARGV: 6 how many expired leases earlier pages found corrupt (they
-  -- stay in the index and are skipped), 7 the page size. Ages at most one page of expired
-  -- leases, so one call never holds Redis for long however many leases lapsed at once.
-  -- Returns { 1 when a full page was aged (call again), the new skip count }.
-  local offset, page = tonumber(ARGV[6]), tonumber(ARGV[7])
-  local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', num(NOW), 'LIMIT', offset, page)
-  for _, k in ipairs(due) do
-    local ok, r = pcall(age, RPREFIX .. k)
-    if not ok then
-      offset = offset + 1
-    elseif r == nil then
-      forget(k)
-    elseif r.st ~= 'running' then
-      redis.call('ZREM', LEASES, k)
     else
-      redis.call('ZADD', LEASES, num(r.lease), k)
+      return { 'stale', r.st }
     end
-  end
-  return { #due == page and 1 or 0, offset }
-elseif OP == 'list' then
-  -- KEYS[1] is unused; ARGV: 6 state, 7 limit, then optionally the cursor to list strictly
-  -- after: 8 its created_at (ms), 9 its key. Returns { records, corrupt keys }.
-  -- The caller has aged expired leases first (`age_leases`), so list(unknown) includes
-  -- them and list(running) does not.
-  local state, limit = ARGV[6], tonumber(ARGV[7])
-  local out, bad = {}, {}
-  local idx = KEYS[IDX[state]]
-  local offset = 0
-  if ARGV[8] then
-    offset = rank_after(idx, tonumber(ARGV[8]), ARGV[9])
-  end
-  while #out < limit do
-    local batch = redis.call('ZRANGE', idx, offset, offset + 127)
-    if #batch == 0 then
-      break
+    if new == 'running' or not IDX[new] then
+      return { 'invalid' }
     end
-    for _, k in ipairs(batch) do
-      if #out >= limit then
-        break
+    -- One HSET and one HDEL: the state, the result ("+value" sets a field, "-" removes
+    -- it; an absent downstream ref keeps the one stored), and the evidence appended to
+    -- what `age` read.
+    local set, del = { 'st', new, 'ua', num(NOW), 'rx', '0' }, { 'lease' }
+    for _, f in ipairs({ { 'pl', ARGV[8] }, { 'msg', ARGV[9] }, { 'dref', ARGV[10] } }) do
+      if string.sub(f[2], 1, 1) == '+' then
+        set[#set + 1] = f[1]
+        set[#set + 1] = string.sub(f[2], 2)
+      elseif f[1] ~= 'dref' then
+        del[#del + 1] = f[1]
       end
+    end
+    local att, rb = joined(r.att, ARGV[11]), joined(r.rb, ARGV[12])
+    if att then
+      set[#set + 1] = 'att'
+      set[#set + 1] = att
+    end
+    if rb then
+      set[#set + 1] = 'rb'
+      set[#set + 1] = rb
+    end
+    redis.call('HSET', rk, unpack(set))
+    redis.call('HDEL', rk, unpack(del))
+    if #(att or r.att) > FITS or #(rb or r.rb) > FITS then
+      cap(rk)
+    end
+    move(r, new)
+    redis.call('ZREM', LEASES, r.k)
+    retain(rk, r.k, new)
+    return { 'ok' }
+  elseif OP == 'release' then
+    -- ARGV: 6 token
+    local r = age(rk)
+    if not r then
+      return { 'stale', 'absent' }
+    end
+    if r.st ~= 'running' or r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    redis.call('DEL', rk)
+    redis.call('ZREM', KEYS[IDX.running], r.k)
+    redis.call('ZREM', LEASES, r.k)
+    return { 'ok' }
+  elseif OP == 'reclaim' then
+    -- ARGV: 6 expected token, 7 fresh token, 8 lease (ms)
+    local r = age(rk)
+    if not r then
+      return { 'absent' }
+    end
+    local takeable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
+    if not takeable or r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    local lease = NOW + tonumber(ARGV[8])
+    redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', num(lease), 'ua', num(NOW))
+    move(r, 'running')
+    redis.call('ZADD', LEASES, num(lease), r.k)
+    retain(rk, r.k, 'running')
+    return { 'ok' }
+  elseif OP == 'release_unsettled' then
+    -- KEYS[10] the key's release trace (a JSON array, oldest first, of { at, by, note,
+    -- record = the record hash as HGETALL returns it }); ARGV: 6 expected token, 7 who,
+    -- 8 note, 9 how many releases a trace keeps (rules::RELEASES_KEPT).
+    local r = age(rk)
+    if not r then
+      return { 'absent' }
+    end
+    local releasable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
+    if not releasable or r.tok ~= ARGV[6] then
+      return { 'stale', r.st }
+    end
+    local trace, gone = {}, {}
+    local t = redis.call('TYPE', KEYS[10])['ok']
+    if t ~= 'none' and t ~= 'string' then
+      corrupt(KEYS[10], 'the release trace is a ' .. t .. ', not a string')
+    end
+    local old = t == 'string' and redis.call('GET', KEYS[10])
+    if old then
+      local ok, kept = pcall(cjson.decode, old)
+      if not ok or type(kept) ~= 'table' then
+        corrupt(KEYS[10], 'the release trace is not a JSON array')
+      end
+      -- rules::keep_releases: lapsed releases go, then the oldest beyond the last few.
+      for _, e in ipairs(kept) do
+        if type(e) == 'table' and tonumber(e.at) and tonumber(e.at) + TOMBS > NOW then
+          table.insert(trace, e)
+        elseif type(e) == 'table' and tonumber(e.at) then
+          table.insert(gone, e)
+        end
+      end
+    end
+    table.insert(trace, { at = num(NOW), by = ARGV[7], note = ARGV[8],
+      record = redis.call('HGETALL', rk) })
+    while #trace > tonumber(ARGV[9]) do
+      table.insert(gone, table.remove(trace, 1))
+    end
+    redis.call('DEL', rk)
+    redis.call('ZREM', KEYS[IDX[r.st]], r.k)
+    -- KEYS[11] lists every kept release for IdemStore::list_releases: all scores 0, so the
+    -- members (the release time, zero-padded, then the key) sort in (time, key) order.
+    for _, e in ipairs(gone) do
+      redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
+    end
+    redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
+    redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
+    -- The trace outlives its newest release by the tombstone window (and the usual slack);
+    -- older releases in it are dropped by their own time on every read and write.
+    redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
+    return { 'ok' }
+  elseif OP == 'get' then
+    local r = age(rk)
+    if not r then
+      return { 'absent' }
+    end
+    return { 'record', redis.call('HGETALL', rk) }
+  elseif OP == 'age_leases' then
+    -- KEYS[1] is unused; ARGV: 6 how many expired leases earlier pages found corrupt (they
+    -- stay in the index and are skipped), 7 the page size. Ages at most one page of expired
+    -- leases, so one call never holds Redis for long however many leases lapsed at once.
+    -- Returns { 1 when a full page was aged (call again), the new skip count }.
+    local offset, page = tonumber(ARGV[6]), tonumber(ARGV[7])
+    local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', num(NOW), 'LIMIT', offset, page)
+    for _, k in ipairs(due) do
       local ok, r = pcall(age, RPREFIX .. k)
       if not ok then
-        table.insert(bad, k)
         offset = offset + 1
       elseif r == nil then
         forget(k)
-      elseif r.st ~= state then
-        redis.call('ZREM', idx, k)
+      elseif r.st ~= 'running' then
+        redis.call('ZREM', LEASES, k)
       else
-        table.insert(out, redis.call('HGETALL', RPREFIX .. k))
-        offset = offset + 1
+        redis.call('ZADD', LEASES, num(r.lease), k)
       end
     end
+    return { #due == page and 1 or 0, offset }
+  elseif OP == 'list' then
+    -- KEYS[1] is unused; ARGV: 6 state, 7 limit, then optionally the cursor to list strictly
+    -- after: 8 its created_at (ms), 9 its key. Returns { records, corrupt keys }.
+    -- The caller has aged expired leases first (`age_leases`), so list(unknown) includes
+    -- them and list(running) does not.
+    local state, limit = ARGV[6], tonumber(ARGV[7])
+    local out, bad = {}, {}
+    local idx = KEYS[IDX[state]]
+    local offset = 0
+    if ARGV[8] then
+      offset = rank_after(idx, tonumber(ARGV[8]), ARGV[9])
+    end
+    while #out < limit do
+      local batch = redis.call('ZRANGE', idx, offset, offset + 127)
+      if #batch == 0 then
+        break
+      end
+      for _, k in ipairs(batch) do
+        if #out >= limit then
+          break
+        end
+        local ok, r = pcall(age, RPREFIX .. k)
+        if not ok then
+          table.insert(bad, k)
+          offset = offset + 1
+        elseif r == nil then
+          forget(k)
+        elseif r.st ~= state then
+          redis.call('ZREM', idx, k)
+        else
+          table.insert(out, redis.call('HGETALL', RPREFIX .. k))
+          offset = offset + 1
+        end
+      end
+    end
+    return { out, bad }
   end
-  return { out, bad }
+  return redis.error_reply('IDEMBADOP unknown operation ' .. tostring(OP))
 end
-return redis.error_reply('IDEMBADOP unknown operation ' .. tostring(OP))
+
+-- A call: FCALL <library> numkeys KEYS... ARGV... (see the top of this file).
+local function main(keys, argv)
+  KEYS, ARGV = keys, argv
+  NOW = tonumber(ARGV[1])
+  RESULTS = tonumber(ARGV[2])
+  TOMBS = tonumber(ARGV[3])
+  RPREFIX = ARGV[4]
+  OP = ARGV[5]
+  LEASES, EXPIRY = KEYS[8], KEYS[9]
+  FULL = FULL_OPS[OP] == true
+  return dispatch(KEYS[1])
+end
+
+redis.register_function('IDEM_LIBRARY', main)
