@@ -23,7 +23,14 @@ use crate::identity::{Fingerprint, IdemKey};
 pub const DEFAULT_SCHEMA: &str = "idem";
 
 /// The newest table layout this version writes.
-const SCHEMA_VERSION: i32 = 2;
+const SCHEMA_VERSION: i32 = 3;
+
+/// Migration steps from this version on only drop what the statements no longer use:
+/// the statements run on the layout before them as well. Such a step needs a brief
+/// exclusive lock on the records table, which a transactional handler's open transaction
+/// holds off; rather than stall every worker behind it, the step waits at most the
+/// builder's lock timeout, and if the lock is not free it is left for the next start.
+const DEFERRABLE_FROM: i32 = 3;
 
 /// How many expired leases a listing ages per query.
 const EXPIRED_PAGE: usize = 1000;
@@ -392,6 +399,8 @@ impl Sql {
             ),
             // A keyset page: rows that stay running after ageing (a corrupt row, or a
             // transactional claim still being decided) are walked past, not met again.
+            // Served by the (state, created_at, key) index: the running rows are the calls
+            // in flight, few, and a lease index would cost every claim an index write.
             expired_leases: format!(
                 "SELECT key, lease_until FROM {t} \
                  WHERE state = 'running' AND lease_until <= $1 AND (lease_until, key) > ($2, $3) \
@@ -406,6 +415,11 @@ impl Sql {
                 "SELECT {COLUMNS} FROM {t} WHERE state = $1 AND (created_at, key) > ($2, $3) \
                  ORDER BY created_at, key LIMIT $4"
             ),
+            // Retention runs on the (state, created_at, key) index: a record is settled
+            // after it is claimed, so `created_at <= $1` holds for every record the rule
+            // picks and narrows the scan to the old end of each state. (A settle stamped by
+            // a clock behind the claimer's ages once both times pass the cut: late by the
+            // skew.) A separate index on `updated_at` would cost every settle a write.
             expire_results: format!(
                 // rules::expire_result, in SQL: the tombstone keeps no arguments, output,
                 // messages or read-backs.
@@ -415,10 +429,11 @@ impl Sql {
                      FROM jsonb_array_elements(attempts::jsonb) WITH ORDINALITY AS e(a, n)), \
                      '[]') \
                  WHERE state IN ('completed', 'failed') AND NOT result_expired \
-                   AND updated_at <= $1"
+                   AND created_at <= $1 AND updated_at <= $1"
             ),
             drop_tombstones: format!(
-                "DELETE FROM {t} WHERE state IN ('completed', 'failed') AND updated_at <= $1"
+                "DELETE FROM {t} WHERE state IN ('completed', 'failed') \
+                   AND created_at <= $1 AND updated_at <= $1"
             ),
             mark_tx: format!(
                 "UPDATE {t} SET tx_effect = true \
@@ -452,9 +467,12 @@ impl Sql {
         }
     }
 
-    fn migrations(schema: &str) -> [String; 2] {
-        let t = format!("\"{schema}\".idem_records");
-        let r = format!("\"{schema}\".idem_releases");
+    /// The layout, one step per version. Steps are never edited once released: a database
+    /// of any version reaches the newest by running the steps after its own.
+    fn migrations(schema: &str) -> [String; SCHEMA_VERSION as usize] {
+        let s = format!("\"{schema}\"");
+        let t = format!("{s}.idem_records");
+        let r = format!("{s}.idem_releases");
         [
             format!(
                 "CREATE TABLE {t} ( \
@@ -488,6 +506,16 @@ impl Sql {
                entry       text NOT NULL, \
                PRIMARY KEY (key, seq)); \
              CREATE INDEX idem_releases_by_time ON {r} (released_at, key, seq);"
+            ),
+            // 3: one secondary index on the records instead of three. The expiry scan and
+            // retention run on `idem_records_state` (see `expired_leases`,
+            // `expire_results`), so a claim writes two index entries instead of three and
+            // a settle two instead of three. Every statement of this version runs on
+            // layout 2 as well, so this step may wait for a later start (see
+            // `DEFERRABLE_FROM`).
+            format!(
+                "DROP INDEX IF EXISTS {s}.idem_records_leases; \
+                 DROP INDEX IF EXISTS {s}.idem_records_retention;"
             ),
         ]
     }
@@ -769,13 +797,38 @@ impl PostgresStore {
             if version <= current {
                 continue;
             }
-            tx.batch_execute(step).await.map_err(pg_err)?;
-            tx.execute(
-                &format!("INSERT INTO \"{schema}\".idem_schema_version (version) VALUES ($1)"),
-                &[&version],
-            )
-            .await
-            .map_err(pg_err)?;
+            let record = format!(
+                "INSERT INTO \"{schema}\".idem_schema_version (version) VALUES ({version})"
+            );
+            if version < DEFERRABLE_FROM {
+                tx.batch_execute(&format!("{step}; {record}"))
+                    .await
+                    .map_err(pg_err)?;
+                continue;
+            }
+            let lock_timeout = self.inner.lock_timeout.as_millis().max(1);
+            let tried = tx
+                .batch_execute(&format!(
+                    "SAVEPOINT idem_migrate; SET LOCAL lock_timeout = {lock_timeout}; \
+                     {step}; {record}; RELEASE idem_migrate"
+                ))
+                .await;
+            match tried {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                    tx.batch_execute("ROLLBACK TO idem_migrate")
+                        .await
+                        .map_err(pg_err)?;
+                    tracing::warn!(
+                        schema = %schema,
+                        version,
+                        "idem schema upgrade left for a later start: the records table is \
+                         locked by a transaction still in progress"
+                    );
+                    break;
+                }
+                Err(e) => return Err(pg_err(e)),
+            }
         }
         tx.commit().await.map_err(pg_err)
     }
