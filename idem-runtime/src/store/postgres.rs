@@ -40,12 +40,19 @@ const EXPIRED_PAGE: usize = 1000;
 /// # Table
 ///
 /// One table, `<schema>.idem_records` (default schema `idem`), keyed by the idem key, with
-/// an index on `(state, created_at, key)` for listing. [`PostgresStoreBuilder::connect`]
-/// creates the schema and applies its migrations itself, under an advisory lock so that
-/// many workers starting at once do not race, and records the layout version in
-/// `<schema>.idem_schema_version`; a database migrated by a newer version of this library is
-/// refused rather than misread. Payloads and attempt evidence are stored as JSON text,
-/// byte for byte what was settled (`payload::jsonb` makes them queryable).
+/// one secondary index, on `(state, created_at, key)`: it serves the listings, the
+/// expired-lease scan (running rows are the calls in flight) and retention (a record's
+/// `created_at` is never after its `updated_at`), so a claim and a settle each write two
+/// index entries. Release traces are in `<schema>.idem_releases`.
+/// [`PostgresStoreBuilder::connect`] creates the schema and applies its migrations itself,
+/// under an advisory lock so that many workers starting at once do not race, and records
+/// the layout version in `<schema>.idem_schema_version` (3 now); a database migrated by a
+/// newer version of this library is refused rather than misread. Layout 3 dropped two
+/// indexes of layout 2 (`idem_records_leases`, `idem_records_retention`); that step needs a
+/// brief exclusive lock on the table, waits for it at most the builder's lock timeout, and
+/// is otherwise left for a later start (this version runs on layout 2 too). Payloads and
+/// attempt evidence are stored as JSON text, byte for byte what was settled
+/// (`payload::jsonb` makes them queryable).
 ///
 /// # Operations
 ///
@@ -374,15 +381,17 @@ impl Sql {
                    read_backs = {}, result_expired = false, updated_at = $8 \
                  WHERE key = $1 AND token = $2 AND state = 'running' AND lease_until > $8 \
                    AND NOT tx_effect \
-                   AND json_array_length(attempts::json) \
-                     + json_array_length(($7::text)::json) <= {cap} \
-                   AND json_array_length(read_backs::json) \
-                     + json_array_length(($9::text)::json) <= {cap} \
+                   AND $10::int4 <= {cap} AND $11::int4 <= {cap} \
+                   AND (attempts = '[]' OR json_array_length(attempts::json) + $10 <= {cap}) \
+                   AND (read_backs = '[]' \
+                     OR json_array_length(read_backs::json) + $11 <= {cap}) \
                  RETURNING {COLUMNS}",
                 append_json("attempts", 7),
                 append_json("read_backs", 9),
                 // Within the evidence cap the append is exactly what rules::settle does;
-                // past it, the locked path applies rules::cap_evidence.
+                // past it, the locked path applies rules::cap_evidence. $10 and $11 count
+                // the new evidence; the stored evidence of a claim is still empty (`[]`)
+                // when its holder settles it, so its JSON is parsed only when it is not.
                 cap = 2 * rules::EVIDENCE_KEPT,
             ),
             renew_fast: format!(
@@ -555,6 +564,11 @@ enum Busy {
     Wait,
     /// Report a row held by a running transactional handler instead of waiting for it.
     Skip,
+}
+
+/// A count for an `int4` parameter (past its range: its largest value, which no cap admits).
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 fn ms(t: Timestamp) -> i64 {
@@ -1385,6 +1399,8 @@ impl IdemStore for PostgresStore {
                     &attempts,
                     &ms(now),
                     &read_backs,
+                    &count(settlement.attempts.len()),
+                    &count(settlement.read_backs.len()),
                 ],
             )
             .await?

@@ -119,9 +119,14 @@ impl SqliteSync {
 ///   to the busy timeout, then get [`StoreError::Unavailable`].
 /// - **Not** for a network file system (NFS, SMB): SQLite's locking is unreliable there,
 ///   and two machines could both claim a key. Use Redis or Postgres across machines.
-/// - **Schema.** One table `idem_records` (and `idem_meta`, holding the schema version),
-///   created on first open. A file whose schema version this build does not know is refused,
-///   never rewritten. Rows that do not decode are [`StoreError::Corrupt`].
+/// - **Schema.** One table `idem_records` with two indexes (`idem_records_by_state` on
+///   `(state, created_at, key)` for listings and lease expiry; `idem_records_by_age` on
+///   `(state, result_expired, updated_at)` for retention, over settled records only), the
+///   release traces in `idem_releases`, and `idem_meta`, holding the schema version (2 now);
+///   created on first open. A version 1 file is upgraded in place when opened (its
+///   retention index is rebuilt, one pass over the table under the write lock); a file
+///   whose schema version this build does not know is refused, never rewritten. Rows that
+///   do not decode are [`StoreError::Corrupt`].
 /// - **Files.** A new database file is created owner-only (0600, whatever the umask), and
 ///   its `-wal` and `-shm` files inherit that; a path that is a symbolic link is refused.
 ///   The records hold the saved arguments and outputs: keep the directory private too.
