@@ -11,9 +11,9 @@ use std::time::Duration;
 use idem_runtime::identity::CanonicalJson;
 use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{
-    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, ManualClock,
-    Operation, PostgresStore, ReadBackRecord, Record, ReleaseRecord, Settlement, StoreError,
-    Timestamp, Clock,
+    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
+    ManualClock, Operation, PostgresStore, ReadBackRecord, Record, ReleaseRecord, Settlement,
+    StoreError, Timestamp,
 };
 use idem_runtime::{IdemKey, OutcomeClass, RecordState, Scope};
 
@@ -104,6 +104,20 @@ impl StoreFactory for PostgresFromV2 {
 
 idem_runtime::store_conformance_tests!(PostgresFromV2);
 
+/// One record as an earlier version stored it: the columns the rows of the upgrade check
+/// differ in.
+struct OldRow<'a> {
+    key: &'a IdemKey,
+    state: &'a str,
+    token: ClaimToken,
+    lease_until: Option<i64>,
+    payload: Option<&'a str>,
+    message: Option<&'a str>,
+    downstream_ref: Option<&'a str>,
+    attempts: &'a str,
+    read_backs: &'a str,
+}
+
 fn ms(t: Timestamp) -> i64 {
     i64::try_from(t.as_millis()).expect("a time in range")
 }
@@ -146,8 +160,11 @@ async fn a_version_2_schema_is_upgraded_in_place() {
         conformance::key("upgrade-running"),
         conformance::key("upgrade-unknown"),
     );
-    let (done_token, running_token, unknown_token) =
-        (ClaimToken::fresh(), ClaimToken::fresh(), ClaimToken::fresh());
+    let (done_token, running_token, unknown_token) = (
+        ClaimToken::fresh(),
+        ClaimToken::fresh(),
+        ClaimToken::fresh(),
+    );
     let client = sql(&url).await;
     let insert = format!(
         "INSERT INTO \"{}\".idem_records (key, fingerprint, tool, state, token, lease_until, \
@@ -160,49 +177,59 @@ async fn a_version_2_schema_is_upgraded_in_place() {
     let attempts_json = serde_json::to_string(&attempts).unwrap();
     let read_backs_json = serde_json::to_string(&read_backs).unwrap();
     let lease = ms(now) + 60_000;
-    let rows: [(&IdemKey, &str, ClaimToken, Option<i64>, Option<&str>, Option<&str>, Option<&str>, &str, &str); 3] = [
-        (
-            &done,
-            "completed",
-            done_token,
-            None,
-            Some(r#"{"charged":4900}"#),
-            None,
-            Some("ch_1"),
-            &attempts_json,
-            &read_backs_json,
-        ),
-        (&running, "running", running_token, Some(lease), None, None, None, "[]", "[]"),
-        (
-            &unknown,
-            "unknown",
-            unknown_token,
-            None,
-            None,
-            Some("timed out after 30s"),
-            None,
-            &attempts_json,
-            "[]",
-        ),
+    let rows = [
+        OldRow {
+            key: &done,
+            state: "completed",
+            token: done_token,
+            lease_until: None,
+            payload: Some(r#"{"charged":4900}"#),
+            message: None,
+            downstream_ref: Some("ch_1"),
+            attempts: &attempts_json,
+            read_backs: &read_backs_json,
+        },
+        OldRow {
+            key: &running,
+            state: "running",
+            token: running_token,
+            lease_until: Some(lease),
+            payload: None,
+            message: None,
+            downstream_ref: None,
+            attempts: "[]",
+            read_backs: "[]",
+        },
+        OldRow {
+            key: &unknown,
+            state: "unknown",
+            token: unknown_token,
+            lease_until: None,
+            payload: None,
+            message: Some("timed out after 30s"),
+            downstream_ref: None,
+            attempts: &attempts_json,
+            read_backs: "[]",
+        },
     ];
-    for (key, state, token, lease_until, payload, message, downstream_ref, att, rb) in rows {
+    for row in rows {
         client
             .execute(
                 &insert,
                 &[
-                    &key.as_str(),
+                    &row.key.as_str(),
                     &fingerprint.to_hex(),
-                    &state,
-                    &token.to_hex(),
-                    &lease_until,
+                    &row.state,
+                    &row.token.to_hex(),
+                    &row.lease_until,
                     &ms(t0),
                     &(ms(t0) + 100),
-                    &payload,
-                    &message,
-                    &downstream_ref,
-                    &att,
+                    &row.payload,
+                    &row.message,
+                    &row.downstream_ref,
+                    &row.attempts,
                     &op_json,
-                    &rb,
+                    &row.read_backs,
                 ],
             )
             .await
@@ -278,7 +305,11 @@ async fn a_version_2_schema_is_upgraded_in_place() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, [1, 2, 3], "version 3 recorded once, on top of 1 and 2");
+    assert_eq!(
+        versions,
+        [1, 2, 3],
+        "version 3 recorded once, on top of 1 and 2"
+    );
     let indexes: Vec<String> = client
         .query(
             "SELECT indexname::text FROM pg_indexes \
@@ -293,13 +324,20 @@ async fn a_version_2_schema_is_upgraded_in_place() {
     assert_eq!(indexes, ["idem_records_pkey", "idem_records_state"]);
 
     let store = &stores[0];
-    let got = store.get(&done).await.unwrap().expect("the completed record");
+    let got = store
+        .get(&done)
+        .await
+        .unwrap()
+        .expect("the completed record");
     assert_eq!(got.state, RecordState::Completed);
     assert_eq!(got.fingerprint, fingerprint);
     assert_eq!(&*got.tool, "charge");
     assert_eq!(got.token, done_token);
     assert_eq!(got.lease_until, None);
-    assert_eq!((got.created_at, got.updated_at), (t0, Timestamp(t0.as_millis() + 100)));
+    assert_eq!(
+        (got.created_at, got.updated_at),
+        (t0, Timestamp(t0.as_millis() + 100))
+    );
     assert_eq!(got.payload, Some(serde_json::json!({"charged": 4900})));
     assert_eq!(got.downstream_ref.as_deref(), Some("ch_1"));
     assert_eq!(got.attempts, attempts);
@@ -307,18 +345,36 @@ async fn a_version_2_schema_is_upgraded_in_place() {
     assert_eq!(got.operation.as_ref(), Some(&operation));
     assert!(!got.result_expired);
 
-    let got = store.get(&unknown).await.unwrap().expect("the unknown record");
+    let got = store
+        .get(&unknown)
+        .await
+        .unwrap()
+        .expect("the unknown record");
     assert_eq!(got.state, RecordState::Unknown);
     assert_eq!(got.message.as_deref(), Some("timed out after 30s"));
     assert_eq!(got.attempts, attempts);
 
     // The running claim's holder settles it through the new statements.
-    let got = store.get(&running).await.unwrap().expect("the running record");
-    assert_eq!((got.state, got.lease_until), (RecordState::Running, Some(Timestamp(lease as u64))));
+    let got = store
+        .get(&running)
+        .await
+        .unwrap()
+        .expect("the running record");
+    assert_eq!(
+        (got.state, got.lease_until),
+        (RecordState::Running, Some(Timestamp(lease as u64)))
+    );
     let mut settlement = Settlement::new(RecordState::Completed);
     settlement.payload = Some(serde_json::json!({"charged": 100}));
-    stores[1].settle(&running, running_token, settlement).await.unwrap();
-    let got = store.get(&running).await.unwrap().expect("the settled record");
+    stores[1]
+        .settle(&running, running_token, settlement)
+        .await
+        .unwrap();
+    let got = store
+        .get(&running)
+        .await
+        .unwrap()
+        .expect("the settled record");
     assert_eq!(got.state, RecordState::Completed);
     assert_eq!(got.payload, Some(serde_json::json!({"charged": 100})));
 
@@ -343,7 +399,7 @@ async fn a_version_2_schema_is_upgraded_in_place() {
         .into_iter()
         .map(|r| r.key)
         .collect();
-    assert_eq!(listed, [unknown.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&unknown));
     let trace = store.releases(&released).await.unwrap();
     assert_eq!(trace, [release], "the release trace survives the upgrade");
 }
@@ -380,7 +436,13 @@ async fn an_upgrade_blocked_by_an_open_transaction_waits_for_a_later_start() {
         "SELECT max(version) FROM \"{}\".idem_schema_version",
         schema.name
     );
-    let version = || async { client.query_one(&version_sql, &[]).await.unwrap().get::<_, i32>(0) };
+    let version = || async {
+        client
+            .query_one(&version_sql, &[])
+            .await
+            .unwrap()
+            .get::<_, i32>(0)
+    };
     assert_eq!(version().await, 2, "the upgrade waited for a later start");
     let req = ClaimRequest {
         key: conformance::key("on-layout-2"),

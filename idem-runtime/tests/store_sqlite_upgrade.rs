@@ -81,6 +81,20 @@ impl StoreFactory for SqliteFromV1 {
 
 idem_runtime::store_conformance_tests!(SqliteFromV1);
 
+/// One record as an earlier version stored it: the columns the rows of the upgrade check
+/// differ in.
+struct OldRow<'a> {
+    key: &'a IdemKey,
+    state: &'a str,
+    token: ClaimToken,
+    lease_until: Option<i64>,
+    payload: Option<&'a str>,
+    message: Option<&'a str>,
+    downstream_ref: Option<&'a str>,
+    attempts: &'a str,
+    read_backs: &'a str,
+}
+
 fn ms(t: Timestamp) -> i64 {
     i64::try_from(t.as_millis()).expect("a time in range")
 }
@@ -122,8 +136,11 @@ async fn a_version_1_file_is_upgraded_in_place() {
         conformance::key("upgrade-running"),
         conformance::key("upgrade-unknown"),
     );
-    let (done_token, running_token, unknown_token) =
-        (ClaimToken::fresh(), ClaimToken::fresh(), ClaimToken::fresh());
+    let (done_token, running_token, unknown_token) = (
+        ClaimToken::fresh(),
+        ClaimToken::fresh(),
+        ClaimToken::fresh(),
+    );
     let lease = ms(now) + 60_000;
     {
         let conn = raw(&path);
@@ -135,47 +152,57 @@ async fn a_version_1_file_is_upgraded_in_place() {
                  VALUES (?1, ?2, ?3, 'charge', ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13)",
             )
             .unwrap();
-        let rows: [(&IdemKey, &str, ClaimToken, Option<i64>, Option<&str>, Option<&str>, Option<&str>, &str, &str); 3] = [
-            (
-                &done,
-                "completed",
-                done_token,
-                None,
-                Some(r#"{"charged":4900}"#),
-                None,
-                Some("ch_1"),
-                &attempts_json,
-                &read_backs_json,
-            ),
-            (&running, "running", running_token, Some(lease), None, None, None, "[]", "[]"),
-            (
-                &unknown,
-                "unknown",
-                unknown_token,
-                None,
-                None,
-                Some("timed out after 30s"),
-                None,
-                &attempts_json,
-                "[]",
-            ),
+        let rows = [
+            OldRow {
+                key: &done,
+                state: "completed",
+                token: done_token,
+                lease_until: None,
+                payload: Some(r#"{"charged":4900}"#),
+                message: None,
+                downstream_ref: Some("ch_1"),
+                attempts: &attempts_json,
+                read_backs: &read_backs_json,
+            },
+            OldRow {
+                key: &running,
+                state: "running",
+                token: running_token,
+                lease_until: Some(lease),
+                payload: None,
+                message: None,
+                downstream_ref: None,
+                attempts: "[]",
+                read_backs: "[]",
+            },
+            OldRow {
+                key: &unknown,
+                state: "unknown",
+                token: unknown_token,
+                lease_until: None,
+                payload: None,
+                message: Some("timed out after 30s"),
+                downstream_ref: None,
+                attempts: &attempts_json,
+                read_backs: "[]",
+            },
         ];
-        for (key, state, token, lease_until, payload, message, downstream_ref, att, rb) in rows {
+        for row in rows {
             insert
                 .execute(rusqlite::params![
-                    key.as_str(),
-                    state,
+                    row.key.as_str(),
+                    row.state,
                     fingerprint.to_hex(),
-                    token.to_hex(),
-                    lease_until,
+                    row.token.to_hex(),
+                    row.lease_until,
                     ms(t0),
                     ms(t0) + 100,
-                    payload,
-                    message,
-                    downstream_ref,
-                    att,
+                    row.payload,
+                    row.message,
+                    row.downstream_ref,
+                    row.attempts,
                     op_json,
-                    rb,
+                    row.read_backs,
                 ])
                 .expect("an old-format row");
         }
@@ -222,7 +249,11 @@ async fn a_version_1_file_is_upgraded_in_place() {
     assert_eq!(integrity, "ok");
 
     let store = &stores[0];
-    let got = store.get(&done).await.unwrap().expect("the completed record");
+    let got = store
+        .get(&done)
+        .await
+        .unwrap()
+        .expect("the completed record");
     assert_eq!(got.state, RecordState::Completed);
     assert_eq!(got.fingerprint, fingerprint);
     assert_eq!(&*got.tool, "charge");
@@ -239,12 +270,20 @@ async fn a_version_1_file_is_upgraded_in_place() {
     assert_eq!(got.operation.as_ref(), Some(&operation));
     assert!(!got.result_expired);
 
-    let got = store.get(&unknown).await.unwrap().expect("the unknown record");
+    let got = store
+        .get(&unknown)
+        .await
+        .unwrap()
+        .expect("the unknown record");
     assert_eq!(got.state, RecordState::Unknown);
     assert_eq!(got.token, unknown_token);
     assert_eq!(got.message.as_deref(), Some("timed out after 30s"));
 
-    let got = store.get(&running).await.unwrap().expect("the running record");
+    let got = store
+        .get(&running)
+        .await
+        .unwrap()
+        .expect("the running record");
     assert_eq!(
         (got.state, got.lease_until),
         (RecordState::Running, Some(Timestamp(lease as u64)))
@@ -255,7 +294,11 @@ async fn a_version_1_file_is_upgraded_in_place() {
         .settle(&running, running_token, settlement)
         .await
         .unwrap();
-    let got = store.get(&running).await.unwrap().expect("the settled record");
+    let got = store
+        .get(&running)
+        .await
+        .unwrap()
+        .expect("the settled record");
     assert_eq!(got.state, RecordState::Completed);
     assert_eq!(got.payload, Some(serde_json::json!({"charged": 100})));
 
@@ -279,7 +322,7 @@ async fn a_version_1_file_is_upgraded_in_place() {
         .into_iter()
         .map(|r| r.key)
         .collect();
-    assert_eq!(listed, [unknown.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&unknown));
 
     // Retention still finds the upgraded records through the new index: past the results
     // window both results become tombstones.
