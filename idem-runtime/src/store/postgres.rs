@@ -61,10 +61,13 @@ const EXPIRED_PAGE: usize = 1000;
 /// - The statements of the common paths (claim, the fast settle, renew and release, a read
 ///   by key) are prepared once per pooled connection and cached with it. Behind a pooler in
 ///   transaction mode that needs PgBouncer 1.21 or later with `max_prepared_statements` set.
-/// - `settle` and `renew` are one token-fenced `UPDATE` in the common case (a live claim
-///   settled by its holder); anything else (an expired lease, a late result, a repeated
-///   settle) reads the row `FOR UPDATE` in a transaction and applies [`super::rules`], the
-///   same functions every backend uses.
+/// - `settle` of a claim this handle inserted, its row untouched since, is one autocommit
+///   `UPDATE` fenced by the token and the row version the claim wrote (`xmin`): the row is
+///   then the claim's own insert, so nothing in it needs checking. Otherwise `settle` and
+///   `renew` are one token-fenced `UPDATE` in the common case (a live claim settled by its
+///   holder), kept only when the row it returns decodes; anything else (an expired lease, a
+///   late result, a repeated settle) reads the row `FOR UPDATE` in a transaction and
+///   applies [`super::rules`], the same functions every backend uses.
 /// - Time (leases, retention) comes from the store's [`Clock`], not the database's `now()`,
 ///   so all backends age records alike; keep worker clocks in sync.
 /// - Completed and failed records are aged when read. Call [`PostgresStore::purge_expired`]
@@ -102,6 +105,40 @@ struct Inner {
     clock: Arc<dyn Clock>,
     retention: Retention,
     lock_timeout: Duration,
+    fences: Fences,
+}
+
+/// The row version (`xmin`) each claim this handle inserted was written as, by claim token,
+/// until its settle. A settle whose row still has that version settles in one autocommit
+/// statement (`settle_fenced`): the row is then exactly the claim's insert, which decoded
+/// before it was written, so there is nothing to check it for. Anything that rewrote the
+/// row since (a renew, a transactional mark, a takeover, an edit by hand) gave it a new
+/// version, and the settle takes the checked path. Claims settled by another handle or
+/// process, or never settled, are dropped from here when it holds [`FENCES_KEPT`].
+#[derive(Default)]
+struct Fences(std::sync::Mutex<std::collections::HashMap<ClaimToken, String>>);
+
+/// At most this many fences are kept; past it they are all forgotten (a forgotten fence
+/// costs its settle the checked path, nothing else).
+const FENCES_KEPT: usize = 65_536;
+
+impl Fences {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<ClaimToken, String>> {
+        // Only inserts and removals happen under this lock: a panic cannot leave it torn.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn keep(&self, token: ClaimToken, version: String) {
+        let mut map = self.map();
+        if map.len() >= FENCES_KEPT {
+            map.clear();
+        }
+        map.insert(token, version);
+    }
+
+    fn take(&self, token: ClaimToken) -> Option<String> {
+        self.map().remove(&token)
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -255,6 +292,7 @@ impl PostgresStoreBuilder {
                 clock: self.clock,
                 retention: self.retention,
                 lock_timeout: self.lock_timeout,
+                fences: Fences::default(),
             }),
         };
         store.migrate().await?;
@@ -306,6 +344,7 @@ struct Sql {
     upsert: String,
     delete: String,
     settle_fast: String,
+    settle_fenced: String,
     renew_fast: String,
     release_fast: String,
     expired_leases: String,
@@ -346,8 +385,8 @@ impl Sql {
                    INSERT INTO {t} (key, fingerprint, tool, state, token, lease_until, \
                      created_at, updated_at, operation) \
                    VALUES ($1, $2, $3, 'running', $4, $5, $6, $6, $7) \
-                   ON CONFLICT (key) DO NOTHING RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM ins), r.key, r.fingerprint, r.tool, r.state, \
+                   ON CONFLICT (key) DO NOTHING RETURNING xmin::text AS version) \
+                 SELECT (SELECT version FROM ins), r.key, r.fingerprint, r.tool, r.state, \
                    r.token, r.lease_until, r.created_at, r.updated_at, r.payload, r.message, \
                    r.downstream_ref, r.result_expired, r.attempts, r.tx_effect, r.operation, \
                    r.read_backs \
@@ -392,6 +431,18 @@ impl Sql {
                 // past it, the locked path applies rules::cap_evidence. $10 and $11 count
                 // the new evidence; the stored evidence of a claim is still empty (`[]`)
                 // when its holder settles it, so its JSON is parsed only when it is not.
+                cap = 2 * rules::EVIDENCE_KEPT,
+            ),
+            // The claim's own insert, settled by its holder: `xmin` is the version the
+            // claim wrote (see `Fences`), so the evidence columns still hold `[]` and the
+            // row needs no decoding. Otherwise exactly `settle_fast`.
+            settle_fenced: format!(
+                "UPDATE {t} SET state = $3, lease_until = NULL, payload = $4, message = $5, \
+                   downstream_ref = COALESCE($6, downstream_ref), attempts = $7, \
+                   read_backs = $9, result_expired = false, updated_at = $8 \
+                 WHERE key = $1 AND token = $2 AND xmin::text = $10 AND state = 'running' \
+                   AND lease_until > $8 AND NOT tx_effect \
+                   AND $11::int4 <= {cap} AND $12::int4 <= {cap}",
                 cap = 2 * rules::EVIDENCE_KEPT,
             ),
             renew_fast: format!(
@@ -1066,6 +1117,8 @@ impl PostgresStore {
         let sql = &self.inner.sql;
         let key = ctx.key().as_str();
         let token = ctx.claim_token().to_hex();
+        // Marking the claim rewrites its row: the fence of its insert is spent.
+        self.inner.fences.take(ctx.claim_token());
         let not_run = |why: String| E::from(TxError::NotExecuted(why));
         let mut client = self
             .client()
@@ -1270,8 +1323,9 @@ impl IdemStore for PostgresStore {
                     .await
                     .map_err(pg_err)?
             };
-            let inserted: bool = row.try_get(0).map_err(pg_err)?;
-            if inserted {
+            let inserted: Option<String> = row.try_get(0).map_err(pg_err)?;
+            if let Some(version) = inserted {
+                self.inner.fences.keep(token, version);
                 return Ok(ClaimOutcome::Claimed(token));
             }
             let Some((record, tx_effect)) = decode(&row, 1)? else {
@@ -1386,6 +1440,38 @@ impl IdemStore for PostgresStore {
         };
         let attempts = to_json(&settlement.attempts, "attempts")?;
         let read_backs = to_json(&settlement.read_backs, "read-backs")?;
+        if let Some(version) = self.inner.fences.take(token) {
+            let settled = {
+                let client = self.client().await?;
+                let statement = client
+                    .prepare_cached(&self.inner.sql.settle_fenced)
+                    .await
+                    .map_err(pg_err)?;
+                client
+                    .execute(
+                        &statement,
+                        &[
+                            &k,
+                            &t,
+                            &settlement.state.as_str(),
+                            &payload,
+                            &settlement.message.as_deref().map(pg_text),
+                            &settlement.downstream_ref.as_deref().map(pg_text),
+                            &attempts,
+                            &ms(now),
+                            &read_backs,
+                            &version,
+                            &count(settlement.attempts.len()),
+                            &count(settlement.read_backs.len()),
+                        ],
+                    )
+                    .await
+                    .map_err(pg_err)?
+            };
+            if settled == 1 {
+                return Ok(());
+            }
+        }
         if self
             .fast(
                 &self.inner.sql.settle_fast,
@@ -1426,6 +1512,7 @@ impl IdemStore for PostgresStore {
     }
 
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        self.inner.fences.take(token);
         let now = self.inner.clock.now();
         let (k, t) = (key.as_str(), token.to_hex());
         if self
