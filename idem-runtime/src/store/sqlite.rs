@@ -1358,7 +1358,15 @@ impl IdemStore for SqliteStore {
             let Some(conn) = idle_writer else {
                 return ClaimPath::WriterBusy(req);
             };
-            let seen = seen_claim(&conn, &inner, &req);
+            // The connection must go back whatever happens: a panic here would otherwise
+            // leave the writer taken and every write queued behind it forever.
+            let seen =
+                std::panic::catch_unwind(AssertUnwindSafe(|| seen_claim(&conn, &inner, &req)))
+                    .unwrap_or_else(|_| {
+                        Err(StoreError::Backend(
+                            "a SQLite claim's read panicked".to_owned(),
+                        ))
+                    });
             let mut writer = inner.writer();
             writer.conn = Some(conn);
             let seen = match seen {
