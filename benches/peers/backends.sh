@@ -7,11 +7,14 @@
 # Cluster, its AOF turned off here for the same reason. Environment: BENCH_SECS (per cell,
 # default 3), BENCH_PAIRS, BENCH_PG_STATS=1 (preload pg_stat_statements on the PostgreSQL
 # cluster, restarting it, so the postgres section also prints the server's time and WAL per
-# statement).
+# statement), BENCH_BEFORE (the path of another build of the harness, e.g. one built at an
+# earlier commit and copied aside: it and this build then run alternately against the same
+# servers, BENCH_ROUNDS times, default 3, each run headed "[backends] round N: before|after").
 #
 #   benches/peers/backends.sh                 # every section
 #   BENCH_SECS=5 benches/peers/backends.sh redis
 #   BENCH_PG_STATS=1 benches/peers/backends.sh postgres
+#   BENCH_PG_STATS=1 BENCH_BEFORE=/tmp/backends-before benches/peers/backends.sh postgres sqlite
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -51,4 +54,13 @@ for url in ${IDEM_REDIS_CLUSTER_URLS//,/ }; do
     redis-cli -h "${node%:*}" -p "${node#*:}" config set appendonly no >/dev/null
 done
 echo "[backends] $(redis-server --version | cut -d' ' -f1-3), persistence off, on 127.0.0.1:$port" >&2
-"$CARGO_TARGET_DIR/release/backends" "$@"
+if [ -z "${BENCH_BEFORE:-}" ]; then
+    "$CARGO_TARGET_DIR/release/backends" "$@"
+    exit
+fi
+for round in $(seq 1 "${BENCH_ROUNDS:-3}"); do
+    echo "[backends] round $round: before ($BENCH_BEFORE)"
+    "$BENCH_BEFORE" "$@"
+    echo "[backends] round $round: after"
+    "$CARGO_TARGET_DIR/release/backends" "$@"
+done

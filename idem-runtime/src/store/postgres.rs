@@ -23,7 +23,14 @@ use crate::identity::{Fingerprint, IdemKey};
 pub const DEFAULT_SCHEMA: &str = "idem";
 
 /// The newest table layout this version writes.
-const SCHEMA_VERSION: i32 = 2;
+const SCHEMA_VERSION: i32 = 3;
+
+/// Migration steps from this version on only drop what the statements no longer use:
+/// the statements run on the layout before them as well. Such a step needs a brief
+/// exclusive lock on the records table, which a transactional handler's open transaction
+/// holds off; rather than stall every worker behind it, the step waits at most the
+/// builder's lock timeout, and if the lock is not free it is left for the next start.
+const DEFERRABLE_FROM: i32 = 3;
 
 /// How many expired leases a listing ages per query.
 const EXPIRED_PAGE: usize = 1000;
@@ -33,12 +40,19 @@ const EXPIRED_PAGE: usize = 1000;
 /// # Table
 ///
 /// One table, `<schema>.idem_records` (default schema `idem`), keyed by the idem key, with
-/// an index on `(state, created_at, key)` for listing. [`PostgresStoreBuilder::connect`]
-/// creates the schema and applies its migrations itself, under an advisory lock so that
-/// many workers starting at once do not race, and records the layout version in
-/// `<schema>.idem_schema_version`; a database migrated by a newer version of this library is
-/// refused rather than misread. Payloads and attempt evidence are stored as JSON text,
-/// byte for byte what was settled (`payload::jsonb` makes them queryable).
+/// one secondary index, on `(state, created_at, key)`: it serves the listings, the
+/// expired-lease scan (running rows are the calls in flight) and retention (a record's
+/// `created_at` is never after its `updated_at`), so a claim and a settle each write two
+/// index entries. Release traces are in `<schema>.idem_releases`.
+/// [`PostgresStoreBuilder::connect`] creates the schema and applies its migrations itself,
+/// under an advisory lock so that many workers starting at once do not race, and records
+/// the layout version in `<schema>.idem_schema_version` (3 now); a database migrated by a
+/// newer version of this library is refused rather than misread. Layout 3 dropped two
+/// indexes of layout 2 (`idem_records_leases`, `idem_records_retention`); that step needs a
+/// brief exclusive lock on the table, waits for it at most the builder's lock timeout, and
+/// is otherwise left for a later start (this version runs on layout 2 too). Payloads and
+/// attempt evidence are stored as JSON text, byte for byte what was settled
+/// (`payload::jsonb` makes them queryable).
 ///
 /// # Operations
 ///
@@ -47,10 +61,13 @@ const EXPIRED_PAGE: usize = 1000;
 /// - The statements of the common paths (claim, the fast settle, renew and release, a read
 ///   by key) are prepared once per pooled connection and cached with it. Behind a pooler in
 ///   transaction mode that needs PgBouncer 1.21 or later with `max_prepared_statements` set.
-/// - `settle` and `renew` are one token-fenced `UPDATE` in the common case (a live claim
-///   settled by its holder); anything else (an expired lease, a late result, a repeated
-///   settle) reads the row `FOR UPDATE` in a transaction and applies [`super::rules`], the
-///   same functions every backend uses.
+/// - `settle` of a claim this handle inserted, its row untouched since, is one autocommit
+///   `UPDATE` fenced by the token and the row version the claim wrote (`xmin`): the row is
+///   then the claim's own insert, so nothing in it needs checking. Otherwise `settle` and
+///   `renew` are one token-fenced `UPDATE` in the common case (a live claim settled by its
+///   holder), kept only when the row it returns decodes; anything else (an expired lease, a
+///   late result, a repeated settle) reads the row `FOR UPDATE` in a transaction and
+///   applies [`super::rules`], the same functions every backend uses.
 /// - Time (leases, retention) comes from the store's [`Clock`], not the database's `now()`,
 ///   so all backends age records alike; keep worker clocks in sync.
 /// - Completed and failed records are aged when read. Call [`PostgresStore::purge_expired`]
@@ -88,6 +105,40 @@ struct Inner {
     clock: Arc<dyn Clock>,
     retention: Retention,
     lock_timeout: Duration,
+    fences: Fences,
+}
+
+/// The row version (`xmin`) each claim this handle inserted was written as, by claim token,
+/// until its settle. A settle whose row still has that version settles in one autocommit
+/// statement (`settle_fenced`): the row is then exactly the claim's insert, which decoded
+/// before it was written, so there is nothing to check it for. Anything that rewrote the
+/// row since (a renew, a transactional mark, a takeover, an edit by hand) gave it a new
+/// version, and the settle takes the checked path. Claims settled by another handle or
+/// process, or never settled, are dropped from here when it holds [`FENCES_KEPT`].
+#[derive(Default)]
+struct Fences(std::sync::Mutex<std::collections::HashMap<ClaimToken, String>>);
+
+/// At most this many fences are kept; past it they are all forgotten (a forgotten fence
+/// costs its settle the checked path, nothing else).
+const FENCES_KEPT: usize = 65_536;
+
+impl Fences {
+    fn map(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<ClaimToken, String>> {
+        // Only inserts and removals happen under this lock: a panic cannot leave it torn.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn keep(&self, token: ClaimToken, version: String) {
+        let mut map = self.map();
+        if map.len() >= FENCES_KEPT {
+            map.clear();
+        }
+        map.insert(token, version);
+    }
+
+    fn take(&self, token: ClaimToken) -> Option<String> {
+        self.map().remove(&token)
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -299,6 +350,7 @@ impl PostgresStoreBuilder {
                 clock: self.clock,
                 retention: self.retention,
                 lock_timeout: self.lock_timeout,
+                fences: Fences::default(),
             }),
         };
         store.migrate().await?;
@@ -331,6 +383,7 @@ struct Sql {
     upsert: String,
     delete: String,
     settle_fast: String,
+    settle_fenced: String,
     renew_fast: String,
     release_fast: String,
     expired_leases: String,
@@ -371,8 +424,8 @@ impl Sql {
                    INSERT INTO {t} (key, fingerprint, tool, state, token, lease_until, \
                      created_at, updated_at, operation) \
                    VALUES ($1, $2, $3, 'running', $4, $5, $6, $6, $7) \
-                   ON CONFLICT (key) DO NOTHING RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM ins), r.key, r.fingerprint, r.tool, r.state, \
+                   ON CONFLICT (key) DO NOTHING RETURNING xmin::text AS version) \
+                 SELECT (SELECT version FROM ins), r.key, r.fingerprint, r.tool, r.state, \
                    r.token, r.lease_until, r.created_at, r.updated_at, r.payload, r.message, \
                    r.downstream_ref, r.result_expired, r.attempts, r.tx_effect, r.operation, \
                    r.read_backs \
@@ -406,15 +459,29 @@ impl Sql {
                    read_backs = {}, result_expired = false, updated_at = $8 \
                  WHERE key = $1 AND token = $2 AND state = 'running' AND lease_until > $8 \
                    AND NOT tx_effect \
-                   AND json_array_length(attempts::json) \
-                     + json_array_length(($7::text)::json) <= {cap} \
-                   AND json_array_length(read_backs::json) \
-                     + json_array_length(($9::text)::json) <= {cap} \
+                   AND $10::int4 <= {cap} AND $11::int4 <= {cap} \
+                   AND (attempts = '[]' OR json_array_length(attempts::json) + $10 <= {cap}) \
+                   AND (read_backs = '[]' \
+                     OR json_array_length(read_backs::json) + $11 <= {cap}) \
                  RETURNING {COLUMNS}",
                 append_json("attempts", 7),
                 append_json("read_backs", 9),
                 // Within the evidence cap the append is exactly what rules::settle does;
-                // past it, the locked path applies rules::cap_evidence.
+                // past it, the locked path applies rules::cap_evidence. $10 and $11 count
+                // the new evidence; the stored evidence of a claim is still empty (`[]`)
+                // when its holder settles it, so its JSON is parsed only when it is not.
+                cap = 2 * rules::EVIDENCE_KEPT,
+            ),
+            // The claim's own insert, settled by its holder: `xmin` is the version the
+            // claim wrote (see `Fences`), so the evidence columns still hold `[]` and the
+            // row needs no decoding. Otherwise exactly `settle_fast`.
+            settle_fenced: format!(
+                "UPDATE {t} SET state = $3, lease_until = NULL, payload = $4, message = $5, \
+                   downstream_ref = COALESCE($6, downstream_ref), attempts = $7, \
+                   read_backs = $9, result_expired = false, updated_at = $8 \
+                 WHERE key = $1 AND token = $2 AND xmin::text = $10 AND state = 'running' \
+                   AND lease_until > $8 AND NOT tx_effect \
+                   AND $11::int4 <= {cap} AND $12::int4 <= {cap}",
                 cap = 2 * rules::EVIDENCE_KEPT,
             ),
             renew_fast: format!(
@@ -431,6 +498,8 @@ impl Sql {
             ),
             // A keyset page: rows that stay running after ageing (a corrupt row, or a
             // transactional claim still being decided) are walked past, not met again.
+            // Served by the (state, created_at, key) index: the running rows are the calls
+            // in flight, few, and a lease index would cost every claim an index write.
             expired_leases: format!(
                 "SELECT key, lease_until FROM {t} \
                  WHERE state = 'running' AND lease_until <= $1 AND (lease_until, key) > ($2, $3) \
@@ -445,6 +514,11 @@ impl Sql {
                 "SELECT {COLUMNS} FROM {t} WHERE state = $1 AND (created_at, key) > ($2, $3) \
                  ORDER BY created_at, key LIMIT $4"
             ),
+            // Retention runs on the (state, created_at, key) index: a record is settled
+            // after it is claimed, so `created_at <= $1` holds for every record the rule
+            // picks and narrows the scan to the old end of each state. (A settle stamped by
+            // a clock behind the claimer's ages once both times pass the cut: late by the
+            // skew.) A separate index on `updated_at` would cost every settle a write.
             expire_results: format!(
                 // rules::expire_result, in SQL: the tombstone keeps no arguments, output,
                 // messages or read-backs.
@@ -454,10 +528,11 @@ impl Sql {
                      FROM jsonb_array_elements(attempts::jsonb) WITH ORDINALITY AS e(a, n)), \
                      '[]') \
                  WHERE state IN ('completed', 'failed') AND NOT result_expired \
-                   AND updated_at <= $1"
+                   AND created_at <= $1 AND updated_at <= $1"
             ),
             drop_tombstones: format!(
-                "DELETE FROM {t} WHERE state IN ('completed', 'failed') AND updated_at <= $1"
+                "DELETE FROM {t} WHERE state IN ('completed', 'failed') \
+                   AND created_at <= $1 AND updated_at <= $1"
             ),
             mark_tx: format!(
                 "UPDATE {t} SET tx_effect = true \
@@ -491,9 +566,12 @@ impl Sql {
         }
     }
 
-    fn migrations(schema: &str) -> [String; 2] {
-        let t = format!("\"{schema}\".idem_records");
-        let r = format!("\"{schema}\".idem_releases");
+    /// The layout, one step per version. Steps are never edited once released: a database
+    /// of any version reaches the newest by running the steps after its own.
+    fn migrations(schema: &str) -> [String; SCHEMA_VERSION as usize] {
+        let s = format!("\"{schema}\"");
+        let t = format!("{s}.idem_records");
+        let r = format!("{s}.idem_releases");
         [
             format!(
                 "CREATE TABLE {t} ( \
@@ -527,6 +605,16 @@ impl Sql {
                entry       text NOT NULL, \
                PRIMARY KEY (key, seq)); \
              CREATE INDEX idem_releases_by_time ON {r} (released_at, key, seq);"
+            ),
+            // 3: one secondary index on the records instead of three. The expiry scan and
+            // retention run on `idem_records_state` (see `expired_leases`,
+            // `expire_results`), so a claim writes two index entries instead of three and
+            // a settle two instead of three. Every statement of this version runs on
+            // layout 2 as well, so this step may wait for a later start (see
+            // `DEFERRABLE_FROM`).
+            format!(
+                "DROP INDEX IF EXISTS {s}.idem_records_leases; \
+                 DROP INDEX IF EXISTS {s}.idem_records_retention;"
             ),
         ]
     }
@@ -566,6 +654,11 @@ enum Busy {
     Wait,
     /// Report a row held by a running transactional handler instead of waiting for it.
     Skip,
+}
+
+/// A count for an `int4` parameter (past its range: its largest value, which no cap admits).
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 fn ms(t: Timestamp) -> i64 {
@@ -810,13 +903,38 @@ impl PostgresStore {
             if version <= current {
                 continue;
             }
-            tx.batch_execute(step).await.map_err(pg_err)?;
-            tx.execute(
-                &format!("INSERT INTO \"{schema}\".idem_schema_version (version) VALUES ($1)"),
-                &[&version],
-            )
-            .await
-            .map_err(pg_err)?;
+            let record = format!(
+                "INSERT INTO \"{schema}\".idem_schema_version (version) VALUES ({version})"
+            );
+            if version < DEFERRABLE_FROM {
+                tx.batch_execute(&format!("{step}; {record}"))
+                    .await
+                    .map_err(pg_err)?;
+                continue;
+            }
+            let lock_timeout = self.inner.lock_timeout.as_millis().max(1);
+            let tried = tx
+                .batch_execute(&format!(
+                    "SAVEPOINT idem_migrate; SET LOCAL lock_timeout = {lock_timeout}; \
+                     {step}; {record}; RELEASE idem_migrate"
+                ))
+                .await;
+            match tried {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                    tx.batch_execute("ROLLBACK TO idem_migrate")
+                        .await
+                        .map_err(pg_err)?;
+                    tracing::warn!(
+                        schema = %schema,
+                        version,
+                        "idem schema upgrade left for a later start: the records table is \
+                         locked by a transaction still in progress"
+                    );
+                    break;
+                }
+                Err(e) => return Err(pg_err(e)),
+            }
         }
         tx.commit().await.map_err(pg_err)
     }
@@ -1040,6 +1158,8 @@ impl PostgresStore {
         let sql = &self.inner.sql;
         let key = ctx.key().as_str();
         let token = ctx.claim_token().to_hex();
+        // Marking the claim rewrites its row: the fence of its insert is spent.
+        self.inner.fences.take(ctx.claim_token());
         let not_run = |why: String| E::from(TxError::NotExecuted(why));
         let mut client = self
             .client()
@@ -1244,8 +1364,9 @@ impl IdemStore for PostgresStore {
                     .await
                     .map_err(pg_err)?
             };
-            let inserted: bool = row.try_get(0).map_err(pg_err)?;
-            if inserted {
+            let inserted: Option<String> = row.try_get(0).map_err(pg_err)?;
+            if let Some(version) = inserted {
+                self.inner.fences.keep(token, version);
                 return Ok(ClaimOutcome::Claimed(token));
             }
             let Some((record, tx_effect)) = decode(&row, 1)? else {
@@ -1360,6 +1481,38 @@ impl IdemStore for PostgresStore {
         };
         let attempts = to_json(&settlement.attempts, "attempts")?;
         let read_backs = to_json(&settlement.read_backs, "read-backs")?;
+        if let Some(version) = self.inner.fences.take(token) {
+            let settled = {
+                let client = self.client().await?;
+                let statement = client
+                    .prepare_cached(&self.inner.sql.settle_fenced)
+                    .await
+                    .map_err(pg_err)?;
+                client
+                    .execute(
+                        &statement,
+                        &[
+                            &k,
+                            &t,
+                            &settlement.state.as_str(),
+                            &payload,
+                            &settlement.message.as_deref().map(pg_text),
+                            &settlement.downstream_ref.as_deref().map(pg_text),
+                            &attempts,
+                            &ms(now),
+                            &read_backs,
+                            &version,
+                            &count(settlement.attempts.len()),
+                            &count(settlement.read_backs.len()),
+                        ],
+                    )
+                    .await
+                    .map_err(pg_err)?
+            };
+            if settled == 1 {
+                return Ok(());
+            }
+        }
         if self
             .fast(
                 &self.inner.sql.settle_fast,
@@ -1373,6 +1526,8 @@ impl IdemStore for PostgresStore {
                     &attempts,
                     &ms(now),
                     &read_backs,
+                    &count(settlement.attempts.len()),
+                    &count(settlement.read_backs.len()),
                 ],
             )
             .await?
@@ -1398,6 +1553,7 @@ impl IdemStore for PostgresStore {
     }
 
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
+        self.inner.fences.take(token);
         let now = self.inner.clock.now();
         let (k, t) = (key.as_str(), token.to_hex());
         if self

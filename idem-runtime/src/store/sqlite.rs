@@ -30,7 +30,15 @@ use super::{
 use crate::identity::{Fingerprint, IdemKey};
 
 /// The schema version this build reads and writes.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
+
+/// Version 2: `idem_records_by_age` (the retention scans) holds settled records only, so a
+/// claim writes the table and one index instead of two. A version 1 file is upgraded in
+/// place when opened (the index is rebuilt: one pass over the table, under the write lock).
+const MIGRATE_TO_2: &str = "DROP INDEX IF EXISTS idem_records_by_age;
+     CREATE INDEX idem_records_by_age ON idem_records (state, result_expired, updated_at)
+         WHERE state IN ('completed', 'failed');
+     UPDATE idem_meta SET value = 2 WHERE name = 'schema_version';";
 
 /// The release traces ([`IdemStore::release_unsettled`]): one row per release, numbered per
 /// key. Added to version 1 without a new version: created when missing, and a build that
@@ -111,9 +119,14 @@ impl SqliteSync {
 ///   to the busy timeout, then get [`StoreError::Unavailable`].
 /// - **Not** for a network file system (NFS, SMB): SQLite's locking is unreliable there,
 ///   and two machines could both claim a key. Use Redis or Postgres across machines.
-/// - **Schema.** One table `idem_records` (and `idem_meta`, holding the schema version),
-///   created on first open. A file whose schema version this build does not know is refused,
-///   never rewritten. Rows that do not decode are [`StoreError::Corrupt`].
+/// - **Schema.** One table `idem_records` with two indexes (`idem_records_by_state` on
+///   `(state, created_at, key)` for listings and lease expiry; `idem_records_by_age` on
+///   `(state, result_expired, updated_at)` for retention, over settled records only), the
+///   release traces in `idem_releases`, and `idem_meta`, holding the schema version (2 now);
+///   created on first open. A version 1 file is upgraded in place when opened (its
+///   retention index is rebuilt, one pass over the table under the write lock); a file
+///   whose schema version this build does not know is refused, never rewritten. Rows that
+///   do not decode are [`StoreError::Corrupt`].
 /// - **Files.** A new database file is created owner-only (0600, whatever the umask), and
 ///   its `-wal` and `-shm` files inherit that; a path that is a symbolic link is refused.
 ///   The records hold the saved arguments and outputs: keep the directory private too.
@@ -360,11 +373,14 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
             .optional()
             .map_err(|e| foreign(path, &format!("unreadable schema version ({e})")))?;
         return match version {
-            Some(SCHEMA_VERSION) if had_records => {
+            Some(v @ 1..=SCHEMA_VERSION) if had_records => {
                 tx.execute_batch(RELEASES_DDL).map_err(db_err)?;
+                if v < 2 {
+                    tx.execute_batch(MIGRATE_TO_2).map_err(db_err)?;
+                }
                 tx.commit().map_err(db_err)
             }
-            Some(SCHEMA_VERSION) => {
+            Some(1..=SCHEMA_VERSION) => {
                 Err(foreign(path, "idem_meta exists but idem_records does not"))
             }
             Some(v) if v > SCHEMA_VERSION => Err(StoreError::Backend(format!(
@@ -405,7 +421,8 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
              read_backs     TEXT NOT NULL
          ) STRICT, WITHOUT ROWID;
          CREATE INDEX idem_records_by_state ON idem_records (state, created_at, key);
-         CREATE INDEX idem_records_by_age ON idem_records (state, result_expired, updated_at);",
+         CREATE INDEX idem_records_by_age ON idem_records (state, result_expired, updated_at)
+             WHERE state IN ('completed', 'failed');",
     )
     .map_err(db_err)?;
     tx.execute_batch(RELEASES_DDL).map_err(db_err)?;
@@ -609,16 +626,24 @@ impl Inner {
         T: Send + 'static,
         F: FnOnce(&Connection, &Inner, Timestamp) -> Result<T, StoreError> + Send + 'static,
     {
-        let (reply, answer) = oneshot::channel();
-        let mut writer = self.writer();
-        writer.queue.push_back(Box::new(Op {
-            f: Some(f),
-            out: None,
-            reply,
-        }));
-        let start = !std::mem::replace(&mut writer.draining, true);
-        (answer, start)
+        enqueue_on(&mut self.writer(), f)
     }
+}
+
+/// [`Inner::enqueue`] with the writer's lock already held.
+fn enqueue_on<T, F>(writer: &mut Writer, f: F) -> (oneshot::Receiver<Result<T, StoreError>>, bool)
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, &Inner, Timestamp) -> Result<T, StoreError> + Send + 'static,
+{
+    let (reply, answer) = oneshot::channel();
+    writer.queue.push_back(Box::new(Op {
+        f: Some(f),
+        out: None,
+        reply,
+    }));
+    let start = !std::mem::replace(&mut writer.draining, true);
+    (answer, start)
 }
 
 async fn answered<T>(answer: oneshot::Receiver<Result<T, StoreError>>) -> Result<T, StoreError> {
@@ -1142,13 +1167,17 @@ fn sweep(tx: &Connection, inner: &Inner, now: Timestamp) -> Result<usize, StoreE
     let results_cut = now_sql.saturating_sub(millis(inner.retention.results));
     let tombstones_cut = now_sql.saturating_sub(millis(inner.retention.tombstones));
     let candidates = {
+        // One arm per rule, so each is a range on an index (an `OR` of the three would
+        // scan the table).
         let mut stmt = tx
             .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM idem_records
-                 WHERE (state = 'running' AND lease_until <= ?1)
-                    OR (state IN ('completed', 'failed') AND result_expired = 0
-                        AND updated_at <= ?2)
-                    OR (state IN ('completed', 'failed') AND updated_at <= ?3)"
+                     WHERE state = 'running' AND lease_until <= ?1
+                 UNION SELECT {COLUMNS} FROM idem_records
+                     WHERE state IN ('completed', 'failed') AND result_expired = 0
+                         AND updated_at <= ?2
+                 UNION SELECT {COLUMNS} FROM idem_records
+                     WHERE state IN ('completed', 'failed') AND updated_at <= ?3"
             ))
             .map_err(db_err)?;
         let mut rows = stmt
@@ -1188,18 +1217,21 @@ fn needs_sweep(conn: &Connection, inner: &Inner, now: Timestamp) -> Result<bool,
     let now_sql = sql_time(now);
     let results_cut = now_sql.saturating_sub(millis(inner.retention.results));
     let tombstones_cut = now_sql.saturating_sub(millis(inner.retention.tombstones));
+    // One probe per rule, each a range on an index (see `sweep`).
     conn.prepare_cached(
-        "SELECT 1 FROM idem_records
-         WHERE (state = 'running' AND lease_until <= ?1)
-            OR (state IN ('completed', 'failed') AND result_expired = 0 AND updated_at <= ?2)
-            OR (state IN ('completed', 'failed') AND updated_at <= ?3)
-         LIMIT 1",
+        "SELECT EXISTS (SELECT 1 FROM idem_records
+                 WHERE state = 'running' AND lease_until <= ?1)
+             OR EXISTS (SELECT 1 FROM idem_records
+                 WHERE state IN ('completed', 'failed') AND result_expired = 0
+                     AND updated_at <= ?2)
+             OR EXISTS (SELECT 1 FROM idem_records
+                 WHERE state IN ('completed', 'failed') AND updated_at <= ?3)",
     )
     .and_then(|mut s| {
-        s.query_row(params![now_sql, results_cut, tombstones_cut], |_| Ok(()))
-            .optional()
+        s.query_row(params![now_sql, results_cut, tombstones_cut], |r| {
+            r.get::<_, bool>(0)
+        })
     })
-    .map(|found| found.is_some())
     .map_err(db_err)
 }
 
@@ -1248,6 +1280,47 @@ fn list_rows(
     Ok(out)
 }
 
+/// What a read says of a claim on `req`'s key: `Some` when the key is taken (a repeat, a
+/// conflict, a claim in flight) and no time rule would change its record; `None` when the
+/// claim needs the write lock (a free key, or a record due to age).
+fn seen_claim(
+    conn: &Connection,
+    inner: &Inner,
+    req: &ClaimRequest,
+) -> Result<Option<ClaimOutcome>, StoreError> {
+    let now = inner.clock.now();
+    let seen = load(conn, &req.key)?.and_then(|mut r| {
+        (rules::age(&mut r, now, &inner.retention) == Aged::Unchanged).then_some(r)
+    });
+    Ok(rules::claim_against(seen.as_ref(), req))
+}
+
+type Answer<T> = oneshot::Receiver<Result<T, StoreError>>;
+
+/// Where a claim's first look at its key led.
+enum ClaimPath {
+    /// Read on the idle writer connection: the key is taken (or the read failed).
+    Seen(Result<ClaimOutcome, StoreError>),
+    /// Read on the idle writer connection: the key is free, its write queued and drained.
+    Queued(Answer<ClaimOutcome>),
+    /// The writer was busy: look from a reader instead.
+    WriterBusy(ClaimRequest),
+}
+
+/// Queues the write of a claim on `req`'s key (decided again under the write lock); true
+/// if the caller must start a drain.
+fn queue_claim(writer: &mut Writer, req: ClaimRequest) -> (Answer<ClaimOutcome>, bool) {
+    enqueue_on(writer, move |tx, inner, now| {
+        let existing = load_aged(tx, inner, &req.key, now)?;
+        if let Some(outcome) = rules::claim_against(existing.as_ref(), &req) {
+            return Ok(outcome);
+        }
+        let token = ClaimToken::fresh();
+        put(tx, &rules::new_claim(&req, token, now))?;
+        Ok(ClaimOutcome::Claimed(token))
+    })
+}
+
 // ---------------------------------------------------------------------------------------
 // The contract
 // ---------------------------------------------------------------------------------------
@@ -1262,39 +1335,87 @@ impl IdemStore for SqliteStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        // A repeat of a settled or running key is answered from a read connection, without
-        // queueing for the write lock; only a free (or time-changed) key needs it. Its
-        // write is queued from the same blocking task (which drains the queue itself if
-        // nobody is), saving a second trip through the blocking pool.
+        // A repeat of a settled or running key is answered from a read, without queueing
+        // for the write lock; only a free (or time-changed) key needs it. Its write is
+        // queued from the same blocking task (which drains the queue itself if nobody is),
+        // saving a second trip through the blocking pool. The read runs on the writer
+        // connection when no write is under way (its pages are the ones just written;
+        // a reader's cache is dropped whenever the file changed since its last read, so
+        // each lone claim would read its pages again), else on a reader, so repeats never
+        // wait for queued writes.
         let req = req.clone();
-        let queued = self
-            .read(move |conn, inner| {
-                let now = inner.clock.now();
-                let seen = load(conn, &req.key)?.and_then(|mut r| {
-                    (rules::age(&mut r, now, &inner.retention) == Aged::Unchanged).then_some(r)
-                });
-                if let Some(outcome) = rules::claim_against(seen.as_ref(), &req) {
-                    return Ok(Err(outcome));
+        let inner = self.inner.clone();
+        let first = tokio::task::spawn_blocking(move || {
+            let idle_writer = {
+                let mut writer = inner.writer();
+                if writer.draining || writer.conn.is_none() {
+                    None
+                } else {
+                    writer.draining = true;
+                    writer.conn.take()
                 }
-                let (answer, start) = inner.enqueue(move |tx, inner, now| {
-                    let existing = load_aged(tx, inner, &req.key, now)?;
-                    if let Some(outcome) = rules::claim_against(existing.as_ref(), &req) {
-                        return Ok(outcome);
-                    }
-                    let token = ClaimToken::fresh();
-                    put(tx, &rules::new_claim(&req, token, now))?;
-                    Ok(ClaimOutcome::Claimed(token))
-                });
-                if start {
-                    drain(inner, true);
+            };
+            let Some(conn) = idle_writer else {
+                return ClaimPath::WriterBusy(req);
+            };
+            // The connection must go back whatever happens: a panic here would otherwise
+            // leave the writer taken and every write queued behind it forever.
+            let seen =
+                std::panic::catch_unwind(AssertUnwindSafe(|| seen_claim(&conn, &inner, &req)))
+                    .unwrap_or_else(|_| {
+                        Err(StoreError::Backend(
+                            "a SQLite claim's read panicked".to_owned(),
+                        ))
+                    });
+            let mut writer = inner.writer();
+            writer.conn = Some(conn);
+            let seen = match seen {
+                Ok(None) => {
+                    let (answer, _) = queue_claim(&mut writer, req);
+                    drop(writer);
+                    // `draining` is ours: this task drains, as a claim that found no drain
+                    // does.
+                    drain(&inner, true);
+                    return ClaimPath::Queued(answer);
                 }
-                Ok(Ok(answer))
-            })
-            .await?;
-        match queued {
-            Err(outcome) => Ok(outcome),
-            Ok(answer) => answered(answer).await,
-        }
+                Ok(Some(outcome)) => Ok(outcome),
+                Err(e) => Err(e),
+            };
+            // Hand the writer back; writes that queued meanwhile get a drain.
+            if writer.queue.is_empty() {
+                writer.draining = false;
+            } else {
+                drop(writer);
+                let inner = inner.clone();
+                drop(tokio::task::spawn_blocking(move || drain(&inner, false)));
+            }
+            ClaimPath::Seen(seen)
+        })
+        .await
+        .map_err(|e| StoreError::Backend(format!("SQLite store task failed: {e}")))?;
+        let answer = match first {
+            ClaimPath::Seen(outcome) => return outcome,
+            ClaimPath::Queued(answer) => answer,
+            ClaimPath::WriterBusy(req) => {
+                let queued = self
+                    .read(move |conn, inner| match seen_claim(conn, inner, &req)? {
+                        Some(outcome) => Ok(Err(outcome)),
+                        None => {
+                            let (answer, start) = queue_claim(&mut inner.writer(), req);
+                            if start {
+                                drain(inner, true);
+                            }
+                            Ok(Ok(answer))
+                        }
+                    })
+                    .await?;
+                match queued {
+                    Err(outcome) => return Ok(outcome),
+                    Ok(answer) => answer,
+                }
+            }
+        };
+        answered(answer).await
     }
 
     async fn renew(
