@@ -33,6 +33,9 @@ pub(crate) struct ClaimedRun<'a> {
     /// An earlier attempt of this operation ended *unknown* (a reconciler's retry): a
     /// "rejected" now cannot prove that nothing happened.
     pub(crate) prior_unknown: bool,
+    /// A clock reading taken just before, for the first attempt's start (one reading less
+    /// per call); `None` reads the clock.
+    pub(crate) now: Option<Timestamp>,
 }
 
 impl Executor {
@@ -95,14 +98,17 @@ impl Executor {
             Ok(token) => token,
             Err(done) => return done,
         };
+        // One clock reading: the claim's time, and the first attempt's start.
+        let now = self.clock.now();
         let run = ClaimedRun {
             scope: &call.scope,
             call_id: call.call_id.as_deref(),
             args,
             key,
             token,
-            first_claimed_at: self.clock.now(),
+            first_claimed_at: now,
             prior_unknown: false,
+            now: Some(now),
         };
         // Boxed: the running path's state (attempt, timers, lease renewal) is large, and
         // keeping it out of the call future keeps replays, the common repeat, from moving it.
@@ -286,7 +292,9 @@ impl Executor {
             token,
             first_claimed_at: claimed_at,
             prior_unknown,
+            now,
         } = run;
+        let mut now = now;
         let spec = tool.spec();
         let keyed = spec.downstream_kind() == Downstream::Keyed;
         let max_attempts = if keyed {
@@ -305,8 +313,14 @@ impl Executor {
                 // The earlier attempt stays unknown: that must not become "rejected".
                 Err(e) => return self.settle(key, token, Err(e), evidence, attempt - 1).await,
             };
-            let started_at = self.clock.now();
-            let deadline = attempt::deadline_after(spec.timeout_duration());
+            let started_at = now.take().unwrap_or_else(|| self.clock.now());
+            // The first attempt starts when the call's budget does: one monotonic reading.
+            let attempt_began = if attempt == 1 {
+                began
+            } else {
+                tokio::time::Instant::now()
+            };
+            let deadline = crate::store::instant_after(attempt_began, spec.timeout_duration());
             let ctx = WriteCtx::new(
                 ReadCtx::new(
                     scope.clone(),
@@ -326,7 +340,7 @@ impl Executor {
                 lease: spec.lease_duration(),
             };
             let span = tracing::info_span!("idem.attempt", attempt, class = tracing::field::Empty);
-            let attempt_run = attempt::run(fut, spec.timeout_duration(), Some(lease));
+            let attempt_run = attempt::run(fut, deadline, spec.timeout_duration(), Some(lease));
             // Unobserved (no subscriber wants the span): no span wrapper to poll through.
             let end = if span.is_disabled() {
                 attempt_run.await
