@@ -12,11 +12,11 @@ use super::late::LateAttempt;
 use super::{evidence, Executed, Executor};
 use crate::call::{CallError, ToolCall};
 use crate::escalation::Escalation;
-use crate::identity::{CanonicalJson, IdemKey, KeyFormat, Scope};
+use crate::identity::{IdemKey, KeyFormat, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
 use crate::store::{
-    rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Operation, Record,
-    RecordState, ReleaseNote, Settlement, StoreError, Timestamp,
+    rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, OperationDraft,
+    Record, RecordState, ReleaseNote, Settlement, StoreError, Timestamp,
 };
 use crate::tool::erased::{Ctx, Decoded, RawArgs};
 use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
@@ -80,12 +80,13 @@ impl Executor {
             fingerprint,
             tool: tool.shared_name().clone(),
             lease: spec.lease_duration(),
-            operation: Some(Operation {
-                scope: call.scope.clone(),
-                intent: call.intent.clone(),
-                // The bytes the fingerprint was taken of, moved: no second serialization.
-                args: CanonicalJson::from_canonical_bytes(identity.canonical),
-            }),
+            // The bytes the fingerprint was taken of, moved (no second serialization); the
+            // store turns them into the saved operation only if the claim is won.
+            operation: Some(OperationDraft::from_canonical_bytes(
+                call.scope.clone(),
+                call.intent.clone(),
+                identity.canonical,
+            )),
         };
         let honoured = honoured.map(|(key, fingerprint)| ClaimRequest {
             key,
@@ -251,7 +252,7 @@ impl Executor {
         tool: &str,
         key: &IdemKey,
         record: &Record,
-        refused: Option<&Operation>,
+        refused: Option<&OperationDraft>,
     ) {
         tracing::warn!(key = %key, tool, state = %record.state,
             "same key, changed parameters: refused");
@@ -270,7 +271,7 @@ impl Executor {
             ));
         }
         let mut notice = Escalation::from_record(record, reason, now);
-        notice.refused_args = refused.map(|op| op.args.value().clone());
+        notice.refused_args = refused.map(|op| op.to_operation().args.value().clone());
         if let Err(e) = self.sink.deliver(&notice).await {
             tracing::error!(key = %key, error = %e, "escalation sink failed");
         }

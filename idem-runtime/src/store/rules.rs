@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    ClaimOutcome, ClaimRequest, ClaimToken, ReadBackRecord, Record, RecordState, ReleaseNote,
-    ReleaseRecord, Retention, Settlement, StoreError, Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimToken, OperationDraft, ReadBackRecord, Record, RecordState,
+    ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, Timestamp,
 };
 use crate::identity::IdemKey;
 use crate::outcome::OutcomeClass;
@@ -179,7 +179,7 @@ pub fn new_claim(req: &ClaimRequest, token: ClaimToken, now: Timestamp) -> Recor
         downstream_ref: None,
         result_expired: false,
         attempts: Vec::new(),
-        operation: req.operation.clone(),
+        operation: req.operation.as_ref().map(OperationDraft::to_operation),
         read_backs: Vec::new(),
     }
 }
