@@ -144,8 +144,7 @@ impl Executor {
             let (outcome, under) = match found {
                 Some(outcome) => outcome,
                 None => match self
-                    .store()
-                    .claim(req)
+                    .claim_key(req)
                     .await
                     .map_err(|e| refused(&req.key, e))?
                 {
@@ -583,8 +582,7 @@ impl Executor {
             return done(outcome_of(result));
         };
         match self
-            .store()
-            .settle(&key, token, settlement.attempts(evidence.clone()))
+            .settle_key(&key, token, settlement.attempts(evidence.clone()))
             .await
         {
             Ok(()) => done(outcome_of(result)),

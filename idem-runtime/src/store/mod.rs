@@ -51,6 +51,7 @@ pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
 pub(crate) use clock::{deadline_after, instant_after};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use instrumented::Instrumented;
+pub(crate) use instrumented::{claim_span, settle_span, unobserved};
 pub use memory::{MemoryStore, DEFAULT_CAPACITY};
 pub use record::{
     AttemptKind, AttemptRecord, ClaimToken, Operation, OperationDraft, ReadBackRecord, Record,
