@@ -279,12 +279,22 @@ pub fn settle(
     if s.downstream_ref.is_some() {
         record.downstream_ref = s.downstream_ref;
     }
-    record.attempts.extend(s.attempts);
-    record.read_backs.extend(s.read_backs);
+    append(&mut record.attempts, s.attempts);
+    append(&mut record.read_backs, s.read_backs);
     cap_evidence(record, now);
     record.result_expired = false;
     record.updated_at = now;
     Ok(())
+}
+
+/// Appends `more` to `evidence`; into an empty list (a first settle's attempts) it moves
+/// the vector instead of copying it into a new one.
+fn append<T>(evidence: &mut Vec<T>, mut more: Vec<T>) {
+    if evidence.is_empty() {
+        std::mem::swap(evidence, &mut more);
+    } else {
+        evidence.append(&mut more);
+    }
 }
 
 /// Checks that `token` may release `record` (only a running claim, only its holder).
