@@ -752,11 +752,14 @@ async fn a_reconciler_never_resends_an_operation_claimed_under_both_formats() {
             fingerprint: Fingerprint::of_canonical(&canonical),
             tool: "charge".into(),
             lease: Duration::from_secs(5),
-            operation: Some(Operation {
-                scope: Scope::run("run-1"),
-                intent: None,
-                args: CanonicalJson::from_value(&args),
-            }),
+            operation: Some(
+                Operation {
+                    scope: Scope::run("run-1"),
+                    intent: None,
+                    args: CanonicalJson::from_value(&args),
+                }
+                .into(),
+            ),
         })
         .await
         .unwrap();

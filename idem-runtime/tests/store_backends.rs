@@ -404,7 +404,7 @@ async fn write_every_state<S: IdemStore>(s: &S, clock: &ManualClock, nul: bool) 
         .into(),
     };
     let with_op = |name: &str, lease: Duration| ClaimRequest {
-        operation: Some(op(Some(&format!("intent-{name}-\u{2603}")))),
+        operation: Some(op(Some(&format!("intent-{name}-\u{2603}"))).into()),
         tool: format!("tool-{name}").into(),
         ..request(name, lease)
     };
@@ -486,7 +486,7 @@ async fn write_every_state<S: IdemStore>(s: &S, clock: &ManualClock, nul: bool) 
     keys.push(req.key.clone());
 
     let req = ClaimRequest {
-        operation: Some(op(None)),
+        operation: Some(op(None).into()),
         ..with_op("unknown", long)
     };
     let t = claim(s, &req).await;

@@ -42,11 +42,14 @@ fn request() -> ClaimRequest {
         fingerprint: Fingerprint::of_canonical(b"args"),
         tool: "t".into(),
         lease: Duration::from_secs(30),
-        operation: Some(idem_runtime::store::Operation {
-            scope: Scope::run("decode-fuzz"),
-            intent: None,
-            args: json!({"a": 1}).into(),
-        }),
+        operation: Some(
+            idem_runtime::store::Operation {
+                scope: Scope::run("decode-fuzz"),
+                intent: None,
+                args: json!({"a": 1}).into(),
+            }
+            .into(),
+        ),
     }
 }
 

@@ -796,7 +796,7 @@ fn claim_request(k: usize, fp: usize, lease_ms: u64, with_operation: bool) -> Cl
         fingerprint: fingerprint(fp),
         tool: TOOL.into(),
         lease: Duration::from_millis(lease_ms),
-        operation: with_operation.then(operation),
+        operation: with_operation.then(|| operation().into()),
     }
 }
 

@@ -150,8 +150,8 @@ impl IdemStore for SimStore {
         if let Some(order) = req
             .operation
             .as_ref()
-            .and_then(|op| op.args.get("order"))
-            .and_then(|o| o.as_u64())
+            .map(|draft| draft.to_operation())
+            .and_then(|op| op.args.get("order").and_then(|o| o.as_u64()))
         {
             self.world.own(&req.key, order as usize);
         }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::store::{
-    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, Operation, ReadBackRecord, Settlement,
+    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, OperationDraft, ReadBackRecord,
+    Settlement,
 };
 use idem_runtime::{
     Clock, Fingerprint, IdemKey, IdemStore, OutcomeClass, RecordState, Scope, SqliteStore,
@@ -146,11 +147,7 @@ pub async fn unknown_record(store: &dyn IdemStore, text: &RecordText) -> IdemKey
         fingerprint: Fingerprint::of_canonical(args.as_str().as_bytes()),
         tool: text.tool.as_str().into(),
         lease: Duration::from_secs(60),
-        operation: Some(Operation {
-            scope,
-            intent: text.intent.clone(),
-            args,
-        }),
+        operation: Some(OperationDraft::new(scope, text.intent.clone(), args)),
     };
     let ClaimOutcome::Claimed(token) = store.claim(&req).await.unwrap() else {
         panic!("{key} was already claimed");

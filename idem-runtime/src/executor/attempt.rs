@@ -67,14 +67,27 @@ pub(crate) fn renewal_interval(lease: Duration) -> Duration {
     (lease / 3).max(Duration::from_millis(1))
 }
 
-/// Runs `fut` until it ends or `timeout` passes, renewing `lease` (if any) at a third of its
-/// length so only a dead or stuck worker's claim ever expires.
+/// Runs `fut` until it ends or `deadline` (`timeout` after the attempt began) passes,
+/// renewing `lease` (if any) at a third of its length so only a dead or stuck worker's
+/// claim ever expires.
 pub(crate) async fn run(
     mut fut: CaughtFuture,
+    deadline: tokio::time::Instant,
     timeout: Duration,
     lease: Option<Lease<'_>>,
 ) -> AttemptEnd {
-    let deadline = deadline_after(timeout);
+    // The first step comes before any timer is armed, as tokio's own `timeout` does it: the
+    // deadline was set just now, so it cannot have passed (unless the timeout is zero), and
+    // a handler that finishes in its first step never registers a timer or renews a lease.
+    if !timeout.is_zero() {
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(fut.poll_unpin(cx))).await;
+        if let std::task::Poll::Ready(out) = first {
+            return match out {
+                Ok(r) => AttemptEnd::Returned(r),
+                Err(msg) => AttemptEnd::Panicked(msg),
+            };
+        }
+    }
     // A lease that outlasts the deadline needs no renewal during this attempt.
     let renew_every = lease
         .as_ref()

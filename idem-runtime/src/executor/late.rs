@@ -12,8 +12,8 @@ use crate::escalation::Escalation;
 use crate::identity::IdemKey;
 use crate::outcome::OutcomeClass;
 use crate::store::{
-    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, Record,
-    RecordState, Settlement, StoreError, Timestamp,
+    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, OperationDraft,
+    Record, RecordState, Settlement, StoreError, Timestamp,
 };
 
 /// A timed-out attempt whose handler keeps running in the background.
@@ -208,7 +208,7 @@ pub(crate) async fn restore(
         fingerprint: claimed.fingerprint,
         tool: claimed.tool.clone(),
         lease,
-        operation: claimed.operation.clone(),
+        operation: claimed.operation.as_ref().map(OperationDraft::from),
     };
     match store.claim(&req).await? {
         ClaimOutcome::Claimed(token) => {

@@ -27,7 +27,10 @@ use crate::call::CallError;
 use crate::escalation::{EscalationSink, NoticeGate};
 use crate::identity::{IdemKey, KeyMigration};
 use crate::outcome::Outcome;
-use crate::store::{Clock, IdemStore};
+use crate::store::{
+    claim_span, settle_span, unobserved, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
+    MemoryStore, Settlement, StoreError,
+};
 
 /// What the executor needs besides the tool: the store, the clock, and its policies.
 #[derive(Clone, Debug)]
@@ -44,6 +47,10 @@ pub(crate) struct Executor {
     pub(crate) notices: Arc<NoticeGate>,
     /// Which key format claims go under, and which other format's claims count too.
     pub(crate) key_migration: KeyMigration,
+    /// The registry's store, when it is a [`MemoryStore`] (`store` wraps the same one):
+    /// its claim and settle never wait, so while nobody observes store operations the
+    /// executor calls them directly instead of through a boxed `dyn IdemStore` future.
+    pub(crate) memory: Option<MemoryStore>,
 }
 
 /// The executor's account of a call, before it becomes a `ToolResult`.
@@ -70,5 +77,30 @@ impl Executor {
     /// `impl IdemStore for Arc<S>` and box every store future twice.
     fn store(&self) -> &dyn IdemStore {
         &*self.store
+    }
+
+    /// [`IdemStore::claim`] on the registry's store.
+    async fn claim_key(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        if let Some(memory) = &self.memory {
+            if unobserved(&claim_span(memory.backend_name(), req)) {
+                return memory.claim_now(req);
+            }
+        }
+        self.store().claim(req).await
+    }
+
+    /// [`IdemStore::settle`] on the registry's store.
+    async fn settle_key(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        if let Some(memory) = &self.memory {
+            if unobserved(&settle_span(memory.backend_name(), key, &settlement)) {
+                return memory.settle_now(key, token, settlement);
+            }
+        }
+        self.store().settle(key, token, settlement).await
     }
 }

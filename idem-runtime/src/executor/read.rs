@@ -44,7 +44,7 @@ impl Executor {
             );
             let fut = attempt::catch(tool.invoke(Ctx::Read(ctx), args_for_attempt));
             let span = tracing::info_span!("idem.attempt", attempt, class = tracing::field::Empty);
-            let end = attempt::run(fut, spec.timeout_duration(), None)
+            let end = attempt::run(fut, deadline, spec.timeout_duration(), None)
                 .instrument(span.clone())
                 .await;
             let (result, retryable) = match end {

@@ -12,11 +12,11 @@ use super::late::LateAttempt;
 use super::{evidence, Executed, Executor};
 use crate::call::{CallError, ToolCall};
 use crate::escalation::Escalation;
-use crate::identity::{CanonicalJson, IdemKey, KeyFormat, Scope};
+use crate::identity::{IdemKey, KeyFormat, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
 use crate::store::{
-    rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Operation, Record,
-    RecordState, ReleaseNote, Settlement, StoreError, Timestamp,
+    rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, OperationDraft,
+    Record, RecordState, ReleaseNote, Settlement, StoreError, Timestamp,
 };
 use crate::tool::erased::{Ctx, Decoded, RawArgs};
 use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
@@ -33,6 +33,9 @@ pub(crate) struct ClaimedRun<'a> {
     /// An earlier attempt of this operation ended *unknown* (a reconciler's retry): a
     /// "rejected" now cannot prove that nothing happened.
     pub(crate) prior_unknown: bool,
+    /// A clock reading taken just before, for the first attempt's start (one reading less
+    /// per call); `None` reads the clock.
+    pub(crate) now: Option<Timestamp>,
 }
 
 impl Executor {
@@ -77,12 +80,13 @@ impl Executor {
             fingerprint,
             tool: tool.shared_name().clone(),
             lease: spec.lease_duration(),
-            operation: Some(Operation {
-                scope: call.scope.clone(),
-                intent: call.intent.clone(),
-                // The bytes the fingerprint was taken of, moved: no second serialization.
-                args: CanonicalJson::from_canonical_bytes(identity.canonical),
-            }),
+            // The bytes the fingerprint was taken of, moved (no second serialization); the
+            // store turns them into the saved operation only if the claim is won.
+            operation: Some(OperationDraft::from_canonical_bytes(
+                call.scope.clone(),
+                call.intent.clone(),
+                identity.canonical,
+            )),
         };
         let honoured = honoured.map(|(key, fingerprint)| ClaimRequest {
             key,
@@ -95,14 +99,17 @@ impl Executor {
             Ok(token) => token,
             Err(done) => return done,
         };
+        // One clock reading: the claim's time, and the first attempt's start.
+        let now = self.clock.now();
         let run = ClaimedRun {
             scope: &call.scope,
             call_id: call.call_id.as_deref(),
             args,
             key,
             token,
-            first_claimed_at: self.clock.now(),
+            first_claimed_at: now,
             prior_unknown: false,
+            now: Some(now),
         };
         // Boxed: the running path's state (attempt, timers, lease renewal) is large, and
         // keeping it out of the call future keeps replays, the common repeat, from moving it.
@@ -137,8 +144,7 @@ impl Executor {
             let (outcome, under) = match found {
                 Some(outcome) => outcome,
                 None => match self
-                    .store()
-                    .claim(req)
+                    .claim_key(req)
                     .await
                     .map_err(|e| refused(&req.key, e))?
                 {
@@ -245,7 +251,7 @@ impl Executor {
         tool: &str,
         key: &IdemKey,
         record: &Record,
-        refused: Option<&Operation>,
+        refused: Option<&OperationDraft>,
     ) {
         tracing::warn!(key = %key, tool, state = %record.state,
             "same key, changed parameters: refused");
@@ -264,7 +270,7 @@ impl Executor {
             ));
         }
         let mut notice = Escalation::from_record(record, reason, now);
-        notice.refused_args = refused.map(|op| op.args.value().clone());
+        notice.refused_args = refused.map(|op| op.to_operation().args.value().clone());
         if let Err(e) = self.sink.deliver(&notice).await {
             tracing::error!(key = %key, error = %e, "escalation sink failed");
         }
@@ -286,7 +292,9 @@ impl Executor {
             token,
             first_claimed_at: claimed_at,
             prior_unknown,
+            now,
         } = run;
+        let mut now = now;
         let spec = tool.spec();
         let keyed = spec.downstream_kind() == Downstream::Keyed;
         let max_attempts = if keyed {
@@ -305,8 +313,14 @@ impl Executor {
                 // The earlier attempt stays unknown: that must not become "rejected".
                 Err(e) => return self.settle(key, token, Err(e), evidence, attempt - 1).await,
             };
-            let started_at = self.clock.now();
-            let deadline = attempt::deadline_after(spec.timeout_duration());
+            let started_at = now.take().unwrap_or_else(|| self.clock.now());
+            // The first attempt starts when the call's budget does: one monotonic reading.
+            let attempt_began = if attempt == 1 {
+                began
+            } else {
+                tokio::time::Instant::now()
+            };
+            let deadline = crate::store::instant_after(attempt_began, spec.timeout_duration());
             let ctx = WriteCtx::new(
                 ReadCtx::new(
                     scope.clone(),
@@ -326,7 +340,7 @@ impl Executor {
                 lease: spec.lease_duration(),
             };
             let span = tracing::info_span!("idem.attempt", attempt, class = tracing::field::Empty);
-            let attempt_run = attempt::run(fut, spec.timeout_duration(), Some(lease));
+            let attempt_run = attempt::run(fut, deadline, spec.timeout_duration(), Some(lease));
             // Unobserved (no subscriber wants the span): no span wrapper to poll through.
             let end = if span.is_disabled() {
                 attempt_run.await
@@ -568,8 +582,7 @@ impl Executor {
             return done(outcome_of(result));
         };
         match self
-            .store()
-            .settle(&key, token, settlement.attempts(evidence.clone()))
+            .settle_key(&key, token, settlement.attempts(evidence.clone()))
             .await
         {
             Ok(()) => done(outcome_of(result)),

@@ -803,6 +803,7 @@ impl Reconciler {
             token,
             first_claimed_at: record.created_at,
             prior_unknown: record.state == RecordState::Unknown,
+            now: None,
         };
         let executed = self.registry.executor().run_claimed(tool, run, typed).await;
         let detail = match &executed.result {

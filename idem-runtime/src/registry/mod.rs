@@ -64,6 +64,8 @@ struct Inner {
 pub struct RegistryBuilder {
     tools: Vec<DynTool>,
     store: Option<Arc<dyn IdemStore>>,
+    /// `store`, when it is a [`MemoryStore`] (see the executor's `memory`).
+    memory: Option<MemoryStore>,
     clock: Option<Arc<dyn Clock>>,
     retry: Option<RetryPolicy>,
     in_flight_wait: Option<Duration>,
@@ -101,6 +103,9 @@ impl RegistryBuilder {
 
     /// The store claims and results live in (default: a fresh [`MemoryStore`]).
     pub fn store<S: IdemStore>(mut self, store: S) -> Self {
+        self.memory = (&store as &dyn std::any::Any)
+            .downcast_ref::<MemoryStore>()
+            .cloned();
         self.store = Some(Arc::new(store));
         self
     }
@@ -108,6 +113,7 @@ impl RegistryBuilder {
     /// A store shared with other registries or with code that inspects it.
     pub fn shared_store(mut self, store: Arc<dyn IdemStore>) -> Self {
         self.store = Some(store);
+        self.memory = None;
         self
     }
 
@@ -263,6 +269,7 @@ impl RegistryBuilder {
             }),
             None => sink,
         };
+        let mut memory = self.memory;
         let (store, clock) = match (self.store, self.clock) {
             (Some(store), None) => {
                 let clock = store.clock();
@@ -281,7 +288,9 @@ impl RegistryBuilder {
             }
             (None, clock) => {
                 let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
-                let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::with_clock(clock.clone()));
+                let default = MemoryStore::with_clock(clock.clone());
+                memory = Some(default.clone());
+                let store: Arc<dyn IdemStore> = Arc::new(default);
                 (store, clock)
             }
         };
@@ -298,6 +307,7 @@ impl RegistryBuilder {
                     sink,
                     notices: Arc::new(NoticeGate::new(CHANGED_PARAMS_NOTICE_WINDOW)),
                     key_migration: self.key_migration,
+                    memory,
                 },
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
                 require_tenant: self.require_tenant,

@@ -60,8 +60,8 @@ use serde_json::{json, Value};
 
 use super::{
     rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
-    ListCursor, ManualClock, ReadBackRecord, Record, RecordState, ReleaseNote, Retention,
-    Settlement, StoreError,
+    ListCursor, ManualClock, OperationDraft, ReadBackRecord, Record, RecordState, ReleaseNote,
+    Retention, Settlement, StoreError,
 };
 use crate::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
 use crate::outcome::OutcomeClass;
@@ -932,11 +932,14 @@ pub async fn tombstones_keep_no_arguments_or_outputs<F: StoreFactory>(f: &F) {
     };
     let s = &*h.store;
     let with_op = |name: &str| ClaimRequest {
-        operation: Some(crate::store::Operation {
-            scope: Scope::run("run-secret").with_tenant("tenant-secret"),
-            intent: Some(format!("intent-{name}")),
-            args: json!({"card": "4242 4242 4242 4242", "cents": 4900}).into(),
-        }),
+        operation: Some(
+            crate::store::Operation {
+                scope: Scope::run("run-secret").with_tenant("tenant-secret"),
+                intent: Some(format!("intent-{name}")),
+                args: json!({"card": "4242 4242 4242 4242", "cents": 4900}).into(),
+            }
+            .into(),
+        ),
         ..request(name)
     };
     let done = with_op("scrub-completed");
@@ -1218,11 +1221,14 @@ pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
     };
     let s = &*h.store;
     let req = ClaimRequest {
-        operation: Some(crate::store::Operation {
-            scope: Scope::run("run-released"),
-            intent: Some("refund-7".to_owned()),
-            args: json!({"cents": 700}).into(),
-        }),
+        operation: Some(
+            crate::store::Operation {
+                scope: Scope::run("run-released"),
+                intent: Some("refund-7".to_owned()),
+                args: json!({"cents": 700}).into(),
+            }
+            .into(),
+        ),
         ..request("released")
     };
     let note = |n: usize| ReleaseNote::new("alice", format!("not in the ledger (round {n})"));
@@ -1291,7 +1297,10 @@ pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
     );
     assert_eq!(entry.record.attempts, vec![a]);
     assert_eq!(entry.record.read_backs, vec![rb]);
-    assert_eq!(entry.record.operation, req.operation);
+    assert_eq!(
+        entry.record.operation,
+        req.operation.as_ref().map(OperationDraft::to_operation)
+    );
 
     // The key is free: the next claim wins, and the trace stays beside the new record.
     let again = claim(s, &req).await;
@@ -1790,12 +1799,14 @@ pub async fn records_round_trip<F: StoreFactory>(f: &F) {
     let req = ClaimRequest {
         tool: "refund_payment-v2".into(),
         lease: Duration::from_millis(12_345),
-        operation: Some(crate::store::Operation {
-            scope: crate::identity::Scope::run("run-7").with_tenant("tenant-\u{e9}"),
-            intent: Some("order-1234".to_owned()),
-            args: json!({"customer": "acme", "cents": 4900, "memo": null, "tags": ["a", "b"]})
-                .into(),
-        }),
+        // As the executor drafts it: the canonical bytes its key was derived from.
+        operation: Some(OperationDraft::from_canonical_bytes(
+            crate::identity::Scope::run("run-7").with_tenant("tenant-\u{e9}"),
+            Some("order-1234".to_owned()),
+            crate::identity::canonical::to_canonical_vec(
+                &json!({"customer": "acme", "cents": 4900, "memo": null, "tags": ["a", "b"]}),
+            ),
+        )),
         ..request("round-trip")
     };
     let claimed_at = h.clock.now();
@@ -1815,7 +1826,7 @@ pub async fn records_round_trip<F: StoreFactory>(f: &F) {
         downstream_ref: None,
         result_expired: false,
         attempts: Vec::new(),
-        operation: req.operation.clone(),
+        operation: req.operation.as_ref().map(OperationDraft::to_operation),
         read_backs: Vec::new(),
     };
     assert_eq!(r, expected_running, "a fresh claim reads back exactly");

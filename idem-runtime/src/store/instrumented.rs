@@ -77,7 +77,7 @@ impl Instrumented {
         fut: StoreFuture<'a, T>,
         describe: fn(&Span, &T),
     ) -> StoreFuture<'a, T> {
-        if span.is_disabled() && !cfg!(feature = "metrics") {
+        if unobserved(&span) {
             return fut;
         }
         let backend = self.backend;
@@ -99,6 +99,41 @@ impl Instrumented {
             result
         })
     }
+}
+
+/// The span of a claim of `req` (see [`Instrumented`]).
+pub(crate) fn claim_span(backend: &'static str, req: &ClaimRequest) -> Span {
+    tracing::debug_span!(
+        "idem.store",
+        op = "claim",
+        backend,
+        key = req.key.as_str(),
+        tool = &*req.tool,
+        state = Empty,
+        outcome = Empty,
+        error = Empty
+    )
+}
+
+/// The span of a settle of `key` with `settlement` (see [`Instrumented`]).
+pub(crate) fn settle_span(backend: &'static str, key: &IdemKey, settlement: &Settlement) -> Span {
+    tracing::debug_span!(
+        "idem.store",
+        op = "settle",
+        backend,
+        key = key.as_str(),
+        state = settlement.state.as_str(),
+        attempt = settlement.attempts.last().map(|a| a.attempt),
+        outcome = Empty,
+        error = Empty
+    )
+}
+
+/// True when an operation under `span` goes to the inner store as it is: nobody wants the
+/// span and no metrics are compiled in. An operation called on a store directly, past
+/// [`Instrumented`], is then observed exactly as much as through it.
+pub(crate) fn unobserved(span: &Span) -> bool {
+    span.is_disabled() && !cfg!(feature = "metrics")
 }
 
 #[cfg(feature = "metrics")]
@@ -191,16 +226,7 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "claim",
-            backend = self.backend,
-            key = req.key.as_str(),
-            tool = &*req.tool,
-            state = Empty,
-            outcome = Empty,
-            error = Empty
-        );
+        let span = claim_span(self.backend, req);
         self.observe("claim", span, self.store().claim(req), describe_claim)
     }
 
@@ -238,16 +264,7 @@ impl IdemStore for Instrumented {
         'life1: 'async_trait,
         Self: 'async_trait,
     {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "settle",
-            backend = self.backend,
-            key = key.as_str(),
-            state = settlement.state.as_str(),
-            attempt = settlement.attempts.last().map(|a| a.attempt),
-            outcome = Empty,
-            error = Empty
-        );
+        let span = settle_span(self.backend, key, &settlement);
         let fut = self.store().settle(key, token, settlement);
         self.observe("settle", span, fut, describe_nothing)
     }

@@ -41,25 +41,36 @@ struct Slot {
 type Map = HashMap<IdemKey, Slot, BuildHasherDefault<KeyHasher>>;
 type Shard = Mutex<Map>;
 
-/// Hashes an [`IdemKey`] by reading 16 of its hex digits instead of running SipHash over
-/// all 69 bytes.
+/// Hashes an [`IdemKey`] by folding 16 of its hex digits, read as two machine words,
+/// instead of running SipHash over all 69 bytes (or decoding the digits one by one).
 ///
-/// A key's digits are a SHA-256 digest, so they are already uniform: decoding them is as
-/// good a hash as any. (Flooding one bucket would mean grinding SHA-256 preimages, one real
-/// call per colliding key.) The shard index uses digits 0–1; the map uses digits 2–17, so
-/// keys in one shard still spread over its buckets. Anything not shaped like a key (it
-/// cannot happen: `IdemKey` only holds keys) falls back to a multiplicative fold.
+/// A key's digits are a SHA-256 digest, so they are already uniform: 16 of them carry 64
+/// random bits, spread over the 16 bytes that spell them, and one folded multiply (the
+/// 128-bit product's halves XORed) mixes those bits into every bit of the hash, low bits
+/// (the bucket) and high bits (hashbrown's tag) alike. (Flooding one bucket would mean
+/// grinding SHA-256 preimages, one real call per colliding key.) The shard index uses
+/// digits 0–1; the map uses digits 2–17, so keys in one shard still spread over its
+/// buckets. Anything not shaped like a key (it cannot happen: `IdemKey` only holds keys)
+/// falls back to a multiplicative fold.
 #[derive(Default)]
 struct KeyHasher(u64);
+
+/// The 128-bit product of `a` and `b`, its halves XORed: every input bit reaches every
+/// output bit.
+fn fold_multiply(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
 
 impl Hasher for KeyHasher {
     fn write(&mut self, bytes: &[u8]) {
         if bytes.len() == IdemKey::LEN {
-            if let Some(digits) = bytes.get(7..23) {
-                let n = digits
-                    .iter()
-                    .fold(0u64, |acc, b| (acc << 4) | u64::from(nibble(*b)));
-                self.0 ^= n;
+            if let (Some(lo), Some(hi)) = (bytes.get(7..15), bytes.get(15..23)) {
+                let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+                self.0 ^= fold_multiply(
+                    word(lo) ^ 0x243f_6a88_85a3_08d3,
+                    word(hi) ^ 0x1319_8a2e_0370_7344,
+                );
                 return;
             }
         }
@@ -248,6 +259,85 @@ impl MemoryStore {
         lock(&self.inner.shards[n % SHARDS])
     }
 
+    /// [`IdemStore::claim`], as a plain call: nothing in it waits. The registry's executor
+    /// calls it directly while nobody observes store operations, without the boxed future
+    /// of a `dyn IdemStore` call.
+    pub(crate) fn claim_now(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let inner = &*self.inner;
+        let mut swept = false;
+        let token = loop {
+            // One clock reading serves the aging, the decision and the insert. The lookup
+            // borrows the key: a repeat (the key held) clones nothing; only a new claim pays
+            // for the key it inserts, with a second probe.
+            let now = inner.clock.now();
+            let mut map = self.shard(&req.key);
+            if let Some(slot) = map.get_mut(&req.key) {
+                let aged = rules::age_shared(&mut slot.record, now, &inner.retention);
+                if aged == Aged::Changed && slot.record.state != RecordState::Running {
+                    wake(slot);
+                }
+                if aged != Aged::Gone {
+                    return Ok(rules::judge(Arc::clone(&slot.record), req));
+                }
+                // A lapsed tombstone: the key is free again.
+                map.remove(&req.key);
+                inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+            }
+            // Reserve a place first, so concurrent claims never overshoot the capacity.
+            if inner.len.fetch_add(1, AtomicOrdering::Relaxed) >= inner.capacity {
+                inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                drop(map);
+                if swept {
+                    return Err(StoreError::Full(format!(
+                        "the in-memory store holds its maximum of {} records (unsettled \
+                         records and tombstones inside their window are never evicted); \
+                         raise MemoryStore::capacity, shorten Retention, or use a durable \
+                         store",
+                        inner.capacity
+                    )));
+                }
+                // Full: drop every lapsed tombstone (with no shard lock held), then look again.
+                self.sweep();
+                swept = true;
+                continue;
+            }
+            let token = ClaimToken::fresh();
+            let slot = Slot {
+                record: Arc::new(rules::new_claim(req, token, now)),
+                settled: None,
+            };
+            map.insert(req.key.clone(), slot);
+            break token;
+        };
+        // Now and then, with no lock held, sweep one shard of lapsed tombstones, so keys
+        // never seen again do not stay for ever.
+        let n = inner.claims.fetch_add(1, AtomicOrdering::Relaxed);
+        if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            inner.sweep_shard(&inner.shards[(n / SWEEP_EVERY) % SHARDS]);
+            if (n / SWEEP_EVERY) % SHARDS == 0 {
+                inner.sweep_releases();
+            }
+        }
+        Ok(ClaimOutcome::Claimed(token))
+    }
+
+    /// [`IdemStore::settle`], as a plain call (see [`MemoryStore::claim_now`]).
+    pub(crate) fn settle_now(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+    ) -> Result<(), StoreError> {
+        let mut map = self.shard(key);
+        let now = self.inner.clock.now();
+        let Some(slot) = self.aged(&mut map, key, now) else {
+            return Err(rules::stale_absent(key));
+        };
+        rules::settle(Arc::make_mut(&mut slot.record), token, settlement, now)?;
+        wake(slot);
+        Ok(())
+    }
+
     /// Looks a key up with time applied as of `now`; removes it if its tombstone has lapsed.
     /// One lookup (the key is hashed once), for a record that stays and one that goes.
     fn aged<'m>(&self, map: &'m mut Map, key: &IdemKey, now: Timestamp) -> Option<&'m mut Slot> {
@@ -324,73 +414,7 @@ impl IdemStore for MemoryStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        let inner = &*self.inner;
-        let mut swept = false;
-        let token = loop {
-            // One clock reading and one lookup serve the aging, the decision and the insert.
-            let now = inner.clock.now();
-            let mut map = self.shard(&req.key);
-            let vacant = match map.entry(req.key.clone()) {
-                Entry::Vacant(vacant) => Some(vacant),
-                Entry::Occupied(mut entry) => {
-                    let slot = entry.get_mut();
-                    let aged = rules::age_shared(&mut slot.record, now, &inner.retention);
-                    if aged == Aged::Changed && slot.record.state != RecordState::Running {
-                        wake(slot);
-                    }
-                    if aged != Aged::Gone {
-                        return Ok(rules::judge(Arc::clone(&slot.record), req));
-                    }
-                    entry.remove();
-                    inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
-                    None
-                }
-            };
-            // Reserve a place first, so concurrent claims never overshoot the capacity.
-            if inner.len.fetch_add(1, AtomicOrdering::Relaxed) >= inner.capacity {
-                inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
-                drop(vacant);
-                drop(map);
-                if swept {
-                    return Err(StoreError::Full(format!(
-                        "the in-memory store holds its maximum of {} records (unsettled \
-                         records and tombstones inside their window are never evicted); \
-                         raise MemoryStore::capacity, shorten Retention, or use a durable \
-                         store",
-                        inner.capacity
-                    )));
-                }
-                // Full: drop every lapsed tombstone (with no shard lock held), then look again.
-                self.sweep();
-                swept = true;
-                continue;
-            }
-            let token = ClaimToken::fresh();
-            let slot = Slot {
-                record: Arc::new(rules::new_claim(req, token, now)),
-                settled: None,
-            };
-            match vacant {
-                Some(vacant) => {
-                    vacant.insert(slot);
-                }
-                // The key held a lapsed tombstone, removed above.
-                None => {
-                    map.insert(req.key.clone(), slot);
-                }
-            }
-            break token;
-        };
-        // Now and then, with no lock held, sweep one shard of lapsed tombstones, so keys
-        // never seen again do not stay for ever.
-        let n = inner.claims.fetch_add(1, AtomicOrdering::Relaxed);
-        if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            inner.sweep_shard(&inner.shards[(n / SWEEP_EVERY) % SHARDS]);
-            if (n / SWEEP_EVERY) % SHARDS == 0 {
-                inner.sweep_releases();
-            }
-        }
-        Ok(ClaimOutcome::Claimed(token))
+        self.claim_now(req)
     }
 
     async fn renew(
@@ -413,14 +437,7 @@ impl IdemStore for MemoryStore {
         token: ClaimToken,
         settlement: Settlement,
     ) -> Result<(), StoreError> {
-        let mut map = self.shard(key);
-        let now = self.inner.clock.now();
-        let Some(slot) = self.aged(&mut map, key, now) else {
-            return Err(rules::stale_absent(key));
-        };
-        rules::settle(Arc::make_mut(&mut slot.record), token, settlement, now)?;
-        wake(slot);
-        Ok(())
+        self.settle_now(key, token, settlement)
     }
 
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {

@@ -53,10 +53,11 @@ pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
 pub(crate) use clock::{deadline_after, instant_after};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use instrumented::Instrumented;
+pub(crate) use instrumented::{claim_span, settle_span, unobserved};
 pub use memory::{MemoryStore, DEFAULT_CAPACITY};
 pub use record::{
-    AttemptKind, AttemptRecord, ClaimToken, Operation, ReadBackRecord, Record, RecordState,
-    ReleaseNote, ReleaseRecord, Settlement,
+    AttemptKind, AttemptRecord, ClaimToken, Operation, OperationDraft, ReadBackRecord, Record,
+    RecordState, ReleaseNote, ReleaseRecord, Settlement,
 };
 pub use transaction::{HeldClaim, TxError};
 
@@ -166,8 +167,10 @@ pub struct ClaimRequest {
     /// How long the claim holds without renewal.
     pub lease: Duration,
     /// What was asked for, saved with the claim so a reconciler or a person can act on it
-    /// even if this worker dies before it settles.
-    pub operation: Option<Operation>,
+    /// even if this worker dies before it settles. A draft: the store builds the
+    /// [`Operation`] it keeps ([`OperationDraft::to_operation`]) only when the claim is won,
+    /// so a repeat that finds the key claimed builds nothing.
+    pub operation: Option<OperationDraft>,
 }
 
 /// What a claim found.

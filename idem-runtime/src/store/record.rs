@@ -281,6 +281,100 @@ pub struct Operation {
     pub args: CanonicalJson,
 }
 
+/// What a claim saves of its operation, held until the claim is won: the store makes the
+/// [`Operation`] it keeps with [`OperationDraft::to_operation`], only when it creates a
+/// record. A repeat, which finds the key already claimed, builds nothing.
+///
+/// Serializes exactly as the [`Operation`] it stands for.
+#[derive(Clone, Debug)]
+pub struct OperationDraft {
+    scope: Scope,
+    intent: Option<String>,
+    args: DraftArgs,
+}
+
+#[derive(Clone, Debug)]
+enum DraftArgs {
+    /// Arguments already shared: the operation clones the handle.
+    Shared(CanonicalJson),
+    /// Bytes of this crate's canonical writers, as the call's identity was taken of them:
+    /// the operation copies them, so a repeat never allocates for them.
+    Canonical(Vec<u8>),
+}
+
+impl OperationDraft {
+    /// The draft of an operation asked for in `scope`, with the caller's intent id (if
+    /// any) and the canonical arguments.
+    pub fn new(scope: Scope, intent: Option<String>, args: CanonicalJson) -> Self {
+        OperationDraft {
+            scope,
+            intent,
+            args: DraftArgs::Shared(args),
+        }
+    }
+
+    /// A draft over the bytes a call's identity was taken of (written by this crate's
+    /// canonical writers).
+    pub(crate) fn from_canonical_bytes(
+        scope: Scope,
+        intent: Option<String>,
+        canonical: Vec<u8>,
+    ) -> Self {
+        OperationDraft {
+            scope,
+            intent,
+            args: DraftArgs::Canonical(canonical),
+        }
+    }
+
+    /// The scope the key was derived in.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// The explicit intent id, when the caller gave one.
+    pub fn intent(&self) -> Option<&str> {
+        self.intent.as_deref()
+    }
+
+    /// The operation a store saves with the record a won claim creates.
+    pub fn to_operation(&self) -> Operation {
+        let args = match &self.args {
+            DraftArgs::Shared(args) => args.clone(),
+            DraftArgs::Canonical(bytes) => CanonicalJson::from_canonical_bytes(bytes.clone()),
+        };
+        Operation {
+            scope: self.scope.clone(),
+            intent: self.intent.clone(),
+            args,
+        }
+    }
+}
+
+impl From<Operation> for OperationDraft {
+    fn from(op: Operation) -> Self {
+        OperationDraft::new(op.scope, op.intent, op.args)
+    }
+}
+
+impl From<&Operation> for OperationDraft {
+    fn from(op: &Operation) -> Self {
+        OperationDraft::from(op.clone())
+    }
+}
+
+impl PartialEq<Operation> for OperationDraft {
+    fn eq(&self, other: &Operation) -> bool {
+        self.to_operation() == *other
+    }
+}
+
+impl serde::Serialize for OperationDraft {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_operation().serialize(s)
+    }
+}
+
 /// A reconciler's look at the downstream: when, and what it found.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReadBackRecord {

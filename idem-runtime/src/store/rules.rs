@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    ClaimOutcome, ClaimRequest, ClaimToken, ReadBackRecord, Record, RecordState, ReleaseNote,
-    ReleaseRecord, Retention, Settlement, StoreError, Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimToken, OperationDraft, ReadBackRecord, Record, RecordState,
+    ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, Timestamp,
 };
 use crate::identity::IdemKey;
 use crate::outcome::OutcomeClass;
@@ -179,7 +179,7 @@ pub fn new_claim(req: &ClaimRequest, token: ClaimToken, now: Timestamp) -> Recor
         downstream_ref: None,
         result_expired: false,
         attempts: Vec::new(),
-        operation: req.operation.clone(),
+        operation: req.operation.as_ref().map(OperationDraft::to_operation),
         read_backs: Vec::new(),
     }
 }
@@ -279,12 +279,22 @@ pub fn settle(
     if s.downstream_ref.is_some() {
         record.downstream_ref = s.downstream_ref;
     }
-    record.attempts.extend(s.attempts);
-    record.read_backs.extend(s.read_backs);
+    append(&mut record.attempts, s.attempts);
+    append(&mut record.read_backs, s.read_backs);
     cap_evidence(record, now);
     record.result_expired = false;
     record.updated_at = now;
     Ok(())
+}
+
+/// Appends `more` to `evidence`; into an empty list (a first settle's attempts) it moves
+/// the vector instead of copying it into a new one.
+fn append<T>(evidence: &mut Vec<T>, mut more: Vec<T>) {
+    if evidence.is_empty() {
+        std::mem::swap(evidence, &mut more);
+    } else {
+        evidence.append(&mut more);
+    }
 }
 
 /// Checks that `token` may release `record` (only a running claim, only its holder).

@@ -14,6 +14,12 @@
 //! `profile CASE ITERS` runs ITERS calls of one case, untimed, for callgrind: run it with two
 //! ITERS and divide the difference in instructions by the difference in calls
 //! (`benches/peers/callgrind.sh` does this for every case).
+//!
+//! `scaling SLICES CALLS` (run it without `taskset`) measures how distinct-key writes on a
+//! `MemoryStore` scale from one thread to two: each slice makes CALLS fresh text writes on a
+//! new registry with a 1-worker runtime (one task) and on another with a 2-worker runtime
+//! (two tasks of CALLS / 2), the two sides alternating which goes first; reported is the
+//! median (p10–p90) of the per-slice ratio of the 1-thread time to the 2-thread time.
 
 use std::time::{Duration, Instant};
 
@@ -279,8 +285,80 @@ fn arg(args: &[String], i: usize, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// CALLS fresh text writes with distinct keys, split over `threads` tasks on a runtime of
+/// `threads` workers; the time from the first call to the last result.
+fn scaling_side(threads: usize, calls: usize, slice: usize) -> Duration {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let reg = registry();
+    let per_task: Vec<Vec<ToolCall>> = (0..threads)
+        .map(|t| {
+            (0..calls / threads)
+                .map(|i| {
+                    let run = format!("scale-{slice}-{threads}-{t}-{i}");
+                    ToolCall::from_json(run, "charge", TEXT.to_owned())
+                })
+                .collect()
+        })
+        .collect();
+    let elapsed = rt.block_on(async {
+        let start = Instant::now();
+        let tasks: Vec<_> = per_task
+            .into_iter()
+            .map(|calls| {
+                let reg = reg.clone();
+                tokio::spawn(async move {
+                    for call in calls {
+                        let r = reg.call(call).await;
+                        assert!(r.is_completed() && !r.replayed());
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("a scaling task");
+        }
+        start.elapsed()
+    });
+    drop(reg);
+    elapsed
+}
+
+fn scaling(slices: usize, calls: usize) {
+    let mut ratios = Vec::with_capacity(slices);
+    let (mut one, mut two) = (Vec::new(), Vec::new());
+    // One slice of each first, untimed: page in the code and the allocator's arenas.
+    scaling_side(1, calls, usize::MAX);
+    scaling_side(2, calls, usize::MAX - 1);
+    for slice in 0..slices {
+        let (t1, t2) = if slice % 2 == 0 {
+            let t1 = scaling_side(1, calls, slice);
+            (t1, scaling_side(2, calls, slice))
+        } else {
+            let t2 = scaling_side(2, calls, slice);
+            (scaling_side(1, calls, slice), t2)
+        };
+        one.push(per_call_us(t1, calls));
+        two.push(per_call_us(t2, calls));
+        ratios.push(t1.as_secs_f64() / t2.as_secs_f64());
+    }
+    let (m, lo, hi) = spread(&ratios);
+    let (m1, _, _) = spread(&one);
+    let (m2, _, _) = spread(&two);
+    println!("{slices} slices x {calls} distinct-key text writes per side, MemoryStore");
+    println!("1 thread: {m1:.2} µs/call, 2 threads: {m2:.2} µs/call (medians)");
+    println!("2-thread scaling, per slice: median {m:.2} (p10–p90 {lo:.2}–{hi:.2}); target ≥ 1.7");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("scaling") {
+        scaling(arg(&args, 1, 20), arg(&args, 2, 20_000));
+        return;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

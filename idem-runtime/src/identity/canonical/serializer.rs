@@ -194,6 +194,35 @@ impl TopObject {
     }
 }
 
+/// Objects of up to this many entries are sorted by [`insertion_sort`].
+const SMALL_OBJECT: usize = 16;
+
+/// Sorts a small object's entries by `key`, comparing each entry only with its neighbours
+/// as it moves into place: an object already in order costs one comparison per entry, and
+/// a struct's few fields a handful. Every adjacent pair of the result is compared on the
+/// way (an entry stops next to the one it is not less than, and anything later inserted
+/// between two entries is compared with both), so duplicates are caught here too.
+///
+/// `None` on a duplicate key; otherwise whether any entry moved.
+fn insertion_sort<'k>(entries: &mut [Entry], key: impl Fn(&Entry) -> &'k [u8]) -> Option<bool> {
+    let mut moved = false;
+    for i in 1..entries.len() {
+        let mut j = i;
+        while j > 0 {
+            match key(&entries[j - 1]).cmp(key(&entries[j])) {
+                std::cmp::Ordering::Less => break,
+                std::cmp::Ordering::Equal => return None,
+                std::cmp::Ordering::Greater => {
+                    entries.swap(j - 1, j);
+                    moved = true;
+                    j -= 1;
+                }
+            }
+        }
+    }
+    Some(moved)
+}
+
 struct Canonicalizer {
     out: Vec<u8>,
     /// Entries of every object still open, innermost last.
@@ -284,19 +313,21 @@ impl Canonicalizer {
         } = object;
         let out = &self.out;
         let entries = &mut self.entries[base..];
-        let in_order = entries.windows(2).all(|w| {
-            Self::key_bytes(out, &escaped, w[0].key) < Self::key_bytes(out, &escaped, w[1].key)
-        });
-        if !in_order {
-            entries.sort_by(|a, b| {
-                Self::key_bytes(out, &escaped, a.key).cmp(Self::key_bytes(out, &escaped, b.key))
-            });
-            if entries.windows(2).any(|w| {
-                Self::key_bytes(out, &escaped, w[0].key) == Self::key_bytes(out, &escaped, w[1].key)
-            }) {
-                // Duplicate keys: `to_value` keeps the last one written. Leave that to it.
-                return Err(Error::fallback());
+        let key = |e: &Entry| Self::key_bytes(out, &escaped, e.key);
+        let moved = if entries.len() <= SMALL_OBJECT {
+            insertion_sort(entries, key)
+        } else {
+            let in_order = entries.windows(2).all(|w| key(&w[0]) < key(&w[1]));
+            if !in_order {
+                entries.sort_by(|a, b| key(a).cmp(key(b)));
             }
+            Some(!in_order).filter(|_| entries.windows(2).all(|w| key(&w[0]) != key(&w[1])))
+        };
+        let Some(moved) = moved else {
+            // Duplicate keys: `to_value` keeps the last one written. Leave that to it.
+            return Err(Error::fallback());
+        };
+        if moved {
             // Rewrite the object's content in key order, through the scratch buffer.
             self.scratch.clear();
             for (i, e) in entries.iter_mut().enumerate() {
