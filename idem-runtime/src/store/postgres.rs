@@ -479,9 +479,9 @@ impl Sql {
                 "UPDATE {t} SET state = $3, lease_until = NULL, payload = $4, message = $5, \
                    downstream_ref = COALESCE($6, downstream_ref), attempts = $7, \
                    read_backs = $9, result_expired = false, updated_at = $8 \
-                 WHERE key = $1 AND token = $2 AND xmin::text = $10 AND state = 'running' \
+                 WHERE key = $1 AND token = $2 AND xmin::text = $12 AND state = 'running' \
                    AND lease_until > $8 AND NOT tx_effect \
-                   AND $11::int4 <= {cap} AND $12::int4 <= {cap}",
+                   AND $10::int4 <= {cap} AND $11::int4 <= {cap}",
                 cap = 2 * rules::EVIDENCE_KEPT,
             ),
             renew_fast: format!(
@@ -1481,55 +1481,45 @@ impl IdemStore for PostgresStore {
         };
         let attempts = to_json(&settlement.attempts, "attempts")?;
         let read_backs = to_json(&settlement.read_backs, "read-backs")?;
-        if let Some(version) = self.inner.fences.take(token) {
+        let fence = self.inner.fences.take(token);
+        let (message, downstream_ref) = (
+            settlement.message.as_deref().map(pg_text),
+            settlement.downstream_ref.as_deref().map(pg_text),
+        );
+        let (counted_attempts, counted_read_backs) = (
+            count(settlement.attempts.len()),
+            count(settlement.read_backs.len()),
+        );
+        // `settle_fast`'s parameters, then the fence's row version for `settle_fenced`.
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
+            &k,
+            &t,
+            &settlement.state.as_str(),
+            &payload,
+            &message,
+            &downstream_ref,
+            &attempts,
+            &ms(now),
+            &read_backs,
+            &counted_attempts,
+            &counted_read_backs,
+            &fence,
+        ];
+        if fence.is_some() {
             let settled = {
                 let client = self.client().await?;
                 let statement = client
                     .prepare_cached(&self.inner.sql.settle_fenced)
                     .await
                     .map_err(pg_err)?;
-                client
-                    .execute(
-                        &statement,
-                        &[
-                            &k,
-                            &t,
-                            &settlement.state.as_str(),
-                            &payload,
-                            &settlement.message.as_deref().map(pg_text),
-                            &settlement.downstream_ref.as_deref().map(pg_text),
-                            &attempts,
-                            &ms(now),
-                            &read_backs,
-                            &version,
-                            &count(settlement.attempts.len()),
-                            &count(settlement.read_backs.len()),
-                        ],
-                    )
-                    .await
-                    .map_err(pg_err)?
+                client.execute(&statement, &params).await.map_err(pg_err)?
             };
             if settled == 1 {
                 return Ok(());
             }
         }
         if self
-            .fast(
-                &self.inner.sql.settle_fast,
-                &[
-                    &k,
-                    &t,
-                    &settlement.state.as_str(),
-                    &payload,
-                    &settlement.message.as_deref().map(pg_text),
-                    &settlement.downstream_ref.as_deref().map(pg_text),
-                    &attempts,
-                    &ms(now),
-                    &read_backs,
-                    &count(settlement.attempts.len()),
-                    &count(settlement.read_backs.len()),
-                ],
-            )
+            .fast(&self.inner.sql.settle_fast, &params[..11])
             .await?
         {
             return Ok(());
