@@ -8,14 +8,12 @@
 
 use std::time::Duration;
 
-use idem_runtime::identity::CanonicalJson;
 use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{
-    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
-    ManualClock, Operation, PostgresStore, ReadBackRecord, Record, ReleaseRecord, Settlement,
-    StoreError, Timestamp,
+    ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ManualClock, PostgresStore, Record,
+    ReleaseRecord, Settlement, StoreError, Timestamp,
 };
-use idem_runtime::{IdemKey, OutcomeClass, RecordState, Scope};
+use idem_runtime::{IdemKey, RecordState};
 
 const VAR: &str = "IDEM_POSTGRES_URL";
 
@@ -104,23 +102,9 @@ impl StoreFactory for PostgresFromV2 {
 
 idem_runtime::store_conformance_tests!(PostgresFromV2);
 
-/// One record as an earlier version stored it: the columns the rows of the upgrade check
-/// differ in.
-struct OldRow<'a> {
-    key: &'a IdemKey,
-    state: &'a str,
-    token: ClaimToken,
-    lease_until: Option<i64>,
-    payload: Option<&'a str>,
-    message: Option<&'a str>,
-    downstream_ref: Option<&'a str>,
-    attempts: &'a str,
-    read_backs: &'a str,
-}
-
-fn ms(t: Timestamp) -> i64 {
-    i64::try_from(t.as_millis()).expect("a time in range")
-}
+#[path = "support/old_records.rs"]
+mod old_records;
+use old_records::{ms, OldRecords};
 
 /// A schema at version 2 with records in every shape its code wrote (running, completed
 /// with evidence and arguments, unknown, a release trace) is upgraded by six workers
@@ -134,37 +118,15 @@ async fn a_version_2_schema_is_upgraded_in_place() {
     };
     let schema = schema_at_v2(&url).await;
     let clock = ManualClock::starting_now();
-    let now = clock.now();
-    let t0 = Timestamp(now.as_millis() - 5_000);
-
-    let fingerprint = conformance::fingerprint("args");
-    let operation = Operation {
-        scope: Scope::run("upgrade-run"),
-        intent: Some("order-7".into()),
-        args: CanonicalJson::from_value(&serde_json::json!({"amount": 4900, "to": "acct_1"})),
-    };
-    let attempts = vec![AttemptRecord::new(
-        1,
+    let old = OldRecords::new(clock.now());
+    let OldRecords {
         t0,
-        Timestamp(t0.as_millis() + 40),
-        AttemptKind::Returned,
-        OutcomeClass::Completed,
-        Some("charged".into()),
-    )];
-    let read_backs = vec![ReadBackRecord {
-        at: Timestamp(t0.as_millis() + 50),
-        result: "found completed ch_1".into(),
-    }];
-    let (done, running, unknown) = (
-        conformance::key("upgrade-done"),
-        conformance::key("upgrade-running"),
-        conformance::key("upgrade-unknown"),
-    );
-    let (done_token, running_token, unknown_token) = (
-        ClaimToken::fresh(),
-        ClaimToken::fresh(),
-        ClaimToken::fresh(),
-    );
+        fingerprint,
+        ref operation,
+        ref attempts,
+        ref operation_json,
+        ..
+    } = old;
     let client = sql(&url).await;
     let insert = format!(
         "INSERT INTO \"{}\".idem_records (key, fingerprint, tool, state, token, lease_until, \
@@ -173,45 +135,7 @@ async fn a_version_2_schema_is_upgraded_in_place() {
          VALUES ($1, $2, 'charge', $3, $4, $5, $6, $7, $8, $9, $10, false, $11, false, $12, $13)",
         schema.name
     );
-    let op_json = serde_json::to_string(&operation).unwrap();
-    let attempts_json = serde_json::to_string(&attempts).unwrap();
-    let read_backs_json = serde_json::to_string(&read_backs).unwrap();
-    let lease = ms(now) + 60_000;
-    let rows = [
-        OldRow {
-            key: &done,
-            state: "completed",
-            token: done_token,
-            lease_until: None,
-            payload: Some(r#"{"charged":4900}"#),
-            message: None,
-            downstream_ref: Some("ch_1"),
-            attempts: &attempts_json,
-            read_backs: &read_backs_json,
-        },
-        OldRow {
-            key: &running,
-            state: "running",
-            token: running_token,
-            lease_until: Some(lease),
-            payload: None,
-            message: None,
-            downstream_ref: None,
-            attempts: "[]",
-            read_backs: "[]",
-        },
-        OldRow {
-            key: &unknown,
-            state: "unknown",
-            token: unknown_token,
-            lease_until: None,
-            payload: None,
-            message: Some("timed out after 30s"),
-            downstream_ref: None,
-            attempts: &attempts_json,
-            read_backs: "[]",
-        },
-    ];
+    let rows = old.rows();
     for row in rows {
         client
             .execute(
@@ -228,7 +152,7 @@ async fn a_version_2_schema_is_upgraded_in_place() {
                     &row.message,
                     &row.downstream_ref,
                     &row.attempts,
-                    &op_json,
+                    operation_json,
                     &row.read_backs,
                 ],
             )
@@ -324,82 +248,7 @@ async fn a_version_2_schema_is_upgraded_in_place() {
     assert_eq!(indexes, ["idem_records_pkey", "idem_records_state"]);
 
     let store = &stores[0];
-    let got = store
-        .get(&done)
-        .await
-        .unwrap()
-        .expect("the completed record");
-    assert_eq!(got.state, RecordState::Completed);
-    assert_eq!(got.fingerprint, fingerprint);
-    assert_eq!(&*got.tool, "charge");
-    assert_eq!(got.token, done_token);
-    assert_eq!(got.lease_until, None);
-    assert_eq!(
-        (got.created_at, got.updated_at),
-        (t0, Timestamp(t0.as_millis() + 100))
-    );
-    assert_eq!(got.payload, Some(serde_json::json!({"charged": 4900})));
-    assert_eq!(got.downstream_ref.as_deref(), Some("ch_1"));
-    assert_eq!(got.attempts, attempts);
-    assert_eq!(got.read_backs, read_backs);
-    assert_eq!(got.operation.as_ref(), Some(&operation));
-    assert!(!got.result_expired);
-
-    let got = store
-        .get(&unknown)
-        .await
-        .unwrap()
-        .expect("the unknown record");
-    assert_eq!(got.state, RecordState::Unknown);
-    assert_eq!(got.message.as_deref(), Some("timed out after 30s"));
-    assert_eq!(got.attempts, attempts);
-
-    // The running claim's holder settles it through the new statements.
-    let got = store
-        .get(&running)
-        .await
-        .unwrap()
-        .expect("the running record");
-    assert_eq!(
-        (got.state, got.lease_until),
-        (RecordState::Running, Some(Timestamp(lease as u64)))
-    );
-    let mut settlement = Settlement::new(RecordState::Completed);
-    settlement.payload = Some(serde_json::json!({"charged": 100}));
-    stores[1]
-        .settle(&running, running_token, settlement)
-        .await
-        .unwrap();
-    let got = store
-        .get(&running)
-        .await
-        .unwrap()
-        .expect("the settled record");
-    assert_eq!(got.state, RecordState::Completed);
-    assert_eq!(got.payload, Some(serde_json::json!({"charged": 100})));
-
-    // A repeat of the completed call replays its saved result.
-    let repeat = ClaimRequest {
-        key: done.clone(),
-        fingerprint,
-        tool: "charge".into(),
-        lease: Duration::from_secs(30),
-        operation: None,
-    };
-    match store.claim(&repeat).await.unwrap() {
-        ClaimOutcome::Existing(r) => {
-            assert_eq!(r.payload, Some(serde_json::json!({"charged": 4900})));
-        }
-        other => panic!("a settled key must replay, got {other:?}"),
-    }
-    let listed: Vec<IdemKey> = store
-        .list(RecordState::Unknown, 10)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
-    assert_eq!(listed, std::slice::from_ref(&unknown));
+    old.check_upgraded(store, &stores[1]).await;
     let trace = store.releases(&released).await.unwrap();
     assert_eq!(trace, [release], "the release trace survives the upgrade");
 }
