@@ -271,6 +271,21 @@ local function age(rk)
 end
 
 -- A release's member in the KEYS[11] listing: 20 digits of time, '|', the key.
+-- The record `rk` (aged) when it is pending, unknown or escalated and held under `token`:
+-- what `reclaim` and `release_unsettled` may act on. Otherwise nil, and the reply saying
+-- why (absent, or stale with the state found).
+local function held_unsettled(rk, token)
+  local r = age(rk)
+  if not r then
+    return nil, { 'absent' }
+  end
+  local unsettled = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
+  if not unsettled or r.tok ~= token then
+    return nil, { 'stale', r.st }
+  end
+  return r
+end
+
 local function release_member(at, k)
   local digits = tostring(at)
   return string.rep('0', 20 - #digits) .. digits .. '|' .. k
@@ -584,13 +599,9 @@ local function dispatch(rk)
     return { 'ok' }
   elseif OP == 'reclaim' then
     -- ARGV: 6 expected token, 7 fresh token, 8 lease (ms)
-    local r = age(rk)
+    local r, refusal = held_unsettled(rk, ARGV[6])
     if not r then
-      return { 'absent' }
-    end
-    local takeable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
-    if not takeable or r.tok ~= ARGV[6] then
-      return { 'stale', r.st }
+      return refusal
     end
     local lease = NOW + tonumber(ARGV[8])
     redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', num(lease), 'ua', num(NOW))
@@ -602,13 +613,9 @@ local function dispatch(rk)
     -- KEYS[10] the key's release trace (a JSON array, oldest first, of { at, by, note,
     -- record = the record hash as HGETALL returns it }); ARGV: 6 expected token, 7 who,
     -- 8 note, 9 how many releases a trace keeps (rules::RELEASES_KEPT).
-    local r = age(rk)
+    local r, refusal = held_unsettled(rk, ARGV[6])
     if not r then
-      return { 'absent' }
-    end
-    local releasable = r.st == 'pending' or r.st == 'unknown' or r.st == 'escalated'
-    if not releasable or r.tok ~= ARGV[6] then
-      return { 'stale', r.st }
+      return refusal
     end
     local trace, gone = {}, {}
     local t = redis.call('TYPE', KEYS[10])['ok']
