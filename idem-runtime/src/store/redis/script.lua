@@ -271,6 +271,20 @@ local function age(rk)
 end
 
 -- A release's member in the KEYS[11] listing: 20 digits of time, '|', the key.
+-- The record `rk` (aged) when it is a running claim held under `token`: what `renew` and
+-- `release` may act on. Otherwise nil, and the reply saying why (stale, with the state found
+-- or `absent`).
+local function held_running(rk, token)
+  local r = age(rk)
+  if not r then
+    return nil, { 'stale', 'absent' }
+  end
+  if r.st ~= 'running' or r.tok ~= token then
+    return nil, { 'stale', r.st }
+  end
+  return r
+end
+
 -- The record `rk` (aged) when it is pending, unknown or escalated and held under `token`:
 -- what `reclaim` and `release_unsettled` may act on. Otherwise nil, and the reply saying
 -- why (absent, or stale with the state found).
@@ -511,12 +525,9 @@ local function dispatch(rk)
     return { 'claimed' }
   elseif OP == 'renew' then
     -- ARGV: 6 token, 7 lease (ms)
-    local r = age(rk)
+    local r, refusal = held_running(rk, ARGV[6])
     if not r then
-      return { 'stale', 'absent' }
-    end
-    if r.st ~= 'running' or r.tok ~= ARGV[6] then
-      return { 'stale', r.st }
+      return refusal
     end
     local lease = NOW + tonumber(ARGV[7])
     redis.call('HSET', rk, 'lease', num(lease), 'ua', num(NOW))
@@ -586,12 +597,9 @@ local function dispatch(rk)
     return { 'ok' }
   elseif OP == 'release' then
     -- ARGV: 6 token
-    local r = age(rk)
+    local r, refusal = held_running(rk, ARGV[6])
     if not r then
-      return { 'stale', 'absent' }
-    end
-    if r.st ~= 'running' or r.tok ~= ARGV[6] then
-      return { 'stale', r.st }
+      return refusal
     end
     redis.call('DEL', rk)
     redis.call('ZREM', KEYS[IDX.running], r.k)
