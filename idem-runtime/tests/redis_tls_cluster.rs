@@ -11,6 +11,9 @@
 //! and fails when `IDEM_REQUIRE_BACKENDS=1`.
 #![cfg(all(feature = "testing", feature = "redis", feature = "tls"))]
 
+#[path = "support/redis_garbage.rs"]
+mod redis_garbage;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -185,18 +188,7 @@ impl StoreFactory for TlsCluster {
             .get_async_connection()
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        redis::cmd("DEL")
-            .arg(&record_key)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        redis::cmd("SET")
-            .arg(&record_key)
-            .arg(b"\xff not a record".as_slice())
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        Ok(true)
+        redis_garbage::overwrite_with_garbage(&mut conn, &record_key).await
     }
 }
 

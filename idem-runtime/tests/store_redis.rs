@@ -5,6 +5,9 @@
 //! key prefix and deletes it afterwards, so runs never collide.
 #![cfg(all(feature = "testing", feature = "redis"))]
 
+#[path = "support/redis_garbage.rs"]
+mod redis_garbage;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -105,13 +108,7 @@ impl StoreFactory for Redis {
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let record_key = format!("{}r:{}", at.prefix, key.as_str());
-        redis::pipe()
-            .del(&record_key)
-            .set(&record_key, b"\xff not a record".as_slice())
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        Ok(true)
+        redis_garbage::overwrite_with_garbage(&mut conn, &record_key).await
     }
 }
 

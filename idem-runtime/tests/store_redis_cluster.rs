@@ -10,6 +10,9 @@
 //! afterwards.
 #![cfg(all(feature = "testing", feature = "redis"))]
 
+#[path = "support/redis_garbage.rs"]
+mod redis_garbage;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -151,18 +154,7 @@ impl StoreFactory for Cluster {
             .get_async_connection()
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        redis::cmd("DEL")
-            .arg(&record_key)
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        redis::cmd("SET")
-            .arg(&record_key)
-            .arg(b"\xff not a record".as_slice())
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        Ok(true)
+        redis_garbage::overwrite_with_garbage(&mut conn, &record_key).await
     }
 }
 
