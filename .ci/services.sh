@@ -285,22 +285,31 @@ idem_start_redis_tls() {
         return 1
     }
     idem_redis_tls_args "$certs"
-    port=$(idem_free_port) || { idem_log "no free port for Redis (TLS)"; return 1; }
-    dir="$IDEM_SVC_DIR/redis-tls"
-    mkdir -p "$dir"
-    redis-server --bind 127.0.0.1 --port 0 --tls-port "$port" --protected-mode yes \
-        --daemonize no --dir "$dir" --save '' --appendonly no \
-        "${IDEM_REDIS_TLS_SERVER_ARGS[@]}" --logfile "$dir/redis.log" &
-    IDEM_REDIS_TLS_PID=$!
-    local up=0
-    for i in $(seq 1 300); do
-        redis-cli "${IDEM_REDIS_TLS_CLI_ARGS[@]}" -h 127.0.0.1 -p "$port" ping 2>/dev/null \
-            | grep -q PONG && { up=1; break; }
-        sleep 0.1
+    # A port checked free can still be taken when the server binds it (another run, or an
+    # outgoing connection's local port): a server that does not come up gets new ports.
+    local try up=0
+    for try in 1 2 3; do
+        port=$(idem_free_port) || { idem_log "no free port for Redis (TLS)"; return 1; }
+        dir="$IDEM_SVC_DIR/redis-tls-$try"
+        mkdir -p "$dir"
+        redis-server --bind 127.0.0.1 --port 0 --tls-port "$port" --protected-mode yes \
+            --daemonize no --dir "$dir" --save '' --appendonly no \
+            "${IDEM_REDIS_TLS_SERVER_ARGS[@]}" --logfile "$dir/redis.log" &
+        IDEM_REDIS_TLS_PID=$!
+        for i in $(seq 1 300); do
+            redis-cli "${IDEM_REDIS_TLS_CLI_ARGS[@]}" -h 127.0.0.1 -p "$port" ping 2>/dev/null \
+                | grep -q PONG && { up=1; break; }
+            kill -0 "$IDEM_REDIS_TLS_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        [ $up = 1 ] && break
+        idem_log "redis-server (TLS) did not start on port $port (try $try); log:"
+        tail -3 "$dir/redis.log" >&2 || true
+        kill "$IDEM_REDIS_TLS_PID" 2>/dev/null && wait "$IDEM_REDIS_TLS_PID" 2>/dev/null
+        IDEM_REDIS_TLS_PID=""
     done
     if [ $up != 1 ]; then
-        idem_log "redis-server (TLS) did not start; log:"
-        tail -5 "$dir/redis.log" >&2 || true
+        idem_log "redis-server (TLS) did not start in 3 tries"
         return 1
     fi
     export IDEM_REDIS_TLS_URL="rediss://127.0.0.1:$port/"
