@@ -62,7 +62,7 @@
 //! | `class` | `completed`, `failed`, `pending`, `unknown`, `escalated`, `rejected`, `unavailable` ([`OutcomeClass`](crate::OutcomeClass)), or `refused` |
 //! | `reason` | `unknown_tool`, `invalid_call`, `args_too_large`, `malformed_json`, `invalid_args`, `changed_params`, `in_flight`, `store` ([`CallError`](crate::CallError)), `other` |
 //! | `backend` | `memory`, `sqlite`, `redis`, `postgres` ([`IdemStore::backend_name`](crate::IdemStore::backend_name)), `custom` for a store that does not name itself |
-//! | `op` | `claim`, `renew`, `settle`, `release`, `release_unsettled`, `releases`, `list_releases`, `reclaim`, `get`, `list`, `list_after`, `wait_settled` |
+//! | `op` | `claim`, `renew`, `settle`, `release`, `release_unsettled`, `release_traced`, `releases`, `list_releases`, `reclaim`, `get`, `list`, `list_after`, `wait_settled` |
 //! | `result` (store) | `ok`, or the error kind: `stale_token`, `not_found`, `unavailable`, `corrupt`, `full`, `backend`, `other` |
 //! | `mode` | `once`, `all` |
 //! | `result` (reconcile) | `ok`, `error` |

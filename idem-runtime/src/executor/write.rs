@@ -506,7 +506,7 @@ impl Executor {
     }
 
     /// Frees the key of an operation the downstream refused "unavailable, not executed" at
-    /// every attempt, keeping a release trace ([`IdemStore::release_unsettled`], by
+    /// every attempt, keeping a release trace ([`IdemStore::release_traced`], by
     /// [`ReleaseNote::EXECUTOR`]) with the attempts and the arguments.
     ///
     /// "Not executed" is the downstream's word for the copies of the request it answered.
@@ -516,12 +516,13 @@ impl Executor {
     /// if the effect is there ([`crate::Reconciler::watch_released_for`]); a plain release
     /// would leave such an effect with no record at all.
     ///
-    /// The record is settled unknown first (with the attempts), then released with its
-    /// trace: two steps, because the trace is taken from an unsettled record. Between
-    /// them, a repeat is told "unknown"; a crash between them leaves an unknown record for
-    /// the reconciler, the safe side. If the first step fails, the key is released plainly.
+    /// The record is settled unknown (with the attempts) and released with its trace in one
+    /// atomic step, so a duplicate waiting on the claim wakes to a free key, never to an
+    /// unknown record about to vanish. If that fails, the key is released plainly (no
+    /// trace); if that fails too, the record turns unknown when its lease passes and waits
+    /// for the reconciler, the safe side.
     ///
-    /// [`IdemStore::release_unsettled`]: crate::store::IdemStore::release_unsettled
+    /// [`IdemStore::release_traced`]: crate::store::IdemStore::release_traced
     async fn release_unavailable(
         &self,
         key: &IdemKey,
@@ -532,17 +533,15 @@ impl Executor {
         let parked = Settlement::new(RecordState::Unknown)
             .message("every attempt was refused as unavailable, not executed; released")
             .attempts(evidence);
-        let released = match self.store().settle(key, token, parked).await {
-            Ok(()) => {
-                let note = ReleaseNote::new(
-                    ReleaseNote::EXECUTOR,
-                    format!(
-                        "unavailable, not executed ({attempts} attempt(s)); released so the \
-                         intent may run again later, traced so a copy that ran anyway is found"
-                    ),
-                );
-                self.store().release_unsettled(key, token, &note).await
-            }
+        let note = ReleaseNote::new(
+            ReleaseNote::EXECUTOR,
+            format!(
+                "unavailable, not executed ({attempts} attempt(s)); released so the intent \
+                 may run again later, traced so a copy that ran anyway is found"
+            ),
+        );
+        let released = match self.store().release_traced(key, token, parked, &note).await {
+            Ok(()) => Ok(()),
             Err(e) => {
                 tracing::warn!(key = %key, error = %e,
                     "could not keep the attempts of an unavailable operation; releasing without a trace");

@@ -160,6 +160,7 @@ macro_rules! store_conformance_tests {
             unsettled_records_never_expire,
             release_frees_the_key,
             release_keeps_a_trace,
+            release_traced_frees_its_claim,
             releases_are_listed,
             reclaim_fences_the_old_token,
             list_by_state,
@@ -202,6 +203,7 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     unsettled_records_never_expire(f).await;
     release_frees_the_key(f).await;
     release_keeps_a_trace(f).await;
+    release_traced_frees_its_claim(f).await;
     releases_are_listed(f).await;
     reclaim_fences_the_old_token(f).await;
     list_by_state(f).await;
@@ -1209,6 +1211,185 @@ pub async fn release_frees_the_key<F: StoreFactory>(f: &F) {
     claim(s, &changed).await;
 }
 
+/// The holder of a running claim settles and frees it in one step
+/// ([`IdemStore::release_traced`]): the key is free, the trace holds the record as settled
+/// (unknown, with the attempts and the operation), and a duplicate waiting on the claim
+/// wakes to the free key, never to the settled record in between. Only the holder's token
+/// works (also on the unknown record its lapsed lease left); a stranger's token, a settled
+/// record, an absent key or a terminal settlement free nothing.
+pub async fn release_traced_frees_its_claim<F: StoreFactory>(f: &F) {
+    let Some(h) = harness(f, "release_traced_frees_its_claim").await else {
+        return;
+    };
+    let s = &*h.store;
+    let req = ClaimRequest {
+        operation: Some(
+            crate::store::Operation {
+                scope: Scope::run("run-traced"),
+                intent: None,
+                args: json!({"cents": 900}).into(),
+            }
+            .into(),
+        ),
+        ..request("traced")
+    };
+    let note = ReleaseNote::new(ReleaseNote::EXECUTOR, "unavailable, not executed");
+    let parked = |n: u32| {
+        Settlement::new(RecordState::Unknown)
+            .message("every attempt was refused as unavailable")
+            .attempts(vec![attempt(n, OutcomeClass::Unavailable, &h.clock)])
+    };
+
+    assert_stale(
+        "release_traced of an absent key",
+        s.release_traced(&req.key, ClaimToken(1), parked(1), &note)
+            .await,
+    );
+    let t = claim(s, &req).await;
+    let running = get(s, &req.key).await;
+    assert_stale(
+        "release_traced with a stranger's token",
+        s.release_traced(&req.key, ClaimToken(7), parked(1), &note)
+            .await,
+    );
+    match s
+        .release_traced(&req.key, t, completed(json!("done")), &note)
+        .await
+    {
+        Err(StoreError::Backend(_)) => {}
+        other => {
+            panic!("a traced release with a terminal settlement must be refused, got {other:?}")
+        }
+    }
+    assert_eq!(
+        get(s, &req.key).await,
+        running,
+        "a refused traced release leaves the claim as it was"
+    );
+    assert!(s.releases(&req.key).await.expect("releases").is_empty());
+
+    // A duplicate waits on the claim; the release wakes it to a free key.
+    let waiter = {
+        let store = h.store.clone();
+        let key = req.key.clone();
+        tokio::spawn(async move { store.wait_settled(&key, Duration::from_secs(60)).await })
+    };
+    // A real pause (the wait is the thing under test): the waiter is waiting by now.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.clock.advance(Duration::from_secs(1));
+    let released_at = h.clock.now();
+    let a = attempt(1, OutcomeClass::Unavailable, &h.clock);
+    s.release_traced(&req.key, t, parked(1), &note)
+        .await
+        .unwrap_or_else(|e| panic!("the holder's traced release must succeed: {e}"));
+    match waiter.await {
+        Ok(Ok(None)) => {}
+        other => panic!(
+            "a duplicate waiting on the claim must wake to a free key, not to the record \
+             between settle and release; got {other:?}"
+        ),
+    }
+    assert_eq!(
+        s.get(&req.key).await.ok().flatten(),
+        None,
+        "the key is free"
+    );
+    let trace = s.releases(&req.key).await.expect("releases");
+    assert_eq!(trace.len(), 1, "one release, one trace entry: {trace:?}");
+    let entry = &trace[0];
+    assert_eq!(
+        (entry.by.as_str(), entry.note.as_str(), entry.at),
+        (
+            ReleaseNote::EXECUTOR,
+            "unavailable, not executed",
+            released_at
+        ),
+    );
+    assert_eq!(entry.record.state, RecordState::Unknown);
+    assert_eq!(entry.record.token, t);
+    assert_eq!(entry.record.attempts, vec![a]);
+    assert_eq!(
+        entry.record.message.as_deref(),
+        Some("every attempt was refused as unavailable")
+    );
+    assert_eq!(entry.record.lease_until, None);
+    assert_eq!(
+        entry.record.operation,
+        req.operation.as_ref().map(OperationDraft::to_operation),
+        "the trace keeps the arguments, for the reconciler's read-back"
+    );
+    let listed = s.list_releases(None, 10).await.expect("list_releases");
+    assert_eq!(listed, trace, "the release is listed");
+    for state in RecordState::ALL {
+        let records = s.list(state, 10).await.expect("list");
+        assert!(
+            records.iter().all(|r| r.key != req.key),
+            "a released key is in no {state} listing"
+        );
+    }
+
+    // Free: the next claim wins; the old token can no longer release anything.
+    let again = claim(s, &req).await;
+    assert_ne!(again, t);
+    assert_stale(
+        "release_traced with the released token",
+        s.release_traced(&req.key, t, parked(2), &note).await,
+    );
+
+    // A settled record is not the holder's to release.
+    settle(s, &req.key, again, completed(json!("ok"))).await;
+    assert_stale(
+        "release_traced of a completed record",
+        s.release_traced(&req.key, again, parked(2), &note).await,
+    );
+    assert_eq!(get(s, &req.key).await.state, RecordState::Completed);
+
+    // Nobody reading the key ever sees the record between its settle and its release: a
+    // reader polls while the key is claimed and released again and again.
+    let polled = request("traced-polled");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (store, key, stop) = (h.store.clone(), polled.key.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match store.get(&key).await {
+                    Ok(Some(r)) if r.state != RecordState::Running => seen.push(r.state),
+                    Ok(_) => {}
+                    Err(e) => panic!("get failed while polling: {e}"),
+                }
+                tokio::task::yield_now().await;
+            }
+            seen
+        })
+    };
+    for n in 1..=200 {
+        let token = claim(s, &polled).await;
+        s.release_traced(&polled.key, token, parked(n), &note)
+            .await
+            .unwrap_or_else(|e| panic!("traced release {n}: {e}"));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = reader.await.expect("the polling task panicked");
+    assert!(
+        seen.is_empty(),
+        "a traced release is one atomic step, yet a reader saw the record in between: {seen:?}"
+    );
+
+    // The unknown record a lapsed lease left is still its holder's to release.
+    let lapsed = request("traced-lapsed");
+    let lt = claim(s, &lapsed).await;
+    h.clock.advance(LEASE + Duration::from_secs(1));
+    s.release_traced(&lapsed.key, lt, parked(1), &note)
+        .await
+        .unwrap_or_else(|e| panic!("the holder's traced release after its lease: {e}"));
+    assert_eq!(s.get(&lapsed.key).await.ok().flatten(), None);
+    let trace = s.releases(&lapsed.key).await.expect("releases");
+    assert_eq!(trace.len(), 1);
+    assert_eq!(trace[0].record.state, RecordState::Unknown);
+    assert_eq!(trace[0].record.attempts.len(), 1);
+}
+
 /// A release of an unsettled record ([`IdemStore::release_unsettled`]) frees the key and
 /// keeps a trace: who, when, why, and the record as it was (state, message, operation,
 /// attempts, read-backs). The trace survives the key being claimed again (and a reopen, on
@@ -2039,6 +2220,16 @@ pub async fn corrupt_records_are_errors<F: StoreFactory>(f: &F) {
         "release_unsettled",
         s.release_unsettled(&req.key, token, &ReleaseNote::new("op", "corrupt"))
             .await,
+    );
+    corrupt(
+        "release_traced",
+        s.release_traced(
+            &req.key,
+            token,
+            Settlement::new(RecordState::Unknown),
+            &ReleaseNote::new("op", "corrupt"),
+        )
+        .await,
     );
     for state in RecordState::ALL {
         match s.list(state, 10).await {

@@ -315,6 +315,31 @@ impl IdemStore for Instrumented {
         self.observe("release_unsettled", span, fut, describe_nothing)
     }
 
+    fn release_traced<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+        note: &'life2 ReleaseNote,
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        let span = tracing::debug_span!(
+            "idem.store",
+            op = "release_traced",
+            backend = self.backend,
+            key = key.as_str(),
+            outcome = Empty,
+            error = Empty
+        );
+        let fut = self.store().release_traced(key, token, settlement, note);
+        self.observe("release_traced", span, fut, describe_nothing)
+    }
+
     fn releases<'life0, 'life1, 'async_trait>(
         &'life0 self,
         key: &'life1 IdemKey,

@@ -340,6 +340,31 @@ impl MemoryStore {
 
     /// Looks a key up with time applied as of `now`; removes it if its tombstone has lapsed.
     /// One lookup (the key is hashed once), for a record that stays and one that goes.
+    /// Frees `key` (whose slot is in `map`, the shard still locked) and keeps `release` in
+    /// its trace. Still under the shard lock: nobody sees the key free without its trace.
+    /// The record's place in the capacity passes to the trace, unless the key has one.
+    fn free_with_trace(
+        &self,
+        map: &mut Map,
+        key: &IdemKey,
+        release: ReleaseRecord,
+        now: Timestamp,
+    ) {
+        if let Some(mut slot) = map.remove(key) {
+            wake(&mut slot);
+        }
+        let mut traces = lock(&self.inner.releases);
+        let trace = match traces.entry(key.clone()) {
+            Entry::Occupied(e) => {
+                self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                e.into_mut()
+            }
+            Entry::Vacant(e) => e.insert(Vec::new()),
+        };
+        trace.push(release);
+        rules::keep_releases(trace, now, &self.inner.retention);
+    }
+
     fn aged<'m>(&self, map: &'m mut Map, key: &IdemKey, now: Timestamp) -> Option<&'m mut Slot> {
         match map.entry(key.clone()) {
             Entry::Vacant(_) => None,
@@ -465,20 +490,25 @@ impl IdemStore for MemoryStore {
             return Err(StoreError::NotFound(key.clone()));
         };
         let release = rules::release_unsettled(&slot.record, expected, note, now)?;
-        wake(slot);
-        map.remove(key);
-        // Still under the shard lock: nobody sees the key free without its trace. The
-        // record's place in the capacity passes to the trace, unless the key has one.
-        let mut traces = lock(&self.inner.releases);
-        let trace = match traces.entry(key.clone()) {
-            Entry::Occupied(e) => {
-                self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
-                e.into_mut()
-            }
-            Entry::Vacant(e) => e.insert(Vec::new()),
+        self.free_with_trace(&mut map, key, release, now);
+        Ok(())
+    }
+
+    async fn release_traced(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        rules::releasable_settlement(key, &settlement)?;
+        let mut map = self.shard(key);
+        let now = self.inner.clock.now();
+        let Some(slot) = self.aged(&mut map, key, now) else {
+            return Err(rules::stale_absent(key));
         };
-        trace.push(release);
-        rules::keep_releases(trace, now, &self.inner.retention);
+        let release = rules::release_traced(&slot.record, token, settlement, note, now)?;
+        self.free_with_trace(&mut map, key, release, now);
         Ok(())
     }
 

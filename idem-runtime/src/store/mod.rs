@@ -18,7 +18,8 @@
 //!   ([`IdemStore::release_unsettled`]) frees the key and keeps a trace apart from it
 //!   (who, when, why, the record as it was): the last [`rules::RELEASES_KEPT`] releases of a
 //!   key, each for the tombstone window, whatever the key holds since
-//!   ([`IdemStore::releases`]).
+//!   ([`IdemStore::releases`]). The holder of a running claim can settle and release it the
+//!   same way in one step ([`IdemStore::release_traced`]).
 //! - Listings apply lease expiry first and are ordered by `(created_at, key)`;
 //!   [`IdemStore::list_after`] resumes after a [`ListCursor`], so a walk page by page visits
 //!   every record of a state once, however many there are.
@@ -288,6 +289,39 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
         self.release(key, token).await
     }
 
+    /// The holder of a running claim gives it up and leaves a trace, in one atomic step: the
+    /// record is settled with `settlement` (its evidence: attempts, message), then freed as
+    /// [`IdemStore::release_unsettled`] frees it, keeping a [`ReleaseRecord`] with `note`.
+    ///
+    /// For an operation whose every attempt was refused as "unavailable, not executed": the
+    /// key must be free for the intent to run again later, yet a copy of a request that
+    /// reached the downstream another way may still land, so the attempts are kept where the
+    /// reconciler looks for such copies. Done in one step, no one sees the record in between:
+    /// a duplicate waiting on the claim is woken to a free key (and may run), never to an
+    /// *unknown* record that is about to vanish.
+    ///
+    /// `settlement.state` must be unknown, pending or escalated (a terminal result is saved,
+    /// not released; [`StoreError::Backend`] otherwise, nothing changed). `token` must hold
+    /// the record: running, or *unknown* after its lease passed (as for
+    /// [`IdemStore::settle`]); otherwise (no record included) [`StoreError::StaleToken`] and
+    /// nothing changes.
+    ///
+    /// The default, for stores written before this method existed, takes the two steps
+    /// apart ([`IdemStore::settle`], then [`IdemStore::release_unsettled`]): the same end
+    /// state, with a window in which the record reads *unknown*. Every store of this crate
+    /// overrides it (the conformance suite checks that a waiter never sees the window).
+    async fn release_traced(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        rules::releasable_settlement(key, &settlement)?;
+        self.settle(key, token, settlement).await?;
+        self.release_unsettled(key, token, note).await
+    }
+
     /// The releases of `key` still kept ([`IdemStore::release_unsettled`]), oldest first,
     /// whatever the key's record is now (absent, or a new claim). The default (no trace
     /// kept) is empty.
@@ -446,6 +480,15 @@ impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
         note: &ReleaseNote,
     ) -> Result<(), StoreError> {
         (**self).release_unsettled(key, expected, note).await
+    }
+    async fn release_traced(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        (**self).release_traced(key, token, settlement, note).await
     }
     async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
         (**self).releases(key).await

@@ -1592,6 +1592,34 @@ impl IdemStore for PostgresStore {
         }
     }
 
+    async fn release_traced(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        rules::releasable_settlement(key, &settlement)?;
+        self.inner.fences.take(token);
+        let now = self.inner.clock.now();
+        let outcome = self
+            .transition(
+                key,
+                Busy::Wait,
+                now,
+                || rules::stale_absent(key),
+                |record, _| {
+                    rules::release_traced(record, token, settlement, note, now)
+                        .map(|release| (Then::Release(Box::new(release)), ()))
+                },
+            )
+            .await?;
+        match outcome {
+            Locked::Done(()) => Ok(()),
+            Locked::Busy(_) => unreachable_busy(),
+        }
+    }
+
     async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
         let now = self.inner.clock.now();
         let client = self.client().await?;

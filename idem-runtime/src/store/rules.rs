@@ -319,6 +319,11 @@ pub fn release_unsettled(
     note: &ReleaseNote,
     now: Timestamp,
 ) -> Result<ReleaseRecord, StoreError> {
+    check_releasable(record, expected)?;
+    Ok(trace_of(record.clone(), note, now))
+}
+
+fn check_releasable(record: &Record, expected: ClaimToken) -> Result<(), StoreError> {
     let releasable = matches!(
         record.state,
         RecordState::Pending | RecordState::Unknown | RecordState::Escalated
@@ -326,12 +331,47 @@ pub fn release_unsettled(
     if !releasable || record.token != expected {
         return Err(stale(&record.key, Some(record)));
     }
-    Ok(ReleaseRecord {
+    Ok(())
+}
+
+fn trace_of(record: Record, note: &ReleaseNote, now: Timestamp) -> ReleaseRecord {
+    ReleaseRecord {
         at: now,
         by: note.by.clone(),
         note: note.note.clone(),
-        record: record.clone(),
-    })
+        record,
+    }
+}
+
+/// Refuses a settlement that [`IdemStore::release_traced`](super::IdemStore::release_traced)
+/// cannot apply: only an unsettled state can be released (a terminal result is saved and
+/// replayed, never freed). Checked before the record is looked at, as [`settle`] checks a
+/// return to running, so every backend answers it the same way.
+pub fn releasable_settlement(key: &IdemKey, s: &Settlement) -> Result<(), StoreError> {
+    match s.state {
+        RecordState::Unknown | RecordState::Pending | RecordState::Escalated => Ok(()),
+        state => Err(StoreError::Backend(format!(
+            "a traced release of `{key}` needs an unknown, pending or escalated settlement, \
+             not {state}: a terminal result is saved, not released"
+        ))),
+    }
+}
+
+/// The holder of `token` settles `record` with `s` and releases it
+/// ([`IdemStore::release_traced`](super::IdemStore::release_traced)): the trace to keep, the
+/// record as settled. `record` is left as it was when anything is refused.
+pub fn release_traced(
+    record: &Record,
+    token: ClaimToken,
+    s: Settlement,
+    note: &ReleaseNote,
+    now: Timestamp,
+) -> Result<ReleaseRecord, StoreError> {
+    releasable_settlement(&record.key, &s)?;
+    let mut settled = record.clone();
+    settle(&mut settled, token, s, now)?;
+    check_releasable(&settled, token)?;
+    Ok(trace_of(settled, note, now))
 }
 
 /// True when `release` is past the tombstone window: it is dropped from its key's trace.

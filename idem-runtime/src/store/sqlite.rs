@@ -1479,6 +1479,26 @@ impl IdemStore for SqliteStore {
         .await
     }
 
+    async fn release_traced(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        rules::releasable_settlement(key, &settlement)?;
+        let key = key.clone();
+        let note = note.clone();
+        self.write(move |tx, inner, now| {
+            let record =
+                load_aged(tx, inner, &key, now)?.ok_or_else(|| rules::stale_absent(&key))?;
+            let release = rules::release_traced(&record, token, settlement, &note, now)?;
+            delete(tx, &key)?;
+            put_release(tx, inner, &key, &release, now)
+        })
+        .await
+    }
+
     async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
         let key = key.clone();
         self.read(move |conn, inner| load_releases(conn, inner, &key, inner.clock.now()))

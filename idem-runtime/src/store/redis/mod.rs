@@ -38,7 +38,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// # One round trip, atomic
 ///
-/// `claim`, `settle`, `renew`, `release`, `release_unsettled`, `reclaim` and `get` are each a
+/// `claim`, `settle`, `renew`, `release`, `release_unsettled`, `release_traced`, `reclaim` and `get` are each a
 /// single `FCALL` of one Lua function, which Redis runs atomically (a listing is one more per
 /// page and partition, after one per 128 expired leases it first turns *unknown*, so no
 /// single call blocks Redis for long): of N workers racing for a key exactly one gets the
@@ -1183,6 +1183,44 @@ impl IdemStore for RedisStore {
             Some("ok") => Ok(()),
             Some("absent") => Err(StoreError::NotFound(key.clone())),
             _ => Err(refusal(key, "release_unsettled", &items)),
+        }
+    }
+
+    async fn release_traced(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        settlement: Settlement,
+        note: &ReleaseNote,
+    ) -> Result<(), StoreError> {
+        super::rules::releasable_settlement(key, &settlement)?;
+        let payload = match &settlement.payload {
+            Some(p) => Some(to_json(p, "payload")?),
+            None => None,
+        };
+        let attempts = to_json(&settlement.attempts, "attempts")?;
+        let read_backs = to_json(&settlement.read_backs, "read-backs")?;
+        let items = self
+            .run_on(
+                key,
+                "release_traced",
+                &[
+                    token.to_hex().as_bytes(),
+                    settlement.state.as_str().as_bytes(),
+                    &opt_arg(payload.as_deref()),
+                    &opt_arg(settlement.message.as_deref()),
+                    &opt_arg(settlement.downstream_ref.as_deref()),
+                    attempts.as_bytes(),
+                    read_backs.as_bytes(),
+                    note.by.as_bytes(),
+                    note.note.as_bytes(),
+                    super::rules::RELEASES_KEPT.to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        match tag(&items) {
+            Some("ok") => Ok(()),
+            _ => Err(refusal(key, "release_traced", &items)),
         }
     }
 

@@ -17,7 +17,8 @@
 -- KEYS[2..7]: per-state sorted sets (score = created_at, member = key), in
 -- RecordState::ALL order; KEYS[8]: running leases (score = lease end); KEYS[9]: terminal
 -- records by tombstone expiry (score = updated_at + tombstone window); KEYS[10]: the release
--- trace of KEYS[1]'s key, KEYS[11]: every kept release (only `release_unsettled` uses them).
+-- trace of KEYS[1]'s key, KEYS[11]: every kept release (only the releases with a trace use
+-- them).
 --
 -- ARGV[1] now (ms, from the caller's clock, so tests can move time), ARGV[2] result
 -- retention (ms), ARGV[3] tombstone retention (ms), ARGV[4] record key prefix, ARGV[5]
@@ -158,12 +159,14 @@ local function evidence_ok(text, entry_ok)
 end
 
 -- The operations that write to a record a worker or a person holds (renew, settle,
--- release, reclaim, release_unsettled), and `age` before time changes a record, check its
+-- release, reclaim, release_unsettled, release_traced), and `age` before time changes a record, check its
 -- payload and operation too, so nothing acts on a record the Rust side would report as
 -- corrupt. (`age` checks the other fields for every operation; these two can be large,
 -- and a replay, which only reads them back, leaves their check to the Rust decode.)
 local FULL_OPS = { renew = true, settle = true, release = true, reclaim = true,
-  release_unsettled = true }
+  release_unsettled = true, release_traced = true }
+-- The states a traced release may settle a record to before freeing it.
+local RELEASABLE = { pending = true, unknown = true, escalated = true }
 
 local function parses(rk, pl, op, tool)
   if not tool then
@@ -492,6 +495,121 @@ local function settled_and_current(rk, all)
   return ua ~= nil and ua + TOMBS > NOW and (f.rx == '1' or ua + RESULTS > NOW)
 end
 
+-- rules::settle by the holder of ARGV[6] (the settle operation, and the first half of
+-- release_traced). Returns the reply.
+local function settle(rk)
+  -- ARGV: 6 token, 7 state, 8 payload, 9 message, 10 downstream ref (opt), 11 attempts,
+  -- 12 read-backs
+  local new = ARGV[7]
+  local r = age(rk)
+  if not r then
+    return { 'stale', 'absent' }
+  end
+  if r.tok ~= ARGV[6] then
+    return { 'stale', r.st }
+  end
+  if r.st == 'running' then
+    -- applied below
+  elseif r.st == new and new ~= 'unknown' then
+    -- A retried settle, or a handler that settled in its own transaction: keep the first
+    -- result, add the evidence.
+    append(rk)
+    redis.call('HSET', rk, 'ua', num(NOW))
+    retain(rk, r.k, r.st)
+    return { 'ok' }
+  elseif r.st == 'unknown' then
+    if new == 'unknown' or new == 'running' then
+      append(rk)
+      redis.call('HSET', rk, 'ua', num(NOW))
+      return { 'ok' }
+    end
+  else
+    return { 'stale', r.st }
+  end
+  if new == 'running' or not IDX[new] then
+    return { 'invalid' }
+  end
+  -- One HSET and one HDEL: the state, the result ("+value" sets a field, "-" removes
+  -- it; an absent downstream ref keeps the one stored), and the evidence appended to
+  -- what `age` read.
+  local set, del = { 'st', new, 'ua', num(NOW), 'rx', '0' }, { 'lease' }
+  for _, f in ipairs({ { 'pl', ARGV[8] }, { 'msg', ARGV[9] }, { 'dref', ARGV[10] } }) do
+    if string.sub(f[2], 1, 1) == '+' then
+      set[#set + 1] = f[1]
+      set[#set + 1] = string.sub(f[2], 2)
+    elseif f[1] ~= 'dref' then
+      del[#del + 1] = f[1]
+    end
+  end
+  local att, rb = joined(r.att, ARGV[11]), joined(r.rb, ARGV[12])
+  if att then
+    set[#set + 1] = 'att'
+    set[#set + 1] = att
+  end
+  if rb then
+    set[#set + 1] = 'rb'
+    set[#set + 1] = rb
+  end
+  redis.call('HSET', rk, unpack(set))
+  redis.call('HDEL', rk, unpack(del))
+  if #(att or r.att) > FITS or #(rb or r.rb) > FITS then
+    cap(rk)
+  end
+  move(r, new)
+  redis.call('ZREM', LEASES, r.k)
+  retain(rk, r.k, new)
+  return { 'ok' }
+end
+
+-- The release trace of KEYS[1]'s key (KEYS[10], a JSON array, oldest first, of { at, by,
+-- note, record = the record hash as HGETALL returns it }), split as rules::keep_releases
+-- does: the releases still kept, and the lapsed ones to drop from the listing.
+local function kept_trace()
+  local trace, gone = {}, {}
+  local t = redis.call('TYPE', KEYS[10])['ok']
+  if t ~= 'none' and t ~= 'string' then
+    corrupt(KEYS[10], 'the release trace is a ' .. t .. ', not a string')
+  end
+  local old = t == 'string' and redis.call('GET', KEYS[10])
+  if old then
+    local ok, kept = pcall(cjson.decode, old)
+    if not ok or type(kept) ~= 'table' then
+      corrupt(KEYS[10], 'the release trace is not a JSON array')
+    end
+    for _, e in ipairs(kept) do
+      if type(e) == 'table' and tonumber(e.at) and tonumber(e.at) + TOMBS > NOW then
+        table.insert(trace, e)
+      elseif type(e) == 'table' and tonumber(e.at) then
+        table.insert(gone, e)
+      end
+    end
+  end
+  return trace, gone
+end
+
+-- Frees the unsettled record `r` at `rk` and adds it to its key's trace (`kept_trace`),
+-- released by `who` with `note`; a trace keeps its last `kept` releases.
+local function release_with_trace(rk, r, trace, gone, who, note, kept)
+  table.insert(trace, { at = num(NOW), by = who, note = note,
+    record = redis.call('HGETALL', rk) })
+  while #trace > tonumber(kept) do
+    table.insert(gone, table.remove(trace, 1))
+  end
+  redis.call('DEL', rk)
+  redis.call('ZREM', KEYS[IDX[r.st]], r.k)
+  -- KEYS[11] lists every kept release for IdemStore::list_releases: all scores 0, so the
+  -- members (the release time, zero-padded, then the key) sort in (time, key) order.
+  for _, e in ipairs(gone) do
+    redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
+  end
+  redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
+  redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
+  -- The trace outlives its newest release by the tombstone window (and the usual slack);
+  -- older releases in it are dropped by their own time on every read and write.
+  redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
+  return { 'ok' }
+end
+
 -- One operation on the record at rk (KEYS[1]).
 local function dispatch(rk)
   if OP == 'claim' then
@@ -534,67 +652,7 @@ local function dispatch(rk)
     redis.call('ZADD', LEASES, num(lease), r.k)
     return { 'ok' }
   elseif OP == 'settle' then
-    -- ARGV: 6 token, 7 state, 8 payload, 9 message, 10 downstream ref (opt), 11 attempts,
-    -- 12 read-backs
-    local new = ARGV[7]
-    local r = age(rk)
-    if not r then
-      return { 'stale', 'absent' }
-    end
-    if r.tok ~= ARGV[6] then
-      return { 'stale', r.st }
-    end
-    if r.st == 'running' then
-      -- applied below
-    elseif r.st == new and new ~= 'unknown' then
-      -- A retried settle, or a handler that settled in its own transaction: keep the first
-      -- result, add the evidence.
-      append(rk)
-      redis.call('HSET', rk, 'ua', num(NOW))
-      retain(rk, r.k, r.st)
-      return { 'ok' }
-    elseif r.st == 'unknown' then
-      if new == 'unknown' or new == 'running' then
-        append(rk)
-        redis.call('HSET', rk, 'ua', num(NOW))
-        return { 'ok' }
-      end
-    else
-      return { 'stale', r.st }
-    end
-    if new == 'running' or not IDX[new] then
-      return { 'invalid' }
-    end
-    -- One HSET and one HDEL: the state, the result ("+value" sets a field, "-" removes
-    -- it; an absent downstream ref keeps the one stored), and the evidence appended to
-    -- what `age` read.
-    local set, del = { 'st', new, 'ua', num(NOW), 'rx', '0' }, { 'lease' }
-    for _, f in ipairs({ { 'pl', ARGV[8] }, { 'msg', ARGV[9] }, { 'dref', ARGV[10] } }) do
-      if string.sub(f[2], 1, 1) == '+' then
-        set[#set + 1] = f[1]
-        set[#set + 1] = string.sub(f[2], 2)
-      elseif f[1] ~= 'dref' then
-        del[#del + 1] = f[1]
-      end
-    end
-    local att, rb = joined(r.att, ARGV[11]), joined(r.rb, ARGV[12])
-    if att then
-      set[#set + 1] = 'att'
-      set[#set + 1] = att
-    end
-    if rb then
-      set[#set + 1] = 'rb'
-      set[#set + 1] = rb
-    end
-    redis.call('HSET', rk, unpack(set))
-    redis.call('HDEL', rk, unpack(del))
-    if #(att or r.att) > FITS or #(rb or r.rb) > FITS then
-      cap(rk)
-    end
-    move(r, new)
-    redis.call('ZREM', LEASES, r.k)
-    retain(rk, r.k, new)
-    return { 'ok' }
+    return settle(rk)
   elseif OP == 'release' then
     -- ARGV: 6 token
     local r, refusal = held_running(rk, ARGV[6])
@@ -618,51 +676,31 @@ local function dispatch(rk)
     retain(rk, r.k, 'running')
     return { 'ok' }
   elseif OP == 'release_unsettled' then
-    -- KEYS[10] the key's release trace (a JSON array, oldest first, of { at, by, note,
-    -- record = the record hash as HGETALL returns it }); ARGV: 6 expected token, 7 who,
-    -- 8 note, 9 how many releases a trace keeps (rules::RELEASES_KEPT).
+    -- ARGV: 6 expected token, 7 who, 8 note, 9 how many releases a trace keeps
+    -- (rules::RELEASES_KEPT).
     local r, refusal = held_unsettled(rk, ARGV[6])
     if not r then
       return refusal
     end
-    local trace, gone = {}, {}
-    local t = redis.call('TYPE', KEYS[10])['ok']
-    if t ~= 'none' and t ~= 'string' then
-      corrupt(KEYS[10], 'the release trace is a ' .. t .. ', not a string')
+    local trace, gone = kept_trace()
+    return release_with_trace(rk, r, trace, gone, ARGV[7], ARGV[8], ARGV[9])
+  elseif OP == 'release_traced' then
+    -- ARGV: 6 to 12 as for settle, then 13 who, 14 note, 15 how many releases a trace
+    -- keeps. One call, so nobody sees the record settled but not yet freed.
+    if not RELEASABLE[ARGV[7]] then
+      return { 'invalid' }
     end
-    local old = t == 'string' and redis.call('GET', KEYS[10])
-    if old then
-      local ok, kept = pcall(cjson.decode, old)
-      if not ok or type(kept) ~= 'table' then
-        corrupt(KEYS[10], 'the release trace is not a JSON array')
-      end
-      -- rules::keep_releases: lapsed releases go, then the oldest beyond the last few.
-      for _, e in ipairs(kept) do
-        if type(e) == 'table' and tonumber(e.at) and tonumber(e.at) + TOMBS > NOW then
-          table.insert(trace, e)
-        elseif type(e) == 'table' and tonumber(e.at) then
-          table.insert(gone, e)
-        end
-      end
+    -- Read (and checked) before the settle writes: nothing can fail after it.
+    local trace, gone = kept_trace()
+    local settled = settle(rk)
+    if settled[1] ~= 'ok' then
+      return settled
     end
-    table.insert(trace, { at = num(NOW), by = ARGV[7], note = ARGV[8],
-      record = redis.call('HGETALL', rk) })
-    while #trace > tonumber(ARGV[9]) do
-      table.insert(gone, table.remove(trace, 1))
+    local r, refusal = held_unsettled(rk, ARGV[6])
+    if not r then
+      return refusal
     end
-    redis.call('DEL', rk)
-    redis.call('ZREM', KEYS[IDX[r.st]], r.k)
-    -- KEYS[11] lists every kept release for IdemStore::list_releases: all scores 0, so the
-    -- members (the release time, zero-padded, then the key) sort in (time, key) order.
-    for _, e in ipairs(gone) do
-      redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
-    end
-    redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
-    redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
-    -- The trace outlives its newest release by the tombstone window (and the usual slack);
-    -- older releases in it are dropped by their own time on every read and write.
-    redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
-    return { 'ok' }
+    return release_with_trace(rk, r, trace, gone, ARGV[13], ARGV[14], ARGV[15])
   elseif OP == 'get' then
     local r = age(rk)
     if not r then
