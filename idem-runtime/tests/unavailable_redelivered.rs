@@ -35,6 +35,8 @@ struct Billing {
     refuse: Mutex<bool>,
     requests: Mutex<u32>,
     read_backs: Mutex<u32>,
+    /// The key of every read-back, in order.
+    read_back_keys: Mutex<Vec<String>>,
     held: Mutex<Vec<String>>,
     ledger: Mutex<Vec<(String, String)>>,
 }
@@ -46,6 +48,7 @@ impl Billing {
             refuse: Mutex::new(true),
             requests: Mutex::new(0),
             read_backs: Mutex::new(0),
+            read_back_keys: Mutex::new(Vec::new()),
             held: Mutex::new(Vec::new()),
             ledger: Mutex::new(Vec::new()),
         })
@@ -76,6 +79,12 @@ impl Billing {
 
     fn read_backs(&self) -> u32 {
         *self.read_backs.lock().unwrap()
+    }
+
+    /// How many read-backs asked about `key`.
+    fn read_backs_of(&self, key: &idem_runtime::IdemKey) -> usize {
+        let keys = self.read_back_keys.lock().unwrap();
+        keys.iter().filter(|k| **k == key.to_string()).count()
     }
 
     fn requests(&self) -> u32 {
@@ -121,6 +130,7 @@ impl idem_runtime::WriteTool for Charge {
         let b = &self.0;
         *b.read_backs.lock().unwrap() += 1;
         let key = ctx.key().to_string();
+        b.read_back_keys.lock().unwrap().push(key.clone());
         let found: Vec<String> = b
             .charges()
             .into_iter()
@@ -137,6 +147,29 @@ impl idem_runtime::WriteTool for Charge {
                 downstream_refs: found,
             },
         })
+    }
+}
+
+/// The same downstream behind a tool whose copies may land for two hours.
+struct SlowCharge(Arc<Billing>);
+
+impl idem_runtime::WriteTool for SlowCharge {
+    type Args = serde_json::Map<String, serde_json::Value>;
+    type Output = String;
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("slow_charge")
+            .downstream(Downstream::Keyed)
+            .timeout(Duration::from_secs(10))
+            .in_flight_bound(Duration::from_secs(3600))
+    }
+
+    async fn call(&self, ctx: WriteCtx, args: Self::Args) -> Result<String, ToolError> {
+        idem_runtime::WriteTool::call(&Charge(self.0.clone()), ctx, args).await
+    }
+
+    async fn read_back(&self, ctx: ReadBackCtx, args: Self::Args) -> Result<ReadBack, ToolError> {
+        idem_runtime::WriteTool::read_back(&Charge(self.0.clone()), ctx, args).await
     }
 }
 
@@ -171,6 +204,7 @@ impl World {
             .retry_policy(RetryPolicy::never())
             .escalation_sink(sink.clone())
             .tool(Charge(billing.clone()))
+            .tool(SlowCharge(billing.clone()))
             .build()
             .unwrap();
         World {
@@ -388,4 +422,75 @@ async fn two_effects_behind_a_refusal_go_to_a_person() {
         again.text()
     );
     assert_eq!(w.billing.requests(), requests);
+}
+
+/// A release still inside its horizon holds the reconciler's place; the releases after it
+/// that were looked at for good are not read back again on every pass behind it.
+#[tokio::test]
+async fn a_release_looked_at_for_good_is_not_read_back_again_behind_one_still_watched() {
+    let w = World::new(Copy::None);
+    let refused = |tool: &'static str| {
+        let registry = &w.registry;
+        async move {
+            let told = registry
+                .call(ToolCall::new("run-1", tool, json!({"order": 7})))
+                .await;
+            assert_eq!(
+                told.class(),
+                Some(OutcomeClass::Unavailable),
+                "{}",
+                told.text()
+            );
+            told.key().unwrap().clone()
+        }
+    };
+    // The slow one is released first, so it sorts first among the releases.
+    let slow = refused("slow_charge").await;
+    w.clock.advance(Duration::from_secs(1));
+    let fast = refused("charge").await;
+    let reconciler = Reconciler::new(&w.registry);
+
+    reconciler.run_once().await.unwrap();
+    assert_eq!(
+        (
+            w.billing.read_backs_of(&slow),
+            w.billing.read_backs_of(&fast)
+        ),
+        (1, 1)
+    );
+    // Past the fast tool's horizon (10 s + 2 × 60 s), far inside the slow one's.
+    w.clock.advance(Duration::from_secs(131));
+    reconciler.run_once().await.unwrap();
+    assert_eq!(
+        (
+            w.billing.read_backs_of(&slow),
+            w.billing.read_backs_of(&fast)
+        ),
+        (2, 2),
+        "both read back: the slow one still watched, the fast one once more, for good"
+    );
+    for pass in 3..=5 {
+        w.clock.advance(Duration::from_secs(60));
+        reconciler.run_once().await.unwrap();
+        assert_eq!(
+            (
+                w.billing.read_backs_of(&slow),
+                w.billing.read_backs_of(&fast)
+            ),
+            (pass, 2),
+            "pass {pass}: only the release still inside its horizon is read back"
+        );
+    }
+    // Past the slow one's horizon: its last look, then neither is read back again.
+    w.clock.advance(Duration::from_secs(2 * 3600));
+    reconciler.run_once().await.unwrap();
+    reconciler.run_once().await.unwrap();
+    assert_eq!(
+        (
+            w.billing.read_backs_of(&slow),
+            w.billing.read_backs_of(&fast)
+        ),
+        (6, 2)
+    );
+    assert!(w.billing.charges().is_empty());
 }

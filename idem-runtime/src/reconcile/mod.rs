@@ -63,6 +63,7 @@ pub use crate::escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesS
 pub use crate::tool::{ReadBack, ReadBackCtx};
 pub use resolve::{resolve, resolve_as, Resolution, ResolveError};
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -207,19 +208,45 @@ impl Clone for Walk {
     }
 }
 
-/// How far [`Reconciler::run_once`] has watched the executor's releases: every release at
-/// or before this cursor has been looked at for good (`released::settled`). Same locking
+/// How far [`Reconciler::run_once`] has watched the executor's releases. Same locking
 /// rules as [`Walk`].
 #[derive(Debug, Default)]
-struct Watched(Mutex<Option<ListCursor>>);
+struct Watched(Mutex<WatchPlace>);
+
+/// Every release at or before `place` has been looked at for good (`released::settled`),
+/// and so has every release in `done`: those after `place`, behind one that is still read
+/// back on every pass. Without `done`, each pass would read them back again until the one
+/// in front settles.
+#[derive(Clone, Debug, Default)]
+struct WatchPlace {
+    place: Option<ListCursor>,
+    done: BTreeSet<ListCursor>,
+}
+
+impl WatchPlace {
+    /// Records that the release at `cursor` was looked at for good; `contiguous` when
+    /// every release before it in this pass was too (the place moves over it).
+    fn settled(&mut self, cursor: ListCursor, contiguous: bool) {
+        if contiguous {
+            self.done = self.done.split_off(&cursor);
+            self.done.remove(&cursor);
+            self.place = Some(cursor);
+        } else {
+            self.done.insert(cursor);
+        }
+    }
+}
 
 impl Watched {
-    fn get(&self) -> Option<ListCursor> {
+    fn get(&self) -> WatchPlace {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn set(&self, cursor: ListCursor) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(cursor);
+    fn set(&self, place: &WatchPlace) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone_from(place);
     }
 }
 
@@ -380,25 +407,42 @@ impl Reconciler {
             )),
             key: IdemKey::lowest(),
         };
-        let mut after = match self.watched.get() {
-            Some(watched) if keep_place && watched > window_start => watched,
+        // A one-shot run looks at every release in the window; a running reconciler resumes
+        // at its place and skips what it has looked at for good.
+        let mut watched = if keep_place {
+            self.watched.get()
+        } else {
+            WatchPlace::default()
+        };
+        watched.done.retain(|c| *c > window_start);
+        let mut after = match &watched.place {
+            Some(place) if *place > window_start => place.clone(),
             _ => window_start,
         };
         // The place moves only over releases looked at for good, in order: one that is
-        // looked at again next pass holds it, and every release after it with it.
+        // looked at again next pass holds it; those after it that are done are remembered.
         let mut contiguous = true;
-        while budget > 0 {
-            let page_size = budget.min(self.batch);
-            let page = self.store().list_releases(Some(&after), page_size).await?;
-            let at_end = page.len() < page_size;
-            budget = budget.saturating_sub(page.len());
+        'pages: loop {
+            let page = self.store().list_releases(Some(&after), self.batch).await?;
+            let at_end = page.len() < self.batch;
             for release in page {
                 let cursor = ListCursor::of_release(&release);
-                let (settled, decision) = self.watch_observed(&release, now).await;
-                decisions.extend(decision);
-                contiguous &= settled;
-                if contiguous && keep_place {
-                    self.watched.set(cursor.clone());
+                if watched.done.contains(&cursor) {
+                    watched.settled(cursor.clone(), contiguous);
+                } else {
+                    if budget == 0 {
+                        break 'pages;
+                    }
+                    budget -= 1;
+                    let (settled, decision) = self.watch_observed(&release, now).await;
+                    decisions.extend(decision);
+                    if settled {
+                        watched.settled(cursor.clone(), contiguous);
+                    }
+                    contiguous &= settled;
+                }
+                if keep_place {
+                    self.watched.set(&watched);
                 }
                 after = cursor;
             }
