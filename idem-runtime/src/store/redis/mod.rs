@@ -38,11 +38,12 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// # One round trip, atomic
 ///
-/// `claim`, `settle`, `renew`, `release`, `release_unsettled`, `release_traced`, `reclaim` and `get` are each a
-/// single `FCALL` of one Lua function, which Redis runs atomically (a listing is one more per
-/// page and partition, after one per 128 expired leases it first turns *unknown*, so no
-/// single call blocks Redis for long): of N workers racing for a key exactly one gets the
-/// token, and a settle is fenced by the claim's token inside the same call that writes it.
+/// `claim`, `settle`, `renew`, `release`, `release_unsettled`, `release_traced`, `reclaim`
+/// and `get` are each a single `FCALL` of one Lua function, which Redis runs atomically (a
+/// listing is one more per page and partition, after one per 128 expired leases it first
+/// turns *unknown*, so no single call blocks Redis for long): of N workers racing for a key
+/// exactly one gets the token, and a settle is fenced by the claim's token inside the same
+/// call that writes it.
 ///
 /// The code is a Redis Function library, loaded by `connect` with `FUNCTION LOAD` on the
 /// server (on a cluster, on every master), so a call runs only the operation, not the

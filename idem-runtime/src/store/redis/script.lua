@@ -159,9 +159,9 @@ local function evidence_ok(text, entry_ok)
 end
 
 -- The operations that write to a record a worker or a person holds (renew, settle,
--- release, reclaim, release_unsettled, release_traced), and `age` before time changes a record, check its
--- payload and operation too, so nothing acts on a record the Rust side would report as
--- corrupt. (`age` checks the other fields for every operation; these two can be large,
+-- release, reclaim, release_unsettled, release_traced), and `age` before time changes a
+-- record, check its payload and operation too, so nothing acts on a record the Rust side
+-- would report as corrupt. (`age` checks the other fields for every operation; these two can be large,
 -- and a replay, which only reads them back, leaves their check to the Rust decode.)
 local FULL_OPS = { renew = true, settle = true, release = true, reclaim = true,
   release_unsettled = true, release_traced = true }
