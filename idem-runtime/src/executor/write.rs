@@ -400,10 +400,16 @@ impl Executor {
             // A panic is a defect in the handler, not a transient fault: sending again would
             // most likely panic again. It stays unknown for the reconciler (see RetryPolicy).
             let retryable = class == OutcomeClass::Unknown && kind != AttemptKind::Panicked;
-            // The attempt just ended: its end is "now" for the window (one clock reading less).
-            let in_window = claimed_at.plus(spec.window_duration()) > finished_at;
-            let pause = if retryable && keyed && attempt < max_attempts && in_window {
-                Some(self.retry.backoff(attempt))
+            // The retry goes out after the backoff: that send, not this attempt's end (its
+            // "now", one clock reading less), must fall inside the window, or the downstream
+            // may have forgotten the key and charge again.
+            let keyed_pause = (retryable && keyed && attempt < max_attempts)
+                .then(|| self.retry.backoff(attempt))
+                .filter(|backoff| {
+                    claimed_at.plus(spec.window_duration()) > finished_at.plus(*backoff)
+                });
+            let pause = if keyed_pause.is_some() {
+                keyed_pause
             } else if let Some(Err(ToolError::Unavailable { retry_after, .. })) = &result {
                 // Nothing ran, so asking again is harmless, keyed downstream or not; but only
                 // within the call's budget, and never sooner than the downstream asked.
