@@ -21,6 +21,9 @@ struct Bank {
     charges: Mutex<Vec<(String, Instant)>>,
     requests: Mutex<Vec<Instant>>,
     start: Instant,
+    /// Requests (by arrival order, from 0) answered 503 with this Retry-After, without
+    /// doing anything.
+    shed: Mutex<Vec<(usize, Duration)>>,
 }
 
 impl Bank {
@@ -31,6 +34,7 @@ impl Bank {
             charges: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             start: Instant::now(),
+            shed: Mutex::new(Vec::new()),
         })
     }
 
@@ -62,7 +66,25 @@ impl Payments {
     async fn pay(&self, ctx: WriteCtx, _args: PayArgs) -> Result<String, ToolError> {
         let bank = &self.bank;
         let arrived = Instant::now();
-        bank.requests.lock().unwrap().push(arrived);
+        let n = {
+            let mut requests = bank.requests.lock().unwrap();
+            requests.push(arrived);
+            requests.len() - 1
+        };
+        let shed = bank
+            .shed
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(i, _)| *i == n)
+            .map(|s| s.1);
+        if let Some(wait) = shed {
+            tokio::time::sleep(bank.latency).await;
+            return Err(ToolError::unavailable_for(
+                "503 overloaded; not executed",
+                wait,
+            ));
+        }
         {
             let mut charges = bank.charges.lock().unwrap();
             let key = ctx.key().as_str();
@@ -103,6 +125,29 @@ async fn no_retry_is_sent_after_the_window_has_passed() {
     // Sends at 0 s and 0.65 s; the second ends at 0.9 s, inside the window, and the next
     // would go at 1.3 s, past it.
     let bank = Bank::new(Duration::from_secs(1), Duration::from_millis(250));
+    let r = registry(&bank)
+        .call(ToolCall::new(
+            "run-1",
+            "pay",
+            json!({"customer": "acme", "cents": 4900}),
+        ))
+        .await;
+    assert_eq!(r.class(), Some(idem::OutcomeClass::Unknown), "{}", r.text());
+    let sent = bank.request_times();
+    assert!(
+        sent.iter().all(|t| *t <= Duration::from_secs(1)),
+        "a request was sent after the 1 s window: {sent:?}"
+    );
+    assert_eq!(bank.charges(), 1, "one charge: {sent:?}");
+}
+
+/// The first attempt's answer is lost (it may have charged), the second is refused as
+/// unavailable with a Retry-After that ends past the window: asking again after it would
+/// rely on a key the downstream may have forgotten, so the call must stop, unknown.
+#[tokio::test(start_paused = true)]
+async fn an_unavailable_retry_after_an_unknown_attempt_stays_inside_the_window() {
+    let bank = Bank::new(Duration::from_secs(1), Duration::from_millis(250));
+    bank.shed.lock().unwrap().push((1, Duration::from_secs(1)));
     let r = registry(&bank)
         .call(ToolCall::new(
             "run-1",

@@ -403,18 +403,24 @@ impl Executor {
             // The retry goes out after the backoff: that send, not this attempt's end (its
             // "now", one clock reading less), must fall inside the window, or the downstream
             // may have forgotten the key and charge again.
+            let sent_in_window = |pause: &Duration| {
+                claimed_at.plus(spec.window_duration()) > finished_at.plus(*pause)
+            };
             let keyed_pause = (retryable && keyed && attempt < max_attempts)
                 .then(|| self.retry.backoff(attempt))
-                .filter(|backoff| {
-                    claimed_at.plus(spec.window_duration()) > finished_at.plus(*backoff)
-                });
+                .filter(sent_in_window);
             let pause = if keyed_pause.is_some() {
                 keyed_pause
             } else if let Some(Err(ToolError::Unavailable { retry_after, .. })) = &result {
                 // Nothing ran, so asking again is harmless, keyed downstream or not; but only
-                // within the call's budget, and never sooner than the downstream asked.
+                // within the call's budget, and never sooner than the downstream asked. After
+                // an attempt whose outcome is unknown, though, the next send is a retry of an
+                // effect that may have landed: only to a keyed downstream, inside its window.
+                let after_unknown =
+                    prior_unknown || evidence.iter().any(|a| a.class == OutcomeClass::Unknown);
                 self.retry
                     .unavailable_pause(attempt, *retry_after, began.elapsed())
+                    .filter(|pause| !after_unknown || (keyed && sent_in_window(pause)))
             } else {
                 None
             };
