@@ -1,0 +1,206 @@
+//! What the MCP server answers is valid MCP: every `tools/call` result (each outcome class,
+//! fresh and replayed, a refusal, bad arguments) against the published `CallToolResult`
+//! schema, and `tools/list` against `ListToolsResult`, for the protocol version the client
+//! asked for. Each call's effect is checked on the ledger too: a result that validates but
+//! ran twice would still be wrong.
+
+mod support_mcp;
+
+use std::sync::{Arc, Mutex};
+
+use idem::mcp::McpServer;
+use idem::{toolbox, ReadCtx, Registry, ToolError, WriteCtx};
+use serde_json::{json, Value};
+use support_mcp::{is_error, outcome, result, LineClient};
+
+#[idem::args]
+struct SettleArgs {
+    /// `done`, `rejected`, `failed`, `pending`, `unavailable` or `unknown`.
+    how: String,
+    /// Told apart per test call.
+    n: u64,
+}
+
+#[idem::args]
+struct Settled {
+    how: String,
+    n: u64,
+}
+
+#[idem::args]
+struct Lookup {
+    n: u64,
+}
+
+#[derive(Default)]
+struct Ledger {
+    runs: Mutex<Vec<(String, u64)>>,
+}
+
+impl Ledger {
+    fn runs_of(&self, n: u64) -> usize {
+        self.runs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.1 == n)
+            .count()
+    }
+}
+
+#[toolbox]
+impl Ledger {
+    /// Ends as the caller asks.
+    #[tool(write)]
+    async fn settle_as(&self, _ctx: WriteCtx, args: SettleArgs) -> Result<Settled, ToolError> {
+        self.runs.lock().unwrap().push((args.how.clone(), args.n));
+        match args.how.as_str() {
+            "done" => Ok(Settled {
+                how: args.how,
+                n: args.n,
+            }),
+            "rejected" => Err(ToolError::rejected("400: nothing executed")),
+            "failed" => Err(ToolError::failed_with_ref(
+                "declined",
+                format!("ch_{}", args.n),
+            )),
+            "pending" => Err(ToolError::pending(format!("re_{}", args.n))),
+            "unavailable" => Err(ToolError::unavailable_for(
+                "503",
+                std::time::Duration::from_secs(3600),
+            )),
+            _ => Err(ToolError::unknown("502 after send")),
+        }
+    }
+
+    /// How many times `settle_as` ran for `n`.
+    #[tool(read)]
+    async fn runs(&self, _ctx: ReadCtx, args: Lookup) -> Result<u64, ToolError> {
+        Ok(self.runs_of(args.n) as u64)
+    }
+}
+
+type Client = LineClient<
+    tokio::io::ReadHalf<tokio::io::DuplexStream>,
+    tokio::io::WriteHalf<tokio::io::DuplexStream>,
+>;
+
+async fn client(server: &McpServer) -> Client {
+    let (client_io, server_io) = tokio::io::duplex(1 << 20);
+    let server = server.clone();
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(tokio::io::split(server_io)).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let (read, write) = tokio::io::split(client_io);
+    let mut client = LineClient::new(read, write);
+    let init = client.initialize().await;
+    assert_eq!(result(&init)["protocolVersion"], "2025-11-25", "{init}");
+    client
+}
+
+/// A validator for `$defs[def]` of the published schema the client negotiated.
+fn validator(def: &str) -> jsonschema::Validator {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/idem-runtime/tests/data/schema-2025-11-25.json"
+    ))
+    .unwrap();
+    let full: Value = serde_json::from_str(&text).unwrap();
+    let schema = json!({
+        "$schema": full["$schema"],
+        "$ref": format!("#/$defs/{def}"),
+        "$defs": full["$defs"],
+    });
+    jsonschema::validator_for(&schema).unwrap()
+}
+
+fn assert_valid(validator: &jsonschema::Validator, reply: &Value) {
+    let errors: Vec<String> = validator
+        .iter_errors(result(reply))
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}: {reply}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tools_call_result_is_a_valid_call_tool_result() {
+    let ledger = Arc::new(Ledger::default());
+    let server = McpServer::new(Registry::builder().toolbox(ledger.clone()).build().unwrap());
+    let mut client = client(&server).await;
+    let call_result = validator("CallToolResult");
+
+    let list = client.request("tools/list", json!({})).await;
+    assert_valid(&validator("ListToolsResult"), &list);
+
+    for (n, (how, class)) in [
+        ("done", "completed"),
+        ("rejected", "rejected"),
+        ("failed", "failed"),
+        ("pending", "pending"),
+        ("unavailable", "unavailable"),
+        ("unknown", "unknown"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let n = n as u64;
+        let args = json!({"how": how, "n": n});
+        let first = client.call_tool("settle_as", args.clone(), None).await;
+        assert_valid(&call_result, &first);
+        assert_eq!(outcome(&first), class, "{first}");
+        assert_eq!(is_error(&first), class != "completed", "{first}");
+        let again = client.call_tool("settle_as", args, None).await;
+        assert_valid(&call_result, &again);
+        // Rejected and unavailable did nothing, so they may run again; the rest replay.
+        let runs = if matches!(class, "rejected" | "unavailable") {
+            2
+        } else {
+            1
+        };
+        assert_eq!(ledger.runs_of(n), runs, "{how}: {again}");
+        if runs == 1 {
+            assert_eq!(
+                result(&again)["_meta"]["idem/replayed"],
+                json!(true),
+                "{again}"
+            );
+        }
+    }
+
+    // Refused: the same intent with other arguments. Nothing runs.
+    let intent = json!({"idem/intent": "intent-1"});
+    let ok = client
+        .call_tool(
+            "settle_as",
+            json!({"how": "done", "n": 100}),
+            Some(intent.clone()),
+        )
+        .await;
+    assert_valid(&call_result, &ok);
+    let refused = client
+        .call_tool("settle_as", json!({"how": "done", "n": 101}), Some(intent))
+        .await;
+    assert_valid(&call_result, &refused);
+    assert!(is_error(&refused));
+    assert_eq!(outcome(&refused), "refused");
+    assert_eq!(ledger.runs_of(101), 0);
+
+    // Bad arguments: a tool error the model can correct, valid too. Nothing runs.
+    let bad = client
+        .call_tool("settle_as", json!({"how": 7, "n": 200}), None)
+        .await;
+    assert_valid(&call_result, &bad);
+    assert!(is_error(&bad));
+    assert_eq!(ledger.runs_of(200), 0);
+
+    // A read.
+    let read = client.call_tool("runs", json!({"n": 0}), None).await;
+    assert_valid(&call_result, &read);
+    assert_eq!(
+        result(&read)["structuredContent"],
+        json!({"result": 1}),
+        "{read}"
+    );
+}
