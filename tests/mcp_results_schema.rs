@@ -204,3 +204,94 @@ async fn every_tools_call_result_is_a_valid_call_tool_result() {
         "{read}"
     );
 }
+
+#[idem::args]
+struct ChargeArgs {
+    customer: String,
+    cents: u64,
+}
+
+/// A charge's receipt: an object output, so it is the tool's outputSchema as it stands.
+#[idem::args]
+struct Receipt {
+    charge: String,
+    cents: u64,
+}
+
+struct Flaky {
+    runs: Mutex<u32>,
+}
+
+#[toolbox]
+impl Flaky {
+    /// Charge; the answer of the first request is lost.
+    #[tool(write)]
+    async fn charge(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<Receipt, ToolError> {
+        let mut runs = self.runs.lock().unwrap();
+        *runs += 1;
+        if *runs == 1 {
+            return Err(ToolError::unknown("502 after the charge was sent"));
+        }
+        Ok(Receipt {
+            charge: format!("ch_{runs}"),
+            cents: args.cents,
+        })
+    }
+}
+
+/// A person resolves an unknown charge as completed with only the downstream's reference
+/// (what `idem resolve KEY --completed ch_…` does): the repeat replays it, and what the
+/// client gets is still valid against the tool's outputSchema (clients such as the official
+/// Python SDK refuse structured content that is not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_resolved_by_a_person_keeps_the_output_schema_promise() {
+    let flaky = Arc::new(Flaky {
+        runs: Mutex::new(0),
+    });
+    let registry = Registry::builder().toolbox(flaky.clone()).build().unwrap();
+    let server = McpServer::new(registry.clone());
+    let mut client = client(&server).await;
+    let list = client.request("tools/list", json!({})).await;
+    let output_schema = result(&list)["tools"][0]["outputSchema"].clone();
+    assert_eq!(output_schema["type"], "object", "{list}");
+    let output_valid = jsonschema::validator_for(&output_schema).unwrap();
+
+    let run = json!({"idem/run": "run-resolve"});
+    let args = json!({"customer": "acme", "cents": 4900});
+    let first = client
+        .call_tool("charge", args.clone(), Some(run.clone()))
+        .await;
+    assert_eq!(outcome(&first), "unknown", "{first}");
+    let key = idem::IdemKey::parse(result(&first)["_meta"]["idem/key"].as_str().unwrap()).unwrap();
+
+    idem::reconcile::resolve(
+        &**registry.store(),
+        &key,
+        idem::reconcile::Resolution::Completed {
+            downstream_ref: "ch_1".into(),
+            output: None,
+        },
+        "found in the dashboard",
+    )
+    .await
+    .unwrap();
+
+    let again = client.call_tool("charge", args, Some(run)).await;
+    assert_valid(&validator("CallToolResult"), &again);
+    assert_eq!(outcome(&again), "completed", "{again}");
+    assert_eq!(*flaky.runs.lock().unwrap(), 1, "not run again");
+    let answer = result(&again);
+    match answer.get("structuredContent") {
+        Some(structured) => assert!(
+            output_valid.is_valid(structured),
+            "structuredContent {structured} breaks the advertised outputSchema {output_schema}"
+        ),
+        // Without structured content, a tool with an outputSchema must answer as an error.
+        None => assert!(is_error(&again), "{again}"),
+    }
+    let text = answer["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("ch_1"),
+        "the model still learns the reference: {text}"
+    );
+}
