@@ -572,3 +572,16 @@ async fn a_parked_unavailable_record_is_left_to_its_release_for_a_grace_period()
     assert_eq!(bank.requests(), 1, "never sent again");
     assert_eq!(bank.effects(), 0);
 }
+
+/// The model is told when it may call again no sooner than the downstream asked: a
+/// Retry-After of 90.5 s is "in 91s", never "in 90s".
+#[tokio::test(start_paused = true)]
+async fn the_model_is_never_told_to_call_again_before_retry_after() {
+    let bank = Bank::new([Step::Unavailable(Duration::from_millis(90_500))]);
+    let w = world(&bank, no_jitter(), Duration::from_secs(10));
+    let r = w.registry.call(pay()).await;
+    assert_eq!(r.class(), Some(OutcomeClass::Unavailable), "{}", r.text());
+    assert!(r.text().contains("in 91s or later"), "{}", r.text());
+    assert_eq!(bank.effects(), 0);
+    assert_eq!(state(&w, &r).await, None, "released");
+}
