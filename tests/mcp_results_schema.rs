@@ -295,3 +295,52 @@ async fn a_completion_resolved_by_a_person_keeps_the_output_schema_promise() {
         "the model still learns the reference: {text}"
     );
 }
+
+#[idem::args]
+struct ListArgs {
+    /// Only this customer's, when given.
+    customer: Option<String>,
+}
+
+struct Catalog;
+
+#[toolbox]
+impl Catalog {
+    /// List charges; every argument is optional.
+    #[tool(read)]
+    async fn list(&self, _ctx: ReadCtx, args: ListArgs) -> Result<Vec<String>, ToolError> {
+        Ok(vec![args.customer.unwrap_or_else(|| "everyone".into())])
+    }
+
+    /// What time is it?
+    #[tool(read)]
+    async fn now(&self, _ctx: ReadCtx) -> Result<u64, ToolError> {
+        Ok(1_700_000_000)
+    }
+}
+
+/// MCP's `arguments` is optional: a client may leave it out for a tool whose arguments are
+/// all optional (or that has none). That is `{}`, not a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_without_arguments_is_an_empty_object() {
+    let server = McpServer::new(
+        Registry::builder()
+            .toolbox(Arc::new(Catalog))
+            .build()
+            .unwrap(),
+    );
+    let mut client = client(&server).await;
+    for (name, expected) in [
+        ("list", json!({"result": ["everyone"]})),
+        ("now", json!({"result": 1_700_000_000})),
+    ] {
+        let id = client.id();
+        client
+            .send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name}}))
+            .await;
+        let reply = client.reply_to(&id).await;
+        assert_valid(&validator("CallToolResult"), &reply);
+        assert!(!is_error(&reply), "{name}: {reply}");
+        assert_eq!(result(&reply)["structuredContent"], expected, "{reply}");
+    }
+}

@@ -232,7 +232,9 @@ impl ServerHandler for McpHandler {
             Run::Sessionless if tool.kind() == ToolKind::Read => meta::connection_run(),
             Run::Sessionless => return Ok(sessionless_refusal().into()),
         };
-        let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        // `arguments` is optional in MCP: left out, it is an empty object (which a tool
+        // without arguments takes too), not `null`, which a struct of optional fields refuses.
+        let args = Value::Object(request.arguments.unwrap_or_default());
         let mut call = ToolCall::new(run, request.name.to_string(), args)
             .call_id(cut(&format!("jsonrpc:{}", context.id), 128));
         if let Some(intent) = asked.intent {
