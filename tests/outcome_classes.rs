@@ -584,4 +584,16 @@ async fn the_model_is_never_told_to_call_again_before_retry_after() {
     assert!(r.text().contains("in 91s or later"), "{}", r.text());
     assert_eq!(bank.effects(), 0);
     assert_eq!(state(&w, &r).await, None, "released");
+
+    // The longest Retry-After there is: told, never a panic.
+    let bank = Bank::new([Step::Unavailable(Duration::MAX)]);
+    let w = world(&bank, no_jitter(), Duration::from_secs(10));
+    let r = w.registry.call(pay()).await;
+    assert_eq!(r.class(), Some(OutcomeClass::Unavailable), "{}", r.text());
+    assert!(
+        r.text().contains(&format!("in {}s or later", u64::MAX)),
+        "{}",
+        r.text()
+    );
+    assert_eq!(bank.effects(), 0);
 }

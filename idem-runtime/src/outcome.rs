@@ -145,7 +145,9 @@ impl Outcome {
                     // Rounded up: "in 1s" for a Retry-After of 1.5 s would be too early.
                     Some(d) => format!(
                         "in {}s or later",
-                        (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+                        d.as_secs()
+                            .saturating_add(u64::from(d.subsec_nanos() > 0))
+                            .max(1)
                     ),
                     None => "later".to_owned(),
                 };
