@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use idem::{toolbox, CallError, IdemStore, MemoryStore, Registry, ToolCall, ToolError, WriteCtx};
+use idem::{toolbox, CallError, MemoryStore, Registry, ToolCall, ToolError, WriteCtx};
 use serde_json::json;
 
 #[idem::args]
