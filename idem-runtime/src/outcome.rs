@@ -142,7 +142,13 @@ impl Outcome {
             } => {
                 let message = bounded(message);
                 let when = match retry_after {
-                    Some(d) => format!("in {}s or later", d.as_secs().max(1)),
+                    // Rounded up: "in 1s" for a Retry-After of 1.5 s would be too early.
+                    Some(d) => format!(
+                        "in {}s or later",
+                        d.as_secs()
+                            .saturating_add(u64::from(d.subsec_nanos() > 0))
+                            .max(1)
+                    ),
                     None => "later".to_owned(),
                 };
                 format!(

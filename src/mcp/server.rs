@@ -1,6 +1,7 @@
 //! The rmcp [`ServerHandler`] that serves a [`Registry`]: `tools/list` from its MCP
 //! definitions, `tools/call` through [`Registry::call`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rmcp::model::{
@@ -42,6 +43,8 @@ struct Shared {
     /// The registry's `Format::Mcp` definitions, converted once (an `Err` names the tool
     /// whose definition rmcp could not read; `tools/list` reports it).
     tools: Result<Vec<Tool>, String>,
+    /// Each tool's outputSchema, compiled once, by tool name.
+    output_schemas: HashMap<String, OutputSchema>,
     info: Implementation,
     instructions: Option<String>,
     sessionless_run: Option<String>,
@@ -59,10 +62,18 @@ impl McpServer {
                     .map_err(|e| format!("tool {name}: its definition is not an MCP Tool: {e}"))
             })
             .collect();
+        let output_schemas = registry
+            .tools()
+            .filter_map(|tool| {
+                let schema = OutputSchema::of(tool.spec())?;
+                Some((tool.spec().name().to_owned(), schema))
+            })
+            .collect();
         McpServer {
             shared: Arc::new(Shared {
                 registry,
                 tools,
+                output_schemas,
                 info: Implementation::new("idem", env!("CARGO_PKG_VERSION")),
                 instructions: None,
                 sessionless_run: None,
@@ -96,6 +107,7 @@ impl McpServer {
         let mut shared = Arc::try_unwrap(self.shared).unwrap_or_else(|shared| Shared {
             registry: shared.registry.clone(),
             tools: shared.tools.clone(),
+            output_schemas: shared.output_schemas.clone(),
             info: shared.info.clone(),
             instructions: shared.instructions.clone(),
             sessionless_run: shared.sessionless_run.clone(),
@@ -220,7 +232,9 @@ impl ServerHandler for McpHandler {
             Run::Sessionless if tool.kind() == ToolKind::Read => meta::connection_run(),
             Run::Sessionless => return Ok(sessionless_refusal().into()),
         };
-        let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        // `arguments` is optional in MCP: left out, it is an empty object (which a tool
+        // without arguments takes too), not `null`, which a struct of optional fields refuses.
+        let args = Value::Object(request.arguments.unwrap_or_default());
         let mut call = ToolCall::new(run, request.name.to_string(), args)
             .call_id(cut(&format!("jsonrpc:{}", context.id), 128));
         if let Some(intent) = asked.intent {
@@ -235,7 +249,8 @@ impl ServerHandler for McpHandler {
         let result = tokio::spawn(async move { registry.call(call).await })
             .await
             .map_err(|e| ErrorData::internal_error(format!("the call's task failed: {e}"), None))?;
-        Ok(to_call_tool_result(tool.spec(), &result).into())
+        let schema = self.shared.output_schemas.get(tool.spec().name());
+        Ok(call_tool_result(tool.spec(), &result, schema).into())
     }
 }
 
@@ -281,12 +296,53 @@ fn succeeded(result: &ToolResult) -> bool {
 /// A tool with an `outputSchema` promises structured content with every success, and clients
 /// hold it to that (the official Python SDK raises otherwise). So a completed call of such a
 /// tool that has no structured content to give — its saved result expired ("already done;
-/// result no longer kept") — is sent with `isError`, its text saying what happened.
+/// result no longer kept") — is sent with `isError`, its text saying what happened. So is one
+/// whose output does not validate against the outputSchema (checked before it is sent): one
+/// a person recorded with only a downstream reference, or a read-back settled.
 pub fn to_call_tool_result(spec: &ToolSpec, result: &ToolResult) -> CallToolResult {
+    call_tool_result(spec, result, OutputSchema::of(spec).as_ref())
+}
+
+/// A tool's outputSchema, compiled, to check structured content against before it is sent.
+#[derive(Clone)]
+struct OutputSchema(Arc<jsonschema::Validator>);
+
+impl std::fmt::Debug for OutputSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutputSchema")
+    }
+}
+
+impl OutputSchema {
+    /// The compiled outputSchema of the tool `spec` describes; `None` without one (or, never
+    /// expected, one that does not compile: its content is then sent unchecked).
+    fn of(spec: &ToolSpec) -> Option<OutputSchema> {
+        let schema = mcp_output_schema(spec)?;
+        match jsonschema::validator_for(&schema) {
+            Ok(v) => Some(OutputSchema(Arc::new(v))),
+            Err(e) => {
+                tracing::warn!(tool = spec.name(), error = %e, "outputSchema does not compile");
+                None
+            }
+        }
+    }
+}
+
+/// [`to_call_tool_result`] with the tool's compiled outputSchema. A completed output that
+/// does not meet it — one a person recorded (`resolve` with only a downstream reference) or
+/// a read-back settled, not the handler's own — is sent like an expired result: as an error
+/// whose text says it completed, since clients refuse structured content that breaks the
+/// schema, and a tool with one must send structured content with every success.
+fn call_tool_result(
+    spec: &ToolSpec,
+    result: &ToolResult,
+    schema: Option<&OutputSchema>,
+) -> CallToolResult {
     let content = vec![ContentBlock::text(result.text())];
     let structured = result
         .output()
-        .and_then(|output| mcp_structured_content(spec, output));
+        .and_then(|output| mcp_structured_content(spec, output))
+        .filter(|structured| schema.is_none_or(|s| s.0.is_valid(structured)));
     let mut out = match (succeeded(result), structured) {
         (true, Some(structured)) => {
             let mut ok = CallToolResult::success(content);

@@ -136,6 +136,7 @@ impl Executor {
             Executed::refused(Some(key.clone()), CallError::Store(e))
         };
         let mut waited = false;
+        let mut release_wait = ReleaseWait::default();
         loop {
             let found = match honoured {
                 Some(other) => self.find(other).await.map_err(|e| refused(&other.key, e))?,
@@ -198,6 +199,12 @@ impl Executor {
                     // run), or still running (in flight).
                 }
                 ClaimOutcome::Existing(record) => {
+                    if rules::being_released(&record)
+                        && release_wait.pause(self.in_flight_wait).await
+                    {
+                        // Look again: released (ours to run), or still parked.
+                        continue;
+                    }
                     return Err(Executed {
                         key: Some(key.clone()),
                         result: Ok(replay(&record)),
@@ -393,15 +400,27 @@ impl Executor {
             // A panic is a defect in the handler, not a transient fault: sending again would
             // most likely panic again. It stays unknown for the reconciler (see RetryPolicy).
             let retryable = class == OutcomeClass::Unknown && kind != AttemptKind::Panicked;
-            // The attempt just ended: its end is "now" for the window (one clock reading less).
-            let in_window = claimed_at.plus(spec.window_duration()) > finished_at;
-            let pause = if retryable && keyed && attempt < max_attempts && in_window {
-                Some(self.retry.backoff(attempt))
+            // The retry goes out after the backoff: that send, not this attempt's end (its
+            // "now", one clock reading less), must fall inside the window, or the downstream
+            // may have forgotten the key and charge again.
+            let sent_in_window = |pause: &Duration| {
+                claimed_at.plus(spec.window_duration()) > finished_at.plus(*pause)
+            };
+            let keyed_pause = (retryable && keyed && attempt < max_attempts)
+                .then(|| self.retry.backoff(attempt))
+                .filter(sent_in_window);
+            let pause = if keyed_pause.is_some() {
+                keyed_pause
             } else if let Some(Err(ToolError::Unavailable { retry_after, .. })) = &result {
                 // Nothing ran, so asking again is harmless, keyed downstream or not; but only
-                // within the call's budget, and never sooner than the downstream asked.
+                // within the call's budget, and never sooner than the downstream asked. After
+                // an attempt whose outcome is unknown, though, the next send is a retry of an
+                // effect that may have landed: only to a keyed downstream, inside its window.
+                let after_unknown =
+                    prior_unknown || evidence.iter().any(|a| a.class == OutcomeClass::Unknown);
                 self.retry
                     .unavailable_pause(attempt, *retry_after, began.elapsed())
+                    .filter(|pause| !after_unknown || (keyed && sent_in_window(pause)))
             } else {
                 None
             };
@@ -600,5 +619,31 @@ impl Executor {
                 })
             }
         }
+    }
+}
+
+/// How long a repeat waits for a parked record ([`rules::being_released`]) to be released before
+/// it is answered from the record as it stands (a release that failed leaves it unknown).
+const RELEASE_WAIT: Duration = Duration::from_secs(1);
+
+/// A repeat's bounded wait for a parked record's release.
+#[derive(Default)]
+struct ReleaseWait {
+    until: Option<tokio::time::Instant>,
+}
+
+impl ReleaseWait {
+    /// Sleeps a little and returns true, or returns false once the wait (at most
+    /// [`RELEASE_WAIT`], and never past the registry's in-flight wait) is over.
+    async fn pause(&mut self, in_flight_wait: Duration) -> bool {
+        let now = tokio::time::Instant::now();
+        let until = *self
+            .until
+            .get_or_insert_with(|| now + RELEASE_WAIT.min(in_flight_wait));
+        if now >= until {
+            return false;
+        }
+        tokio::time::sleep_until((now + Duration::from_millis(10)).min(until)).await;
+        true
     }
 }

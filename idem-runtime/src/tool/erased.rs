@@ -112,11 +112,17 @@ where
         RawArgs::Value(v) => decode_value(v)?,
         RawArgs::Text(text) => match serde_json::from_str::<A>(text) {
             Ok(t) => t,
-            // Whatever went wrong, the value path decides, so text and value calls are
-            // refused (or accepted) alike: malformed JSON, `{}` for `()`, duplicate keys.
-            Err(_) => {
+            // Anything else that went wrong, the value path decides, so text and value calls
+            // are refused (or accepted) alike: malformed JSON, `{}` for `()`.
+            Err(typed_err) => {
                 let v: Value = serde_json::from_str(text)
                     .map_err(|e| DecodeError::Malformed(e.to_string()))?;
+                // One of the args' fields given twice: which one the model meant is anyone's
+                // guess (parsers disagree: first or last), so serde's refusal stands. A value
+                // cannot carry it: whoever parsed it into one has already picked.
+                if duplicate_field(&typed_err) {
+                    return Err(DecodeError::Invalid(typed_err.to_string()));
+                }
                 decode_value(&v)?
             }
         },
@@ -130,6 +136,13 @@ where
         identity,
         typed: Box::new(typed),
     })
+}
+
+/// Serde's "duplicate field" error (`serde::de::Error::duplicate_field`), which derived
+/// `Deserialize` impls raise for a field named twice, at any depth of the args' own types.
+fn duplicate_field(e: &serde_json::Error) -> bool {
+    e.classify() == serde_json::error::Category::Data
+        && e.to_string().starts_with("duplicate field `")
 }
 
 fn decode_value<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, DecodeError> {
