@@ -136,7 +136,6 @@ impl Executor {
             Executed::refused(Some(key.clone()), CallError::Store(e))
         };
         let mut waited = false;
-        let mut release_wait = ReleaseWait::default();
         loop {
             let found = match honoured {
                 Some(other) => self.find(other).await.map_err(|e| refused(&other.key, e))?,
@@ -199,12 +198,6 @@ impl Executor {
                     // run), or still running (in flight).
                 }
                 ClaimOutcome::Existing(record) => {
-                    if rules::being_released(&record)
-                        && release_wait.pause(self.in_flight_wait).await
-                    {
-                        // Look again: released (ours to run), or still parked.
-                        continue;
-                    }
                     return Err(Executed {
                         key: Some(key.clone()),
                         result: Ok(replay(&record)),
@@ -619,31 +612,5 @@ impl Executor {
                 })
             }
         }
-    }
-}
-
-/// How long a repeat waits for a parked record ([`rules::being_released`]) to be released before
-/// it is answered from the record as it stands (a release that failed leaves it unknown).
-const RELEASE_WAIT: Duration = Duration::from_secs(1);
-
-/// A repeat's bounded wait for a parked record's release.
-#[derive(Default)]
-struct ReleaseWait {
-    until: Option<tokio::time::Instant>,
-}
-
-impl ReleaseWait {
-    /// Sleeps a little and returns true, or returns false once the wait (at most
-    /// [`RELEASE_WAIT`], and never past the registry's in-flight wait) is over.
-    async fn pause(&mut self, in_flight_wait: Duration) -> bool {
-        let now = tokio::time::Instant::now();
-        let until = *self
-            .until
-            .get_or_insert_with(|| now + RELEASE_WAIT.min(in_flight_wait));
-        if now >= until {
-            return false;
-        }
-        tokio::time::sleep_until((now + Duration::from_millis(10)).min(until)).await;
-        true
     }
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::store::{rules, AttemptKind, Record, RecordState, Settlement, Timestamp};
+use crate::store::{AttemptKind, Record, RecordState, Settlement, Timestamp};
 use crate::tool::{Downstream, ReadBack, ToolError, ToolSpec};
 
 /// What the reconciler knows besides the record: what the record's tool declares, whether
@@ -143,10 +143,6 @@ fn failed_read_backs_in_a_row(record: &Record) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// How long a record the executor parks on its way to a release ([`rules::being_released`])
-/// is left to it before the reconciler treats it as any unknown record.
-const RELEASE_GRACE: Duration = Duration::from_secs(60);
-
 /// Decides what to do with `record` at `now`; `tool` is `None` when the record's tool is not
 /// registered with this reconciler as a write tool.
 ///
@@ -179,18 +175,6 @@ pub(crate) fn plan(
     }
     let unknown = record.state == RecordState::Unknown;
     let in_window = record.created_at.plus(tool.window) > now;
-
-    // Refused as unavailable at every attempt: the executor is freeing the key (nothing
-    // ran). Acting on it now would race that release: a retry, or a person paged about
-    // an operation that did nothing. Only a release that failed leaves it past the grace.
-    if unknown && rules::being_released(record) {
-        let last = record.attempts.iter().map(|a| a.finished_at).max();
-        if let Some(until) = last.map(|t| t.plus(RELEASE_GRACE)).filter(|u| now < *u) {
-            return Plan::Wait {
-                why: format!("being released (every attempt was unavailable) until {until}"),
-            };
-        }
-    }
 
     // A keyed operation is sent again while the window and the budget last. Once the budget
     // is spent, the read-back still gets its chance to settle it (found completed, failed or

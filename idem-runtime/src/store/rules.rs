@@ -425,18 +425,3 @@ pub fn class_of(state: RecordState) -> Option<OutcomeClass> {
         RecordState::Escalated => OutcomeClass::Escalated,
     })
 }
-
-/// True for a record parked on its way to being freed: *unknown*, with attempts that were
-/// all refused as *unavailable, not executed*. The executor settles such an operation
-/// unknown (to keep its attempts) and then frees it with a release trace, in two steps; in
-/// between, and only then unless that release failed, a record reads like this. Nothing ran
-/// under it, so a repeat or a reconciler should give the release a moment rather than
-/// report it unknown or act on it.
-pub fn being_released(record: &Record) -> bool {
-    record.state == RecordState::Unknown
-        && !record.attempts.is_empty()
-        && record
-            .attempts
-            .iter()
-            .all(|a| a.class == OutcomeClass::Unavailable)
-}
