@@ -380,7 +380,6 @@ impl Model {
             RecordState::Running => {
                 if let Some(until) = r.lease_until.filter(|u| *u <= now) {
                     r.state = RecordState::Unknown;
-                    r.lease_until = None;
                     r.message = Message::LeaseExpired;
                     r.updated_at = Updated::LeaseExpiredSince(until);
                 }

@@ -318,10 +318,21 @@ pub(crate) fn settlement_found(found: &ReadBack) -> Option<Settlement> {
 /// as late as its timeout plus the in-flight bound (the executor drops it then), and the
 /// downstream may commit up to the bound after that. A read-back that finds nothing after
 /// this finds nothing for good.
+///
+/// The last send is the latest recorded attempt's start, or, for a record whose lease
+/// lapsed, when that lease ran out if later: a holder that died records none of its
+/// attempts, and it may have sent (a retry after a refusal, a handler that sends late in
+/// its run) until its lease stopped being renewed. Counting from the claim would free the
+/// key while such a send can still land.
 pub(crate) fn settled_by(record: &Record, tool: &Facts) -> Timestamp {
     let bound = tool.in_flight_bound;
+    let lapsed = match record.state {
+        RecordState::Unknown => record.lease_until,
+        _ => None,
+    };
     let last_send = sends(record)
         .map(|a| a.started_at)
+        .chain(lapsed)
         .max()
         .unwrap_or(record.created_at);
     last_send.plus(tool.timeout).plus(bound).plus(bound)
@@ -1163,6 +1174,41 @@ mod tests {
                 Some(Ok(ReadBack::NotFound)),
                 note("not found yet; the original may land until 1970-01-01T00:00:20.000Z"),
             ),
+            row(
+                "settled_by runs from a lapsed lease when its holder recorded no attempt",
+                Record {
+                    lease_until: Some(at(25)),
+                    ..unknown()
+                },
+                Some(unkeyed()),
+                44,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; the original may land until 1970-01-01T00:00:45.000Z"),
+            ),
+            row(
+                "not found at exactly settled_by from a lapsed lease",
+                Record {
+                    lease_until: Some(at(25)),
+                    ..unknown()
+                },
+                Some(unkeyed()),
+                45,
+                Some(Ok(ReadBack::NotFound)),
+                Plan::Release {
+                    why: "read-back found nothing after the in-flight bound (not found); released, the intent may run again".into(),
+                },
+            ),
+            row(
+                "settled_by runs from the later of the last send and a lapsed lease",
+                Record {
+                    lease_until: Some(at(25)),
+                    ..with_attempts(unknown(), vec![attempt(1, 30, 31, AttemptKind::Returned)])
+                },
+                Some(unkeyed()),
+                49,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; the original may land until 1970-01-01T00:00:50.000Z"),
+            ),
             // | unknown | not found after that | release |
             row(
                 "not found at exactly settled_by",
@@ -1211,7 +1257,7 @@ mod tests {
         }
         assert_eq!(
             rows.len(),
-            54,
+            57,
             "rows added or lost: update the count and the docs"
         );
     }

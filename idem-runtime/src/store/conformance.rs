@@ -629,6 +629,7 @@ pub async fn lease_expiry_makes_unknown<F: StoreFactory>(f: &F) {
         request("lease-get"),
         request("lease-list"),
     );
+    let lapses_at = h.clock.now().plus(LEASE);
     for req in [&by_claim, &by_get, &by_list] {
         claim(s, req).await;
     }
@@ -645,10 +646,16 @@ pub async fn lease_expiry_makes_unknown<F: StoreFactory>(f: &F) {
         RecordState::Unknown,
         "an expired lease must make the record unknown, never free"
     );
-    assert!(r.lease_until.is_none(), "an unknown record holds no lease");
+    assert_eq!(
+        r.lease_until,
+        Some(lapses_at),
+        "an unknown record keeps when its lapsed lease ran out (its holder may have sent until \
+         then)"
+    );
     // Seen first by get.
     let r = get(s, &by_get.key).await;
     assert_eq!(r.state, RecordState::Unknown, "get must apply lease expiry");
+    assert_eq!(r.lease_until, Some(lapses_at));
     // Seen first by list.
     let unknown = s
         .list(RecordState::Unknown, 100)

@@ -401,7 +401,9 @@ pub struct Record {
     pub state: RecordState,
     /// Token of the current claim (the only one that may settle).
     pub token: ClaimToken,
-    /// End of the lease of a running claim.
+    /// End of the lease of a running claim; on a record its lapse turned *unknown*, when
+    /// that lease ran out (the holder may have sent until then: the reconciler counts a
+    /// send that can still land from it). `None` once settled.
     pub lease_until: Option<Timestamp>,
     /// When the key was first claimed.
     pub created_at: Timestamp,

@@ -30,8 +30,9 @@ pub fn age(record: &mut Record, now: Timestamp, retention: &Retention) -> Aged {
     match record.state {
         RecordState::Running => match record.lease_until {
             Some(until) if until <= now => {
+                // The lapsed lease stays: its holder may have sent until it ran out, and no
+                // attempt of that run was recorded (the reconciler's `settled_by`).
                 record.state = RecordState::Unknown;
-                record.lease_until = None;
                 record.message = Some(format!(
                     "lease expired at {until} with the handler unsettled; it may have committed"
                 ));

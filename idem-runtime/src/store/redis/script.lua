@@ -243,11 +243,11 @@ local function age(rk)
   if r.st == 'running' and r.lease <= NOW then
     redis.call('HSET', rk, 'st', 'unknown', 'ua', num(NOW), 'msg', 'lease expired at '
       .. rfc3339(r.lease) .. ' with the handler unsettled; it may have committed')
-    redis.call('HDEL', rk, 'lease')
+    -- The lapsed lease stays in the record (rules::age): its holder may have sent until then.
     redis.call('ZREM', KEYS[IDX.running], r.k)
     redis.call('ZADD', KEYS[IDX.unknown], num(r.ca), r.k)
     redis.call('ZREM', LEASES, r.k)
-    r.st, r.ua, r.lease = 'unknown', NOW, nil
+    r.st, r.ua = 'unknown', NOW
   elseif terminal(r.st) then
     if r.ua + TOMBS <= NOW then
       redis.call('DEL', rk)
