@@ -17,11 +17,15 @@
 -- KEYS[2..7]: per-state sorted sets (score = created_at, member = key), in
 -- RecordState::ALL order; KEYS[8]: running leases (score = lease end); KEYS[9]: terminal
 -- records by tombstone expiry (score = updated_at + tombstone window); KEYS[10]: the release
--- trace of KEYS[1]'s key, KEYS[11]: every kept release (only `release_unsettled` uses them).
+-- trace of KEYS[1]'s key, KEYS[11]: every kept release (only `release_unsettled` uses them,
+-- and only its calls name them).
 --
 -- ARGV[1] now (ms, from the caller's clock, so tests can move time), ARGV[2] result
 -- retention (ms), ARGV[3] tombstone retention (ms), ARGV[4] record key prefix, ARGV[5]
 -- the operation, then the operation's arguments from ARGV[6].
+--
+-- A call that succeeds with nothing more to say returns the string 'ok' (a claim: 'claimed');
+-- every other reply is an array whose first item says what it is.
 --
 -- Every check that can fail happens before the first write: Redis does not roll a script
 -- back when it errors half-way.
@@ -40,8 +44,23 @@ local TTL_SLACK = 60000
 local TOKEN_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
 local FINGERPRINT_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
 
+-- A whole number as decimal text. '%d' (an integer conversion) where the number fits, as
+-- every time and count here does: '%.0f' prints the same digits, but through the C
+-- library's floating-point formatting, which cost a claim a tenth of its server time.
 local function num(x)
+  if x < 2 ^ 53 and x > -2 ^ 53 then
+    return string.format('%d', x)
+  end
   return string.format('%.0f', x)
+end
+
+-- This call's NOW as text, formatted once however often a call writes it.
+local NOW_TEXT
+local function now_text()
+  if not NOW_TEXT then
+    NOW_TEXT = num(NOW)
+  end
+  return NOW_TEXT
 end
 
 -- A stored time (milliseconds) as a number, or nil when it is not one. Lua's tonumber reads
@@ -238,7 +257,7 @@ local function age(rk)
   end
 
   if r.st == 'running' and r.lease <= NOW then
-    redis.call('HSET', rk, 'st', 'unknown', 'ua', num(NOW), 'msg', 'lease expired at '
+    redis.call('HSET', rk, 'st', 'unknown', 'ua', now_text(), 'msg', 'lease expired at '
       .. rfc3339(r.lease) .. ' with the handler unsettled; it may have committed')
     redis.call('HDEL', rk, 'lease')
     redis.call('ZREM', KEYS[IDX.running], r.k)
@@ -421,7 +440,7 @@ end
 -- Ages a few terminal records whose tombstone window has passed, so the indexes do not
 -- keep members of records that Redis already expired.
 local function sweep()
-  local due = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', num(NOW), 'LIMIT', 0, 4)
+  local due = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', now_text(), 'LIMIT', 0, 4)
   for _, k in ipairs(due) do
     local ok, r = pcall(age, RPREFIX .. k)
     if not ok then
@@ -481,15 +500,27 @@ end
 -- every field of what it returns. Anything else (unsettled, whose lease may have ended,
 -- due to age, or not a record) takes the full path.
 local function settled_and_current(rk, all)
-  local f = {}
+  -- The five fields it needs, picked out as the pairs go by (no table of all fields).
+  local v, k, st, ua, rx
   for i = 1, #all, 2 do
-    f[all[i]] = all[i + 1]
+    local name = all[i]
+    if name == 'v' then
+      v = all[i + 1]
+    elseif name == 'k' then
+      k = all[i + 1]
+    elseif name == 'st' then
+      st = all[i + 1]
+    elseif name == 'ua' then
+      ua = all[i + 1]
+    elseif name == 'rx' then
+      rx = all[i + 1]
+    end
   end
-  if f.v ~= '1' or not f.k or RPREFIX .. f.k ~= rk or not terminal(f.st) then
+  if v ~= '1' or not k or RPREFIX .. k ~= rk or not terminal(st) then
     return false
   end
-  local ua = time_of(f.ua)
-  return ua ~= nil and ua + TOMBS > NOW and (f.rx == '1' or ua + RESULTS > NOW)
+  ua = time_of(ua)
+  return ua ~= nil and ua + TOMBS > NOW and (rx == '1' or ua + RESULTS > NOW)
 end
 
 -- One operation on the record at rk (KEYS[1]).
@@ -510,9 +541,9 @@ local function dispatch(rk)
     -- and a replay stays a read.
     sweep()
     local k = ARGV[6]
-    local lease = NOW + tonumber(ARGV[10])
+    local lease = num(NOW + tonumber(ARGV[10]))
     local fields = { 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
-      'tok', ARGV[9], 'lease', num(lease), 'ca', num(NOW), 'ua', num(NOW), 'rx', '0',
+      'tok', ARGV[9], 'lease', lease, 'ca', now_text(), 'ua', now_text(), 'rx', '0',
       'att', '[]', 'rb', '[]' }
     -- The key is free (absent, or its lapsed tombstone just deleted): nothing to remove.
     if string.sub(ARGV[11], 1, 1) == '+' then
@@ -520,9 +551,9 @@ local function dispatch(rk)
       fields[#fields + 1] = string.sub(ARGV[11], 2)
     end
     redis.call('HSET', rk, unpack(fields))
-    redis.call('ZADD', KEYS[IDX.running], num(NOW), k)
-    redis.call('ZADD', LEASES, num(lease), k)
-    return { 'claimed' }
+    redis.call('ZADD', KEYS[IDX.running], now_text(), k)
+    redis.call('ZADD', LEASES, lease, k)
+    return 'claimed'
   elseif OP == 'renew' then
     -- ARGV: 6 token, 7 lease (ms)
     local r, refusal = held_running(rk, ARGV[6])
@@ -530,9 +561,9 @@ local function dispatch(rk)
       return refusal
     end
     local lease = NOW + tonumber(ARGV[7])
-    redis.call('HSET', rk, 'lease', num(lease), 'ua', num(NOW))
+    redis.call('HSET', rk, 'lease', num(lease), 'ua', now_text())
     redis.call('ZADD', LEASES, num(lease), r.k)
-    return { 'ok' }
+    return 'ok'
   elseif OP == 'settle' then
     -- ARGV: 6 token, 7 state, 8 payload, 9 message, 10 downstream ref (opt), 11 attempts,
     -- 12 read-backs
@@ -550,14 +581,14 @@ local function dispatch(rk)
       -- A retried settle, or a handler that settled in its own transaction: keep the first
       -- result, add the evidence.
       append(rk)
-      redis.call('HSET', rk, 'ua', num(NOW))
+      redis.call('HSET', rk, 'ua', now_text())
       retain(rk, r.k, r.st)
-      return { 'ok' }
+      return 'ok'
     elseif r.st == 'unknown' then
       if new == 'unknown' or new == 'running' then
         append(rk)
-        redis.call('HSET', rk, 'ua', num(NOW))
-        return { 'ok' }
+        redis.call('HSET', rk, 'ua', now_text())
+        return 'ok'
       end
     else
       return { 'stale', r.st }
@@ -568,7 +599,7 @@ local function dispatch(rk)
     -- One HSET and one HDEL: the state, the result ("+value" sets a field, "-" removes
     -- it; an absent downstream ref keeps the one stored), and the evidence appended to
     -- what `age` read.
-    local set, del = { 'st', new, 'ua', num(NOW), 'rx', '0' }, { 'lease' }
+    local set, del = { 'st', new, 'ua', now_text(), 'rx', '0' }, { 'lease' }
     for _, f in ipairs({ { 'pl', ARGV[8] }, { 'msg', ARGV[9] }, { 'dref', ARGV[10] } }) do
       if string.sub(f[2], 1, 1) == '+' then
         set[#set + 1] = f[1]
@@ -594,7 +625,7 @@ local function dispatch(rk)
     move(r, new)
     redis.call('ZREM', LEASES, r.k)
     retain(rk, r.k, new)
-    return { 'ok' }
+    return 'ok'
   elseif OP == 'release' then
     -- ARGV: 6 token
     local r, refusal = held_running(rk, ARGV[6])
@@ -604,7 +635,7 @@ local function dispatch(rk)
     redis.call('DEL', rk)
     redis.call('ZREM', KEYS[IDX.running], r.k)
     redis.call('ZREM', LEASES, r.k)
-    return { 'ok' }
+    return 'ok'
   elseif OP == 'reclaim' then
     -- ARGV: 6 expected token, 7 fresh token, 8 lease (ms)
     local r, refusal = held_unsettled(rk, ARGV[6])
@@ -612,11 +643,11 @@ local function dispatch(rk)
       return refusal
     end
     local lease = NOW + tonumber(ARGV[8])
-    redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', num(lease), 'ua', num(NOW))
+    redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', num(lease), 'ua', now_text())
     move(r, 'running')
     redis.call('ZADD', LEASES, num(lease), r.k)
     retain(rk, r.k, 'running')
-    return { 'ok' }
+    return 'ok'
   elseif OP == 'release_unsettled' then
     -- KEYS[10] the key's release trace (a JSON array, oldest first, of { at, by, note,
     -- record = the record hash as HGETALL returns it }); ARGV: 6 expected token, 7 who,
@@ -645,7 +676,7 @@ local function dispatch(rk)
         end
       end
     end
-    table.insert(trace, { at = num(NOW), by = ARGV[7], note = ARGV[8],
+    table.insert(trace, { at = now_text(), by = ARGV[7], note = ARGV[8],
       record = redis.call('HGETALL', rk) })
     while #trace > tonumber(ARGV[9]) do
       table.insert(gone, table.remove(trace, 1))
@@ -657,12 +688,12 @@ local function dispatch(rk)
     for _, e in ipairs(gone) do
       redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
     end
-    redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
+    redis.call('ZADD', KEYS[11], 0, release_member(now_text(), r.k))
     redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
     -- The trace outlives its newest release by the tombstone window (and the usual slack);
     -- older releases in it are dropped by their own time on every read and write.
     redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
-    return { 'ok' }
+    return 'ok'
   elseif OP == 'get' then
     local r = age(rk)
     if not r then
@@ -675,7 +706,7 @@ local function dispatch(rk)
     -- leases, so one call never holds Redis for long however many leases lapsed at once.
     -- Returns { 1 when a full page was aged (call again), the new skip count }.
     local offset, page = tonumber(ARGV[6]), tonumber(ARGV[7])
-    local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', num(NOW), 'LIMIT', offset, page)
+    local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now_text(), 'LIMIT', offset, page)
     for _, k in ipairs(due) do
       local ok, r = pcall(age, RPREFIX .. k)
       if not ok then
@@ -733,6 +764,7 @@ end
 local function main(keys, argv)
   KEYS, ARGV = keys, argv
   NOW = tonumber(ARGV[1])
+  NOW_TEXT = nil
   RESULTS = tonumber(ARGV[2])
   TOMBS = tonumber(ARGV[3])
   RPREFIX = ARGV[4]
