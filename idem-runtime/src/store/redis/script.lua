@@ -39,10 +39,11 @@ local IDX = { running = 2, completed = 3, failed = 4, pending = 5, unknown = 6, 
 -- later, so clock skew between workers and Redis never drops a tombstone early.
 local TTL_SLACK = 60000
 
--- A claim token (32 hex) and a fingerprint (64 hex), whole. Spelled out: a library's body
--- runs where `string` is not yet reachable (Redis runs it with only `redis` to register).
-local TOKEN_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
-local FINGERPRINT_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
+-- True when s is text of exactly n hex digits: a claim token (32) or a fingerprint (64).
+-- One anchored `%x+` and a length (the same test as a pattern of n `%x`, in half the work).
+local function hex(s, n)
+  return s and #s == n and string.find(s, '^%x+$') ~= nil
+end
 
 -- A whole number as decimal text. '%d' (an integer conversion) where the number fits, as
 -- every time and count here does: '%.0f' prints the same digits, but through the C
@@ -230,10 +231,10 @@ local function age(rk)
   if not r.st or not IDX[r.st] then
     corrupt(rk, 'unknown state ' .. shown(r.st))
   end
-  if not r.tok or not string.match(r.tok, TOKEN_PATTERN) then
+  if not hex(r.tok, 32) then
     corrupt(rk, 'malformed claim token')
   end
-  if not f[4] or not string.match(f[4], FINGERPRINT_PATTERN) then
+  if not hex(f[4], 64) then
     corrupt(rk, 'malformed fingerprint')
   end
   if not r.ca or not r.ua then
@@ -524,6 +525,9 @@ local function settled_and_current(rk, all)
   return ua ~= nil and ua + TOMBS > NOW and (rx == '1' or ua + RESULTS > NOW)
 end
 
+-- The fields a settle's ARGV[8..10] set or clear, in that order.
+local RESULT_FIELDS = { 'pl', 'msg', 'dref' }
+
 -- One operation on the record at rk (KEYS[1]).
 local function dispatch(rk)
   if OP == 'claim' then
@@ -601,12 +605,13 @@ local function dispatch(rk)
     -- it; an absent downstream ref keeps the one stored), and the evidence appended to
     -- what `age` read.
     local set, del = { 'st', new, 'ua', now_text(), 'rx', '0' }, { 'lease' }
-    for _, f in ipairs({ { 'pl', ARGV[8] }, { 'msg', ARGV[9] }, { 'dref', ARGV[10] } }) do
-      if string.sub(f[2], 1, 1) == '+' then
-        set[#set + 1] = f[1]
-        set[#set + 1] = string.sub(f[2], 2)
-      elseif f[1] ~= 'dref' then
-        del[#del + 1] = f[1]
+    for i = 1, 3 do
+      local name, arg = RESULT_FIELDS[i], ARGV[7 + i]
+      if string.sub(arg, 1, 1) == '+' then
+        set[#set + 1] = name
+        set[#set + 1] = string.sub(arg, 2)
+      elseif name ~= 'dref' then
+        del[#del + 1] = name
       end
     end
     local att, rb = joined(r.att, ARGV[11]), joined(r.rb, ARGV[12])
