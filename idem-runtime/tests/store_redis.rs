@@ -333,3 +333,107 @@ async fn only_terminal_records_have_a_ttl() {
         "a completed record expires with its tombstone window, got PTTL {ttl}"
     );
 }
+
+/// Times and scores are written as whole decimal text, the digits a reader of any idem
+/// version parses: the record's `ca`, `ua` and `lease`, and the index scores, at a time
+/// and lease chosen here, and for the longest lease the store takes (2^52 ms: its end is
+/// still a whole number a double holds exactly).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_are_written_as_whole_decimal_text() {
+    let Some(url) = url() else {
+        conformance::skip("this Redis check", &skip_reason());
+        return;
+    };
+    let at = Prefix::fresh(&url);
+    let now: u64 = 1_796_092_353_026;
+    let clock = idem_runtime::ManualClock::new(idem_runtime::Timestamp(now));
+    let store = RedisStore::builder(url.as_str())
+        .prefix(at.prefix.as_str())
+        .clock(std::sync::Arc::new(clock.clone()))
+        .connect()
+        .await
+        .expect("connect");
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let claim = |name: &str, lease_ms: u64| idem_runtime::store::ClaimRequest {
+        key: conformance::key(name),
+        fingerprint: conformance::fingerprint(name),
+        tool: "t".into(),
+        lease: Duration::from_millis(lease_ms),
+        operation: None,
+    };
+    let token = |outcome| match outcome {
+        idem_runtime::store::ClaimOutcome::Claimed(t) => t,
+        other => panic!("a fresh key is claimed, got {other:?}"),
+    };
+    let fields = |key: &IdemKey| {
+        redis::cmd("HMGET")
+            .arg(store.record_key(key))
+            .arg(&["ca", "ua", "lease"])
+            .to_owned()
+    };
+    let score = |index: &str, key: &IdemKey| {
+        redis::cmd("ZSCORE")
+            .arg(format!("{}{index}", at.prefix))
+            .arg(key.as_str())
+            .to_owned()
+    };
+
+    let short = claim("times-short", 30_000);
+    let t = token(store.claim(&short).await.expect("claim"));
+    let got: Vec<Option<String>> = fields(&short.key)
+        .query_async(&mut conn)
+        .await
+        .expect("hmget");
+    let (n, end) = (now.to_string(), (now + 30_000).to_string());
+    assert_eq!(got, [Some(n.clone()), Some(n.clone()), Some(end.clone())]);
+    let running: String = score("s:running", &short.key)
+        .query_async(&mut conn)
+        .await
+        .expect("zscore");
+    let lease: String = score("leases", &short.key)
+        .query_async(&mut conn)
+        .await
+        .expect("zscore");
+    assert_eq!((running, lease), (n.clone(), end));
+
+    let long = claim("times-long", 1 << 60);
+    token(store.claim(&long).await.expect("claim"));
+    let got: Vec<Option<String>> = fields(&long.key)
+        .query_async(&mut conn)
+        .await
+        .expect("hmget");
+    let far = (now + (1 << 52)).to_string();
+    assert_eq!(got, [Some(n.clone()), Some(n.clone()), Some(far)]);
+
+    clock.advance(Duration::from_millis(7));
+    let later = (now + 7).to_string();
+    store
+        .settle(
+            &short.key,
+            t,
+            idem_runtime::store::Settlement::new(idem_runtime::RecordState::Completed),
+        )
+        .await
+        .expect("settle");
+    let got: Vec<Option<String>> = fields(&short.key)
+        .query_async(&mut conn)
+        .await
+        .expect("hmget");
+    assert_eq!(got, [Some(n.clone()), Some(later), None]);
+    let completed: String = score("s:completed", &short.key)
+        .query_async(&mut conn)
+        .await
+        .expect("zscore");
+    let expiry: String = score("expiry", &short.key)
+        .query_async(&mut conn)
+        .await
+        .expect("zscore");
+    let tombstones = idem_runtime::store::Retention::default()
+        .tombstones
+        .as_millis() as u64;
+    assert_eq!((completed, expiry), (n, (now + 7 + tombstones).to_string()));
+}

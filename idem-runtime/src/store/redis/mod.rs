@@ -675,18 +675,26 @@ impl RedisStore {
         args: &[&[u8]],
     ) -> Result<Vec<Value>, StoreError> {
         let inner = &*self.inner;
-        // An operation on no record names the first index key in the record's and the
-        // trace's places: every key a call names must be in the partition's slot.
+        // An operation on no record names the first index key in the record's place: every
+        // key a call names must be in the partition's slot. Only the releases with a trace
+        // (`release_unsettled`, `release_traced`) read the release trace and the releases
+        // listing (KEYS[10] and KEYS[11]); every other operation names nine keys, each of
+        // which costs the server a Lua string per call.
         let first = part.index_keys[0].as_str();
-        let (record, trace) = (
-            key.map(|k| part.record_key(k)),
-            key.map(|k| part.release_key(k)),
-        );
+        let record = key.map(|k| part.record_key(k));
+        let trace = match key {
+            Some(k) if op == "release_unsettled" || op == "release_traced" => {
+                Some(part.release_key(k))
+            }
+            _ => None,
+        };
         let mut keys: Vec<&str> = Vec::with_capacity(3 + part.index_keys.len());
         keys.push(record.as_deref().unwrap_or(first));
         keys.extend(part.index_keys.iter().map(String::as_str));
-        keys.push(trace.as_deref().unwrap_or(first));
-        keys.push(part.releases_key.as_str());
+        if let Some(trace) = trace.as_deref() {
+            keys.push(trace);
+            keys.push(part.releases_key.as_str());
+        }
         let now = inner.clock.now().as_millis().to_string();
         let results = millis(inner.retention.results).to_string();
         let tombstones = millis(inner.retention.tombstones).to_string();
@@ -724,6 +732,9 @@ impl RedisStore {
         };
         match reply {
             Value::Array(items) => Ok(items),
+            // A success with nothing more to say (`ok`, `claimed`) comes as one string: the
+            // server then builds no table for it.
+            Value::BulkString(_) | Value::SimpleString(_) => Ok(vec![reply]),
             other => Err(unexpected(op, &other)),
         }
     }

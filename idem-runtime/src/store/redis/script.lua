@@ -18,11 +18,14 @@
 -- RecordState::ALL order; KEYS[8]: running leases (score = lease end); KEYS[9]: terminal
 -- records by tombstone expiry (score = updated_at + tombstone window); KEYS[10]: the release
 -- trace of KEYS[1]'s key, KEYS[11]: every kept release (only the releases with a trace use
--- them).
+-- them, and only their calls name them).
 --
 -- ARGV[1] now (ms, from the caller's clock, so tests can move time), ARGV[2] result
 -- retention (ms), ARGV[3] tombstone retention (ms), ARGV[4] record key prefix, ARGV[5]
 -- the operation, then the operation's arguments from ARGV[6].
+--
+-- A call that succeeds with nothing more to say returns the string 'ok' (a claim: 'claimed');
+-- every other reply is an array whose first item says what it is.
 --
 -- Every check that can fail happens before the first write: Redis does not roll a script
 -- back when it errors half-way.
@@ -36,13 +39,30 @@ local IDX = { running = 2, completed = 3, failed = 4, pending = 5, unknown = 6, 
 -- later, so clock skew between workers and Redis never drops a tombstone early.
 local TTL_SLACK = 60000
 
--- A claim token (32 hex) and a fingerprint (64 hex), whole. Spelled out: a library's body
--- runs where `string` is not yet reachable (Redis runs it with only `redis` to register).
-local TOKEN_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
-local FINGERPRINT_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$'
+-- True when s is text of exactly n hex digits: a claim token (32) or a fingerprint (64).
+-- One anchored `%x+` and a length (the same test as a pattern of n `%x`, in half the work).
+local function hex(s, n)
+  return s and #s == n and string.find(s, '^%x+$') ~= nil
+end
 
+-- A whole number as decimal text. '%d' (an integer conversion) where the number fits, as
+-- every time and count here does: '%.0f' prints the same digits, but through the C
+-- library's floating-point formatting (some 6 000 instructions a number: a sixth of what a
+-- fresh claim cost the server).
 local function num(x)
+  if x < 2 ^ 53 and x > -2 ^ 53 then
+    return string.format('%d', x)
+  end
   return string.format('%.0f', x)
+end
+
+-- This call's NOW as text, formatted once however often a call writes it.
+local NOW_TEXT
+local function now_text()
+  if not NOW_TEXT then
+    NOW_TEXT = num(NOW)
+  end
+  return NOW_TEXT
 end
 
 -- A stored time (milliseconds) as a number, or nil when it is not one. Lua's tonumber reads
@@ -213,10 +233,10 @@ local function age(rk)
   if not r.st or not IDX[r.st] then
     corrupt(rk, 'unknown state ' .. shown(r.st))
   end
-  if not r.tok or not string.match(r.tok, TOKEN_PATTERN) then
+  if not hex(r.tok, 32) then
     corrupt(rk, 'malformed claim token')
   end
-  if not f[4] or not string.match(f[4], FINGERPRINT_PATTERN) then
+  if not hex(f[4], 64) then
     corrupt(rk, 'malformed fingerprint')
   end
   if not r.ca or not r.ua then
@@ -241,7 +261,7 @@ local function age(rk)
   end
 
   if r.st == 'running' and r.lease <= NOW then
-    redis.call('HSET', rk, 'st', 'unknown', 'ua', num(NOW), 'msg', 'lease expired at '
+    redis.call('HSET', rk, 'st', 'unknown', 'ua', now_text(), 'msg', 'lease expired at '
       .. rfc3339(r.lease) .. ' with the handler unsettled; it may have committed')
     -- The lapsed lease stays in the record (rules::age): its holder may have sent until then.
     redis.call('ZREM', KEYS[IDX.running], r.k)
@@ -424,7 +444,7 @@ end
 -- Ages a few terminal records whose tombstone window has passed, so the indexes do not
 -- keep members of records that Redis already expired.
 local function sweep()
-  local due = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', num(NOW), 'LIMIT', 0, 4)
+  local due = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', now_text(), 'LIMIT', 0, 4)
   for _, k in ipairs(due) do
     local ok, r = pcall(age, RPREFIX .. k)
     if not ok then
@@ -484,16 +504,31 @@ end
 -- every field of what it returns. Anything else (unsettled, whose lease may have ended,
 -- due to age, or not a record) takes the full path.
 local function settled_and_current(rk, all)
-  local f = {}
+  -- The five fields it needs, picked out as the pairs go by (no table of all fields).
+  local v, k, st, ua, rx
   for i = 1, #all, 2 do
-    f[all[i]] = all[i + 1]
+    local name = all[i]
+    if name == 'v' then
+      v = all[i + 1]
+    elseif name == 'k' then
+      k = all[i + 1]
+    elseif name == 'st' then
+      st = all[i + 1]
+    elseif name == 'ua' then
+      ua = all[i + 1]
+    elseif name == 'rx' then
+      rx = all[i + 1]
+    end
   end
-  if f.v ~= '1' or not f.k or RPREFIX .. f.k ~= rk or not terminal(f.st) then
+  if v ~= '1' or not k or RPREFIX .. k ~= rk or not terminal(st) then
     return false
   end
-  local ua = time_of(f.ua)
-  return ua ~= nil and ua + TOMBS > NOW and (f.rx == '1' or ua + RESULTS > NOW)
+  ua = time_of(ua)
+  return ua ~= nil and ua + TOMBS > NOW and (rx == '1' or ua + RESULTS > NOW)
 end
+
+-- The fields a settle's ARGV[8..10] set or clear, in that order.
+local RESULT_FIELDS = { 'pl', 'msg', 'dref' }
 
 -- rules::settle by the holder of ARGV[6] (the settle operation, and the first half of
 -- release_traced). Returns the reply.
@@ -514,14 +549,14 @@ local function settle(rk)
     -- A retried settle, or a handler that settled in its own transaction: keep the first
     -- result, add the evidence.
     append(rk)
-    redis.call('HSET', rk, 'ua', num(NOW))
+    redis.call('HSET', rk, 'ua', now_text())
     retain(rk, r.k, r.st)
-    return { 'ok' }
+    return 'ok'
   elseif r.st == 'unknown' then
     if new == 'unknown' or new == 'running' then
       append(rk)
-      redis.call('HSET', rk, 'ua', num(NOW))
-      return { 'ok' }
+      redis.call('HSET', rk, 'ua', now_text())
+      return 'ok'
     end
   else
     return { 'stale', r.st }
@@ -532,13 +567,14 @@ local function settle(rk)
   -- One HSET and one HDEL: the state, the result ("+value" sets a field, "-" removes
   -- it; an absent downstream ref keeps the one stored), and the evidence appended to
   -- what `age` read.
-  local set, del = { 'st', new, 'ua', num(NOW), 'rx', '0' }, { 'lease' }
-  for _, f in ipairs({ { 'pl', ARGV[8] }, { 'msg', ARGV[9] }, { 'dref', ARGV[10] } }) do
-    if string.sub(f[2], 1, 1) == '+' then
-      set[#set + 1] = f[1]
-      set[#set + 1] = string.sub(f[2], 2)
-    elseif f[1] ~= 'dref' then
-      del[#del + 1] = f[1]
+  local set, del = { 'st', new, 'ua', now_text(), 'rx', '0' }, { 'lease' }
+  for i = 1, 3 do
+    local name, arg = RESULT_FIELDS[i], ARGV[7 + i]
+    if string.sub(arg, 1, 1) == '+' then
+      set[#set + 1] = name
+      set[#set + 1] = string.sub(arg, 2)
+    elseif name ~= 'dref' then
+      del[#del + 1] = name
     end
   end
   local att, rb = joined(r.att, ARGV[11]), joined(r.rb, ARGV[12])
@@ -558,7 +594,7 @@ local function settle(rk)
   move(r, new)
   redis.call('ZREM', LEASES, r.k)
   retain(rk, r.k, new)
-  return { 'ok' }
+  return 'ok'
 end
 
 -- The release trace of KEYS[1]'s key (KEYS[10], a JSON array, oldest first, of { at, by,
@@ -590,7 +626,7 @@ end
 -- Frees the unsettled record `r` at `rk` and adds it to its key's trace (`kept_trace`),
 -- released by `who` with `note`; a trace keeps its last `kept` releases.
 local function release_with_trace(rk, r, trace, gone, who, note, kept)
-  table.insert(trace, { at = num(NOW), by = who, note = note,
+  table.insert(trace, { at = now_text(), by = who, note = note,
     record = redis.call('HGETALL', rk) })
   while #trace > tonumber(kept) do
     table.insert(gone, table.remove(trace, 1))
@@ -602,12 +638,12 @@ local function release_with_trace(rk, r, trace, gone, who, note, kept)
   for _, e in ipairs(gone) do
     redis.call('ZREM', KEYS[11], release_member(e.at, r.k))
   end
-  redis.call('ZADD', KEYS[11], 0, release_member(num(NOW), r.k))
+  redis.call('ZADD', KEYS[11], 0, release_member(now_text(), r.k))
   redis.call('ZREMRANGEBYLEX', KEYS[11], '-', '(' .. release_member(num(NOW - TOMBS + 1), ''))
   -- The trace outlives its newest release by the tombstone window (and the usual slack);
   -- older releases in it are dropped by their own time on every read and write.
   redis.call('SET', KEYS[10], cjson.encode(trace), 'PX', num(TOMBS + TTL_SLACK))
-  return { 'ok' }
+  return 'ok'
 end
 
 -- One operation on the record at rk (KEYS[1]).
@@ -628,9 +664,9 @@ local function dispatch(rk)
     -- and a replay stays a read.
     sweep()
     local k = ARGV[6]
-    local lease = NOW + tonumber(ARGV[10])
+    local lease = num(NOW + tonumber(ARGV[10]))
     local fields = { 'v', '1', 'k', k, 'fp', ARGV[7], 'tool', ARGV[8], 'st', 'running',
-      'tok', ARGV[9], 'lease', num(lease), 'ca', num(NOW), 'ua', num(NOW), 'rx', '0',
+      'tok', ARGV[9], 'lease', lease, 'ca', now_text(), 'ua', now_text(), 'rx', '0',
       'att', '[]', 'rb', '[]' }
     -- The key is free (absent, or its lapsed tombstone just deleted): nothing to remove.
     if string.sub(ARGV[11], 1, 1) == '+' then
@@ -638,19 +674,19 @@ local function dispatch(rk)
       fields[#fields + 1] = string.sub(ARGV[11], 2)
     end
     redis.call('HSET', rk, unpack(fields))
-    redis.call('ZADD', KEYS[IDX.running], num(NOW), k)
-    redis.call('ZADD', LEASES, num(lease), k)
-    return { 'claimed' }
+    redis.call('ZADD', KEYS[IDX.running], now_text(), k)
+    redis.call('ZADD', LEASES, lease, k)
+    return 'claimed'
   elseif OP == 'renew' then
     -- ARGV: 6 token, 7 lease (ms)
     local r, refusal = held_running(rk, ARGV[6])
     if not r then
       return refusal
     end
-    local lease = NOW + tonumber(ARGV[7])
-    redis.call('HSET', rk, 'lease', num(lease), 'ua', num(NOW))
-    redis.call('ZADD', LEASES, num(lease), r.k)
-    return { 'ok' }
+    local lease = num(NOW + tonumber(ARGV[7]))
+    redis.call('HSET', rk, 'lease', lease, 'ua', now_text())
+    redis.call('ZADD', LEASES, lease, r.k)
+    return 'ok'
   elseif OP == 'settle' then
     return settle(rk)
   elseif OP == 'release' then
@@ -662,19 +698,19 @@ local function dispatch(rk)
     redis.call('DEL', rk)
     redis.call('ZREM', KEYS[IDX.running], r.k)
     redis.call('ZREM', LEASES, r.k)
-    return { 'ok' }
+    return 'ok'
   elseif OP == 'reclaim' then
     -- ARGV: 6 expected token, 7 fresh token, 8 lease (ms)
     local r, refusal = held_unsettled(rk, ARGV[6])
     if not r then
       return refusal
     end
-    local lease = NOW + tonumber(ARGV[8])
-    redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', num(lease), 'ua', num(NOW))
+    local lease = num(NOW + tonumber(ARGV[8]))
+    redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', lease, 'ua', now_text())
     move(r, 'running')
-    redis.call('ZADD', LEASES, num(lease), r.k)
+    redis.call('ZADD', LEASES, lease, r.k)
     retain(rk, r.k, 'running')
-    return { 'ok' }
+    return 'ok'
   elseif OP == 'release_unsettled' then
     -- ARGV: 6 expected token, 7 who, 8 note, 9 how many releases a trace keeps
     -- (rules::RELEASES_KEPT).
@@ -693,7 +729,7 @@ local function dispatch(rk)
     -- Read (and checked) before the settle writes: nothing can fail after it.
     local trace, gone = kept_trace()
     local settled = settle(rk)
-    if settled[1] ~= 'ok' then
+    if settled ~= 'ok' then
       return settled
     end
     local r, refusal = held_unsettled(rk, ARGV[6])
@@ -713,7 +749,7 @@ local function dispatch(rk)
     -- leases, so one call never holds Redis for long however many leases lapsed at once.
     -- Returns { 1 when a full page was aged (call again), the new skip count }.
     local offset, page = tonumber(ARGV[6]), tonumber(ARGV[7])
-    local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', num(NOW), 'LIMIT', offset, page)
+    local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now_text(), 'LIMIT', offset, page)
     for _, k in ipairs(due) do
       local ok, r = pcall(age, RPREFIX .. k)
       if not ok then
@@ -771,6 +807,7 @@ end
 local function main(keys, argv)
   KEYS, ARGV = keys, argv
   NOW = tonumber(ARGV[1])
+  NOW_TEXT = nil
   RESULTS = tonumber(ARGV[2])
   TOMBS = tonumber(ARGV[3])
   RPREFIX = ARGV[4]
