@@ -9,7 +9,7 @@ mod support_mcp;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem::mcp::McpServer;
+use idem::mcp::{McpCaller, McpServer};
 use idem::{toolbox, ReadCtx, Registry, ToolError, WriteCtx};
 use serde_json::{json, Value};
 use support_mcp::{is_error, outcome, result, LineClient};
@@ -219,6 +219,81 @@ async fn a_resent_call_is_one_charge() {
     let mut third = initialized(&server).await;
     third.call_tool("charge", args, Some(run)).await;
     assert_eq!(billing.charges().len(), 3);
+}
+
+/// Two callers that name the same run and send the same arguments are two operations once
+/// the server scopes calls to who is calling: neither is replayed the other's result. A
+/// caller the hook refuses gets a protocol error and nothing runs, and a registry that
+/// requires a tenant is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_of_one_run_never_share_a_result() {
+    let billing = Arc::new(Billing::default());
+    let registry = Registry::builder()
+        .toolbox(billing.clone())
+        .require_tenant(true)
+        .build()
+        .unwrap();
+    // Over stdio (and these in-memory pipes) there is no request head: each server is
+    // one tenant's, as a stdio server started for that tenant would be.
+    let acme = McpServer::new(registry.clone()).caller(|head| {
+        assert!(head.is_none(), "no HTTP head over a pipe");
+        Ok(McpCaller::tenant("acme").principal("ops-bot"))
+    });
+    let globex = McpServer::new(registry.clone()).caller(|_| Ok(McpCaller::tenant("globex")));
+    let nobody = McpServer::new(registry.clone())
+        .caller(|_| Err("who are you? this server serves authenticated callers".to_owned()));
+    let unscoped = McpServer::new(registry);
+    let args = json!({"customer": "acme", "cents": 4900});
+    let run = json!({"idem/run": "run-shared"});
+
+    let mut a = initialized(&acme).await;
+    let first = a.call_tool("charge", args.clone(), Some(run.clone())).await;
+    assert!(!is_error(&first), "{first}");
+    assert_eq!(billing.charges().len(), 1);
+
+    // The same caller on a new connection, same run: a repeat, replayed.
+    let mut a2 = initialized(&acme).await;
+    let again = a2
+        .call_tool("charge", args.clone(), Some(run.clone()))
+        .await;
+    assert_eq!(
+        result(&again)["_meta"]["idem/replayed"],
+        json!(true),
+        "{again}"
+    );
+    assert_eq!(billing.charges().len(), 1);
+
+    // Another tenant naming the same run: its own operation, never the first one's result.
+    let mut g = initialized(&globex).await;
+    let theirs = g.call_tool("charge", args.clone(), Some(run.clone())).await;
+    assert!(!is_error(&theirs), "{theirs}");
+    assert_eq!(
+        result(&theirs)["_meta"]["idem/replayed"],
+        json!(false),
+        "{theirs}"
+    );
+    assert_ne!(
+        result(&theirs)["_meta"]["idem/key"],
+        result(&first)["_meta"]["idem/key"]
+    );
+    assert_eq!(billing.charges().len(), 2);
+
+    // Refused by the hook: a protocol error with its reason, nothing charged.
+    let mut n = initialized(&nobody).await;
+    let refused = n.call_tool("charge", args.clone(), Some(run.clone())).await;
+    let error = refused.get("error").unwrap_or_else(|| panic!("{refused}"));
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("who are you"),
+        "{refused}"
+    );
+    // Without a hook, the registry's tenant requirement refuses the call; nothing runs.
+    let mut u = initialized(&unscoped).await;
+    let untenanted = u.call_tool("charge", args, Some(run)).await;
+    assert!(is_error(&untenanted), "{untenanted}");
+    assert_eq!(billing.charges().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,11 @@
 //!    [`McpServer::sessionless_run`] when set; otherwise a write is refused with a text that
 //!    asks for `idem/run` (a read runs).
 //!
+//! A run names calls, not callers: on a server shared by several tenants or users, scope
+//! every call to who is calling with [`McpServer::caller`] (from the HTTP request's head,
+//! or fixed for a stdio server), so that two callers naming one run never share a key or a
+//! saved result.
+//!
 //! `_meta["idem/intent"]` ([`INTENT_KEY`]) sets an explicit intent id: the key comes from
 //! it instead of the arguments, so the same intent sent again with other arguments is
 //! refused.
@@ -74,7 +79,7 @@ use rmcp::ServiceExt;
 
 pub use http::{McpHttp, DEFAULT_HTTP_ADDR, MCP_PATH};
 pub use meta::{INTENT_KEY, KEY_KEY, OUTCOME_KEY, REPLAYED_KEY, RUN_KEY};
-pub use server::{to_call_tool_result, McpHandler, McpServer};
+pub use server::{to_call_tool_result, McpCaller, McpHandler, McpServer};
 
 /// The rmcp idem is built with, for transports and types beyond these helpers.
 pub use rmcp;

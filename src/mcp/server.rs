@@ -48,6 +48,47 @@ struct Shared {
     info: Implementation,
     instructions: Option<String>,
     sessionless_run: Option<String>,
+    caller: Option<CallerHook>,
+}
+
+/// Who is calling, as the server established it (an `Authorization` header, a client
+/// certificate, the process that started a stdio server): the tenant and principal the
+/// keys of their calls are scoped to ([`McpServer::caller`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct McpCaller {
+    /// The tenant, when one server serves several ([`ToolCall::tenant`]).
+    pub tenant: Option<String>,
+    /// The principal (user, service account) within the tenant ([`ToolCall::principal`]).
+    pub principal: Option<String>,
+}
+
+impl McpCaller {
+    /// A caller of `tenant`.
+    pub fn tenant(tenant: impl Into<String>) -> McpCaller {
+        McpCaller {
+            tenant: Some(tenant.into()),
+            principal: None,
+        }
+    }
+
+    /// The same caller, as `principal` within its tenant.
+    pub fn principal(mut self, principal: impl Into<String>) -> McpCaller {
+        self.principal = Some(principal.into());
+        self
+    }
+}
+
+/// The server's [`McpServer::caller`] hook, with a `Debug` that does not print a closure.
+type Identify =
+    dyn Fn(Option<&http::request::Parts>) -> Result<McpCaller, String> + Send + Sync + 'static;
+
+#[derive(Clone)]
+struct CallerHook(Arc<Identify>);
+
+impl std::fmt::Debug for CallerHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallerHook")
+    }
 }
 
 impl McpServer {
@@ -77,6 +118,7 @@ impl McpServer {
                 info: Implementation::new("idem", env!("CARGO_PKG_VERSION")),
                 instructions: None,
                 sessionless_run: None,
+                caller: None,
             }),
         }
     }
@@ -103,6 +145,41 @@ impl McpServer {
         self.with(|s| s.sessionless_run = Some(run_id))
     }
 
+    /// Scopes every call to the caller `identify` names, so that saved results never cross
+    /// tenants or principals: two callers that name one run (`_meta["idem/run"]`) and send
+    /// the same arguments are two operations, each replayed only to its own caller.
+    ///
+    /// `identify` gets the request's head over streamable HTTP (`http::request::Parts`: its
+    /// headers, and what an authentication layer in front put in its extensions), and
+    /// `None` over stdio and other transports. An `Err(reason)` refuses the call before
+    /// anything runs (a JSON-RPC error with `reason`); read tools are refused too, since
+    /// they answer for a caller as well. Needed to serve a registry built with
+    /// [`RegistryBuilder::require_tenant`](crate::RegistryBuilder::require_tenant).
+    ///
+    /// ```no_run
+    /// use idem::mcp::{McpCaller, McpServer};
+    /// # fn server(registry: idem::Registry) -> McpServer {
+    /// McpServer::new(registry).caller(|head| {
+    ///     // Whatever the gateway in front authenticated, e.g. a header it sets.
+    ///     let tenant = head
+    ///         .and_then(|h| h.headers.get("x-tenant"))
+    ///         .and_then(|v| v.to_str().ok())
+    ///         .ok_or("no tenant: this server serves authenticated callers only")?;
+    ///     Ok(McpCaller::tenant(tenant))
+    /// })
+    /// # }
+    /// ```
+    pub fn caller(
+        self,
+        identify: impl Fn(Option<&http::request::Parts>) -> Result<McpCaller, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> McpServer {
+        let hook = CallerHook(Arc::new(identify));
+        self.with(|s| s.caller = Some(hook))
+    }
+
     fn with(self, change: impl FnOnce(&mut Shared)) -> McpServer {
         let mut shared = Arc::try_unwrap(self.shared).unwrap_or_else(|shared| Shared {
             registry: shared.registry.clone(),
@@ -111,6 +188,7 @@ impl McpServer {
             info: shared.info.clone(),
             instructions: shared.instructions.clone(),
             sessionless_run: shared.sessionless_run.clone(),
+            caller: shared.caller.clone(),
         });
         change(&mut shared);
         McpServer {
@@ -217,6 +295,13 @@ impl ServerHandler for McpHandler {
         fields.extend(context.meta.0 .0.clone());
         let asked = CallMeta::read(&fields).map_err(|m| ErrorData::invalid_params(m, None))?;
 
+        let caller = match &self.shared.caller {
+            None => McpCaller::default(),
+            Some(CallerHook(identify)) => {
+                identify(context.extensions.get::<http::request::Parts>())
+                    .map_err(|reason| ErrorData::invalid_request(cut(&reason, 512), None))?
+            }
+        };
         let registry = &self.shared.registry;
         // An unknown tool is a protocol error (the request names nothing this server has);
         // everything about the arguments is the model's to correct, so it is a tool result.
@@ -239,6 +324,12 @@ impl ServerHandler for McpHandler {
             .call_id(cut(&format!("jsonrpc:{}", context.id), 128));
         if let Some(intent) = asked.intent {
             call = call.intent(intent);
+        }
+        if let Some(tenant) = caller.tenant {
+            call = call.tenant(tenant);
+        }
+        if let Some(principal) = caller.principal {
+            call = call.principal(principal);
         }
         // On a task of its own, so that whatever a transport does with this request's future
         // when the client goes away (cancels it, drops it), a claimed write runs to its end and
