@@ -944,6 +944,24 @@ fn refusal(key: &IdemKey, op: &str, items: &[Value]) -> StoreError {
     }
 }
 
+/// A settle's arguments to the script (ARGV[6..12]: token, state, payload, message,
+/// downstream ref, attempts, read-backs), shared by `settle` and `release_traced`.
+fn settle_args(token: ClaimToken, s: &Settlement) -> Result<[Vec<u8>; 7], StoreError> {
+    let payload = match &s.payload {
+        Some(p) => Some(to_json(p, "payload")?),
+        None => None,
+    };
+    Ok([
+        token.to_hex().into_bytes(),
+        s.state.as_str().as_bytes().to_vec(),
+        opt_arg(payload.as_deref()),
+        opt_arg(s.message.as_deref()),
+        opt_arg(s.downstream_ref.as_deref()),
+        to_json(&s.attempts, "attempts")?.into_bytes(),
+        to_json(&s.read_backs, "read-backs")?.into_bytes(),
+    ])
+}
+
 /// `Some(v)` → `+v`, `None` → `-`: how the script tells "empty" from "absent".
 fn opt_arg(v: Option<&str>) -> Vec<u8> {
     match v {
@@ -1111,27 +1129,9 @@ impl IdemStore for RedisStore {
                 "a settlement cannot return a record to running".into(),
             ));
         }
-        let payload = match &settlement.payload {
-            Some(p) => Some(to_json(p, "payload")?),
-            None => None,
-        };
-        let attempts = to_json(&settlement.attempts, "attempts")?;
-        let read_backs = to_json(&settlement.read_backs, "read-backs")?;
-        let items = self
-            .run_on(
-                key,
-                "settle",
-                &[
-                    token.to_hex().as_bytes(),
-                    settlement.state.as_str().as_bytes(),
-                    &opt_arg(payload.as_deref()),
-                    &opt_arg(settlement.message.as_deref()),
-                    &opt_arg(settlement.downstream_ref.as_deref()),
-                    attempts.as_bytes(),
-                    read_backs.as_bytes(),
-                ],
-            )
-            .await?;
+        let args = settle_args(token, &settlement)?;
+        let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let items = self.run_on(key, "settle", &argv).await?;
         match tag(&items) {
             Some("ok") => Ok(()),
             _ => Err(refusal(key, "settle", &items)),
@@ -1206,30 +1206,11 @@ impl IdemStore for RedisStore {
         note: &ReleaseNote,
     ) -> Result<(), StoreError> {
         super::rules::releasable_settlement(key, &settlement)?;
-        let payload = match &settlement.payload {
-            Some(p) => Some(to_json(p, "payload")?),
-            None => None,
-        };
-        let attempts = to_json(&settlement.attempts, "attempts")?;
-        let read_backs = to_json(&settlement.read_backs, "read-backs")?;
-        let items = self
-            .run_on(
-                key,
-                "release_traced",
-                &[
-                    token.to_hex().as_bytes(),
-                    settlement.state.as_str().as_bytes(),
-                    &opt_arg(payload.as_deref()),
-                    &opt_arg(settlement.message.as_deref()),
-                    &opt_arg(settlement.downstream_ref.as_deref()),
-                    attempts.as_bytes(),
-                    read_backs.as_bytes(),
-                    note.by.as_bytes(),
-                    note.note.as_bytes(),
-                    super::rules::RELEASES_KEPT.to_string().as_bytes(),
-                ],
-            )
-            .await?;
+        let kept = super::rules::RELEASES_KEPT.to_string();
+        let settled = settle_args(token, &settlement)?;
+        let mut argv: Vec<&[u8]> = settled.iter().map(Vec::as_slice).collect();
+        argv.extend([note.by.as_bytes(), note.note.as_bytes(), kept.as_bytes()]);
+        let items = self.run_on(key, "release_traced", &argv).await?;
         match tag(&items) {
             Some("ok") => Ok(()),
             _ => Err(refusal(key, "release_traced", &items)),
