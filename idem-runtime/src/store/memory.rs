@@ -259,17 +259,33 @@ impl MemoryStore {
         lock(&self.inner.shards[n % SHARDS])
     }
 
+    /// True when this store reads time from `clock` itself (the same `Arc`): a reading of
+    /// it may stand for the store's own ([`MemoryStore::claim_now`]'s `now`).
+    pub(crate) fn reads(&self, clock: &Arc<dyn Clock>) -> bool {
+        Arc::ptr_eq(&self.inner.clock, clock)
+    }
+
     /// [`IdemStore::claim`], as a plain call: nothing in it waits. The registry's executor
     /// calls it directly while nobody observes store operations, without the boxed future
     /// of a `dyn IdemStore` call.
-    pub(crate) fn claim_now(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+    ///
+    /// `now`: a reading of this store's clock the caller took just before and uses too (one
+    /// reading for both), or `None` to read it here.
+    pub(crate) fn claim_now(
+        &self,
+        req: &ClaimRequest,
+        now: Option<Timestamp>,
+    ) -> Result<ClaimOutcome, StoreError> {
         let inner = &*self.inner;
         let mut swept = false;
         let token = loop {
             // One clock reading serves the aging, the decision and the insert. The lookup
             // borrows the key: a repeat (the key held) clones nothing; only a new claim pays
             // for the key it inserts, with a second probe.
-            let now = inner.clock.now();
+            let now = match now {
+                Some(now) if !swept => now,
+                _ => inner.clock.now(),
+            };
             let mut map = self.shard(&req.key);
             if let Some(slot) = map.get_mut(&req.key) {
                 let aged = rules::age_shared(&mut slot.record, now, &inner.retention);
@@ -321,19 +337,24 @@ impl MemoryStore {
         Ok(ClaimOutcome::Claimed(token))
     }
 
-    /// [`IdemStore::settle`], as a plain call (see [`MemoryStore::claim_now`]).
+    /// [`IdemStore::settle`], as a plain call (see [`MemoryStore::claim_now`], and its
+    /// `now`). A refused settlement is handed back with the error, untouched.
     pub(crate) fn settle_now(
         &self,
         key: &IdemKey,
         token: ClaimToken,
         settlement: Settlement,
-    ) -> Result<(), StoreError> {
+        now: Option<Timestamp>,
+    ) -> Result<(), (StoreError, Settlement)> {
+        let now = now.unwrap_or_else(|| self.inner.clock.now());
         let mut map = self.shard(key);
-        let now = self.inner.clock.now();
         let Some(slot) = self.aged(&mut map, key, now) else {
-            return Err(rules::stale_absent(key));
+            return Err((rules::stale_absent(key), settlement));
         };
-        rules::settle(Arc::make_mut(&mut slot.record), token, settlement, now)?;
+        if let Err(e) = rules::may_settle(&slot.record, token, &settlement) {
+            return Err((e, settlement));
+        }
+        rules::apply_settlement(Arc::make_mut(&mut slot.record), settlement, now);
         wake(slot);
         Ok(())
     }
@@ -414,7 +435,7 @@ impl IdemStore for MemoryStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.claim_now(req)
+        self.claim_now(req, None)
     }
 
     async fn renew(
@@ -437,7 +458,8 @@ impl IdemStore for MemoryStore {
         token: ClaimToken,
         settlement: Settlement,
     ) -> Result<(), StoreError> {
-        self.settle_now(key, token, settlement)
+        self.settle_now(key, token, settlement, None)
+            .map_err(|(e, _)| e)
     }
 
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
