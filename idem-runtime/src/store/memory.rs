@@ -39,7 +39,13 @@ struct Slot {
 // A slot is two pointers (the record lives behind its `Arc`), so a growing map moves little
 // on each resize.
 type Map = HashMap<IdemKey, Slot, BuildHasherDefault<KeyHasher>>;
-type Shard = Mutex<Map>;
+
+/// One shard's lock and map, alone on its cache lines (128 bytes: a line, and the one next
+/// to it that the prefetcher pulls in with it): threads working on neighbouring shards do
+/// not take each other's lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard(Mutex<Map>);
 
 /// Hashes an [`IdemKey`] by folding 16 of its hex digits, read as two machine words,
 /// instead of running SipHash over all 69 bytes (or decoding the digits one by one).
@@ -109,17 +115,26 @@ pub struct MemoryStore {
     inner: Arc<Inner>,
 }
 
+/// The counts every new claim moves, on cache lines of their own: the fields every
+/// operation only reads (the shards, the clock, the retention) stay valid in the other
+/// threads' caches.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Counters {
+    /// Records held, all shards: kept alongside the maps so a claim can check the capacity
+    /// without visiting every shard.
+    len: AtomicUsize,
+    /// New claims so far, to pick when and which shard to sweep.
+    claims: AtomicUsize,
+}
+
 #[derive(Debug)]
 struct Inner {
     shards: Box<[Shard]>,
     clock: Arc<dyn Clock>,
     retention: Retention,
     capacity: usize,
-    /// Records held, all shards: kept alongside the maps so a claim can check the capacity
-    /// without visiting every shard.
-    len: AtomicUsize,
-    /// New claims so far, to pick when and which shard to sweep.
-    claims: AtomicUsize,
+    counters: Counters,
     /// The release traces, by key. Written under the key's shard lock (taken first), so a
     /// release and its trace are one step; bounded per key by `rules::keep_releases`, and
     /// lapsed traces go with the sweeps. Each key with a trace takes one place of the
@@ -131,12 +146,11 @@ struct Inner {
 impl Inner {
     fn new(clock: Arc<dyn Clock>, retention: Retention, capacity: usize) -> Inner {
         Inner {
-            shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             clock,
             retention,
             capacity,
-            len: AtomicUsize::new(0),
-            claims: AtomicUsize::new(0),
+            counters: Counters::default(),
             releases: Mutex::new(HashMap::new()),
         }
     }
@@ -145,7 +159,7 @@ impl Inner {
     /// many it dropped.
     fn sweep_shard(&self, shard: &Shard) -> usize {
         let now = self.clock.now();
-        let mut map = lock(shard);
+        let mut map = lock(&shard.0);
         let before = map.len();
         map.retain(|_, slot| {
             let aged = rules::age_shared(&mut slot.record, now, &self.retention);
@@ -155,7 +169,9 @@ impl Inner {
             aged != Aged::Gone
         });
         let dropped = before - map.len();
-        self.len.fetch_sub(dropped, AtomicOrdering::Relaxed);
+        self.counters
+            .len
+            .fetch_sub(dropped, AtomicOrdering::Relaxed);
         dropped
     }
 
@@ -170,7 +186,9 @@ impl Inner {
             !trace.is_empty()
         });
         let dropped = before - traces.len();
-        self.len.fetch_sub(dropped, AtomicOrdering::Relaxed);
+        self.counters
+            .len
+            .fetch_sub(dropped, AtomicOrdering::Relaxed);
         dropped
     }
 }
@@ -242,7 +260,7 @@ impl MemoryStore {
 
     /// Number of records held (all states, tombstones included).
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(s).len()).sum()
+        self.inner.shards.iter().map(|s| lock(&s.0).len()).sum()
     }
 
     /// True when no record is held.
@@ -256,7 +274,7 @@ impl MemoryStore {
         let n = hex
             .iter()
             .fold(0usize, |acc, b| (acc << 4) | usize::from(nibble(*b)));
-        lock(&self.inner.shards[n % SHARDS])
+        lock(&self.inner.shards[n % SHARDS].0)
     }
 
     /// True when this store reads time from `clock` itself (the same `Arc`): a reading of
@@ -297,11 +315,11 @@ impl MemoryStore {
                 }
                 // A lapsed tombstone: the key is free again.
                 map.remove(&req.key);
-                inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                inner.counters.len.fetch_sub(1, AtomicOrdering::Relaxed);
             }
             // Reserve a place first, so concurrent claims never overshoot the capacity.
-            if inner.len.fetch_add(1, AtomicOrdering::Relaxed) >= inner.capacity {
-                inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+            if inner.counters.len.fetch_add(1, AtomicOrdering::Relaxed) >= inner.capacity {
+                inner.counters.len.fetch_sub(1, AtomicOrdering::Relaxed);
                 drop(map);
                 if swept {
                     return Err(StoreError::Full(format!(
@@ -327,7 +345,7 @@ impl MemoryStore {
         };
         // Now and then, with no lock held, sweep one shard of lapsed tombstones, so keys
         // never seen again do not stay for ever.
-        let n = inner.claims.fetch_add(1, AtomicOrdering::Relaxed);
+        let n = inner.counters.claims.fetch_add(1, AtomicOrdering::Relaxed);
         if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
             inner.sweep_shard(&inner.shards[(n / SWEEP_EVERY) % SHARDS]);
             if (n / SWEEP_EVERY) % SHARDS == 0 {
@@ -372,7 +390,10 @@ impl MemoryStore {
                 }
                 if aged == Aged::Gone {
                     entry.remove();
-                    self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                    self.inner
+                        .counters
+                        .len
+                        .fetch_sub(1, AtomicOrdering::Relaxed);
                     return None;
                 }
                 Some(entry.into_mut())
@@ -471,7 +492,10 @@ impl IdemStore for MemoryStore {
         rules::release(&slot.record, token)?;
         wake(slot);
         map.remove(key);
-        self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+        self.inner
+            .counters
+            .len
+            .fetch_sub(1, AtomicOrdering::Relaxed);
         Ok(())
     }
 
@@ -494,7 +518,10 @@ impl IdemStore for MemoryStore {
         let mut traces = lock(&self.inner.releases);
         let trace = match traces.entry(key.clone()) {
             Entry::Occupied(e) => {
-                self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                self.inner
+                    .counters
+                    .len
+                    .fetch_sub(1, AtomicOrdering::Relaxed);
                 e.into_mut()
             }
             Entry::Vacant(e) => e.insert(Vec::new()),
@@ -514,7 +541,10 @@ impl IdemStore for MemoryStore {
         let out = trace.clone();
         if trace.is_empty() {
             traces.remove(key);
-            self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+            self.inner
+                .counters
+                .len
+                .fetch_sub(1, AtomicOrdering::Relaxed);
         }
         Ok(out)
     }
@@ -577,7 +607,7 @@ impl IdemStore for MemoryStore {
         let mut page: BinaryHeap<Listed> = BinaryHeap::new();
         for shard in self.inner.shards.iter() {
             self.inner.sweep_shard(shard);
-            let map = lock(shard);
+            let map = lock(&shard.0);
             if limit == 0 {
                 continue;
             }
