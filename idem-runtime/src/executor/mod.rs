@@ -109,9 +109,7 @@ impl Executor {
         if let Some(memory) = &self.memory {
             if unobserved(&settle_span(memory.backend_name(), key, &settlement)) {
                 let now = now.filter(|_| memory.reads(&self.clock));
-                return memory
-                    .settle_now(key, token, settlement, now)
-                    .map_err(|(e, refused)| (e, refused.attempts));
+                return memory.settle_now(key, token, settlement, now);
             }
         }
         let attempts = settlement.attempts.clone();

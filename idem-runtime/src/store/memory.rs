@@ -12,8 +12,9 @@ use tokio::sync::Notify;
 
 use super::rules::{self, Aged};
 use super::{
-    ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState,
-    ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, SystemClock, Timestamp,
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record,
+    RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, SystemClock,
+    Timestamp,
 };
 use crate::identity::IdemKey;
 
@@ -356,21 +357,22 @@ impl MemoryStore {
     }
 
     /// [`IdemStore::settle`], as a plain call (see [`MemoryStore::claim_now`], and its
-    /// `now`). A refused settlement is handed back with the error, untouched.
+    /// `now`). A refused settlement's attempts come back with the error, for the caller's
+    /// log.
     pub(crate) fn settle_now(
         &self,
         key: &IdemKey,
         token: ClaimToken,
         settlement: Settlement,
         now: Option<Timestamp>,
-    ) -> Result<(), (StoreError, Settlement)> {
+    ) -> Result<(), (StoreError, Vec<AttemptRecord>)> {
         let now = now.unwrap_or_else(|| self.inner.clock.now());
         let mut map = self.shard(key);
         let Some(slot) = self.aged(&mut map, key, now) else {
-            return Err((rules::stale_absent(key), settlement));
+            return Err((rules::stale_absent(key), settlement.attempts));
         };
         if let Err(e) = rules::may_settle(&slot.record, token, &settlement) {
-            return Err((e, settlement));
+            return Err((e, settlement.attempts));
         }
         rules::apply_settlement(Arc::make_mut(&mut slot.record), settlement, now);
         wake(slot);
