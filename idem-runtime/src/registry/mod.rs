@@ -396,10 +396,7 @@ impl Registry {
 
     /// The registered tools, in registration order.
     pub fn tools(&self) -> impl Iterator<Item = &DynTool> {
-        self.inner
-            .order
-            .iter()
-            .filter_map(|n| self.get(n))
+        self.inner.order.iter().filter_map(|n| self.get(n))
     }
 
     /// Tool definitions in `format`, in registration order.
