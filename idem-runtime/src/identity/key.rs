@@ -104,11 +104,8 @@ impl KeyMaterial<'_> {
 /// Always 69 ASCII characters, so it fits every downstream API that accepts an idempotency
 /// key (Stripe allows 255). It is derived from the scope, the tool name and the key material —
 /// never from a `tool_use_id` or an attempt number, which change on every retry.
-///
-/// Held inline, as its 69 bytes: making a key allocates nothing, and a copy is a copy of
-/// those bytes, with no reference count that threads would share.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct IdemKey([u8; IdemKey::LEN]);
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdemKey(Arc<str>);
 
 /// The prefix of every key.
 const PREFIX: &str = "idem:";
@@ -146,10 +143,12 @@ impl IdemKey {
     }
 
     fn from_digest(digest: [u8; 32]) -> IdemKey {
+        // Formatted on the stack: the `Arc<str>` is the key's only allocation.
         let mut text = [0u8; Self::LEN];
         text[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
         encode_hex_into(&digest, &mut text[PREFIX.len()..]);
-        IdemKey(text)
+        let text = std::str::from_utf8(&text).expect("`idem:` and hex digits are ASCII");
+        IdemKey(Arc::from(text))
     }
 
     /// Format v1's derivation (see [`super::KeyFormat::V1`]): `None` for material given only
@@ -183,9 +182,7 @@ impl IdemKey {
 
     /// The key that sorts before every other: a place to list from.
     pub(crate) fn lowest() -> IdemKey {
-        let mut text = [b'0'; Self::LEN];
-        text[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
-        IdemKey(text)
+        IdemKey(format!("{PREFIX}{}", "0".repeat(64)).into())
     }
 
     /// Parses a key printed earlier (by [`IdemKey::as_str`], a store or the CLI).
@@ -195,54 +192,36 @@ impl IdemKey {
             return Err(ParseKeyError);
         }
         decode_hex32(hex).ok_or(ParseKeyError)?;
-        let text: [u8; Self::LEN] = s.as_bytes().try_into().map_err(|_| ParseKeyError)?;
-        Ok(IdemKey(text))
+        Ok(IdemKey(s.into()))
     }
 
     /// The key as text, e.g. to send as a downstream `Idempotency-Key` header.
     pub fn as_str(&self) -> &str {
-        // Every key is ASCII (`idem:` and hex digits, made so by `from_digest`, `parse` and
-        // `lowest`, the only constructors): the check cannot fail.
-        std::str::from_utf8(&self.0).unwrap_or("idem:?")
-    }
-
-    /// The key's bytes (its text's): what the in-memory store hashes and shards by,
-    /// without the UTF-8 check of [`IdemKey::as_str`].
-    pub(crate) fn as_bytes(&self) -> &[u8; Self::LEN] {
         &self.0
-    }
-}
-
-/// Hashed as its text is (`str`'s `Hash`: the bytes, then `0xff`), so a key and its text
-/// hash alike.
-impl std::hash::Hash for IdemKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write(&self.0);
-        state.write_u8(0xff);
     }
 }
 
 impl fmt::Display for IdemKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(&self.0)
     }
 }
 
 impl fmt::Debug for IdemKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "IdemKey({})", self.as_str())
+        write!(f, "IdemKey({})", self.0)
     }
 }
 
 impl AsRef<str> for IdemKey {
     fn as_ref(&self) -> &str {
-        self.as_str()
+        &self.0
     }
 }
 
 impl serde::Serialize for IdemKey {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+        s.serialize_str(&self.0)
     }
 }
 

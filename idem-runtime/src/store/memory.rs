@@ -271,7 +271,7 @@ impl MemoryStore {
 
     fn shard(&self, key: &IdemKey) -> MutexGuard<'_, Map> {
         // Keys are SHA-256 hex: their digits are already uniformly distributed.
-        let hex = &key.as_bytes()[5..7];
+        let hex = &key.as_str().as_bytes()[5..7];
         let n = hex
             .iter()
             .fold(0usize, |acc, b| (acc << 4) | usize::from(nibble(*b)));
