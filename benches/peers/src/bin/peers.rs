@@ -18,10 +18,8 @@
 //! `scaling SLICES CALLS` (run it without `taskset`) measures how distinct-key writes on a
 //! `MemoryStore` scale from one thread to two: each slice makes CALLS fresh text writes on a
 //! new registry with a 1-worker runtime (one task) and on another with a 2-worker runtime
-//! (two tasks of CALLS / 2), the two sides alternating which goes first, each timed from
-//! its tasks' first call (once each runs on a worker of its own) to their last result;
-//! reported is the median (p10–p90) of the per-slice ratio of the 1-thread time to the
-//! 2-thread time.
+//! (two tasks of CALLS / 2), the two sides alternating which goes first; reported is the
+//! median (p10–p90) of the per-slice ratio of the 1-thread time to the 2-thread time.
 
 use std::time::{Duration, Instant};
 
@@ -288,14 +286,7 @@ fn arg(args: &[String], i: usize, default: usize) -> usize {
 }
 
 /// CALLS fresh text writes with distinct keys, split over `threads` tasks on a runtime of
-/// `threads` workers: from the first task's first call to the last task's last result, once
-/// every task holds a worker of its own. Each task spins (without yielding its worker) until
-/// all have checked in, so none can still be waiting in another worker's queue; spawning
-/// them and waking the workers of the runtime just built stay outside the time. That is
-/// the runtime starting, which a serving process does once; timed, a task that waited in
-/// the first worker's queue until the second worker stole it (milliseconds on a busy
-/// machine, or the whole slice, as these tasks never yield) was part of every 2-thread
-/// slice.
+/// `threads` workers; the time from the first call to the last result.
 fn scaling_side(threads: usize, calls: usize, slice: usize) -> Duration {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
@@ -313,35 +304,24 @@ fn scaling_side(threads: usize, calls: usize, slice: usize) -> Duration {
                 .collect()
         })
         .collect();
-    let checked_in = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let elapsed = rt.block_on(async {
+        let start = Instant::now();
         let tasks: Vec<_> = per_task
             .into_iter()
             .map(|calls| {
                 let reg = reg.clone();
-                let checked_in = checked_in.clone();
                 tokio::spawn(async move {
-                    use std::sync::atomic::Ordering::SeqCst;
-                    checked_in.fetch_add(1, SeqCst);
-                    while checked_in.load(SeqCst) < threads {
-                        std::hint::spin_loop();
-                    }
-                    let start = Instant::now();
                     for call in calls {
                         let r = reg.call(call).await;
                         assert!(r.is_completed() && !r.replayed());
                     }
-                    (start, Instant::now())
                 })
             })
             .collect();
-        let mut spans = Vec::with_capacity(tasks.len());
         for t in tasks {
-            spans.push(t.await.expect("a scaling task"));
+            t.await.expect("a scaling task");
         }
-        let first = spans.iter().map(|s| s.0).min().expect("a task");
-        let last = spans.iter().map(|s| s.1).max().expect("a task");
-        last - first
+        start.elapsed()
     });
     drop(reg);
     elapsed
