@@ -28,8 +28,8 @@ use crate::escalation::{EscalationSink, NoticeGate};
 use crate::identity::{IdemKey, KeyMigration};
 use crate::outcome::Outcome;
 use crate::store::{
-    claim_span, settle_span, unobserved, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
-    MemoryStore, Settlement, StoreError,
+    claim_span, settle_span, unobserved, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken,
+    Clock, IdemStore, MemoryStore, Settlement, StoreError, Timestamp,
 };
 
 /// What the executor needs besides the tool: the store, the clock, and its policies.
@@ -79,28 +79,43 @@ impl Executor {
         &*self.store
     }
 
-    /// [`IdemStore::claim`] on the registry's store.
-    async fn claim_key(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+    /// [`IdemStore::claim`] on the registry's store, and the reading of the executor's
+    /// clock the store took as the claim's time, if it shares that clock (a `MemoryStore`
+    /// given no clock of its own): the caller need not read it again.
+    async fn claim_key(
+        &self,
+        req: &ClaimRequest,
+    ) -> (Result<ClaimOutcome, StoreError>, Option<Timestamp>) {
         if let Some(memory) = &self.memory {
             if unobserved(&claim_span(memory.backend_name(), req)) {
-                return memory.claim_now(req);
+                let now = memory.reads(&self.clock).then(|| self.clock.now());
+                return (memory.claim_now(req, now), now);
             }
         }
-        self.store().claim(req).await
+        (self.store().claim(req).await, None)
     }
 
-    /// [`IdemStore::settle`] on the registry's store.
+    /// [`IdemStore::settle`] on the registry's store. `now`: a reading of the executor's
+    /// clock just taken, which a store on the same clock takes as the settle's time. On
+    /// failure, the attempts the settlement carried come back with the error (for the log):
+    /// a `MemoryStore` hands them back, and only for another store are they copied first.
     async fn settle_key(
         &self,
         key: &IdemKey,
         token: ClaimToken,
         settlement: Settlement,
-    ) -> Result<(), StoreError> {
+        now: Option<Timestamp>,
+    ) -> Result<(), (StoreError, Vec<AttemptRecord>)> {
         if let Some(memory) = &self.memory {
             if unobserved(&settle_span(memory.backend_name(), key, &settlement)) {
-                return memory.settle_now(key, token, settlement);
+                let now = now.filter(|_| memory.reads(&self.clock));
+                return memory.settle_now(key, token, settlement, now);
             }
         }
-        self.store().settle(key, token, settlement).await
+        let attempts = settlement.attempts.clone();
+        self.store()
+            .settle(key, token, settlement)
+            .await
+            .map_err(|e| (e, attempts))
     }
 }

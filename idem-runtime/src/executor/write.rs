@@ -74,7 +74,11 @@ impl Executor {
         };
         // The same operation as another key format names it: a claim found there counts.
         let honoured = self.key_migration.honoured_format().and_then(derive);
-        tracing::Span::current().record("key", key.as_str());
+        // The call's span (`idem.call`) is at INFO: below that level nothing records it, and
+        // finding the current span costs more than this check.
+        if tracing::level_enabled!(tracing::Level::INFO) {
+            tracing::Span::current().record("key", key.as_str());
+        }
         let req = ClaimRequest {
             key: key.clone(),
             fingerprint,
@@ -95,12 +99,13 @@ impl Executor {
             lease: req.lease,
             operation: None,
         });
-        let token = match self.claim(spec.name(), &req, honoured.as_ref()).await {
-            Ok(token) => token,
+        let (token, claimed_at) = match self.claim(spec.name(), &req, honoured.as_ref()).await {
+            Ok(won) => won,
             Err(done) => return done,
         };
-        // One clock reading: the claim's time, and the first attempt's start.
-        let now = self.clock.now();
+        // One clock reading: the claim's time (the store's, if it read this clock), and the
+        // first attempt's start.
+        let now = claimed_at.unwrap_or_else(|| self.clock.now());
         let run = ClaimedRun {
             scope: &call.scope,
             call_id: call.call_id.as_deref(),
@@ -116,7 +121,8 @@ impl Executor {
         Box::pin(self.run_claimed(tool, run, typed)).await
     }
 
-    /// Claims `req`'s key, or answers the call from the record that already claims it.
+    /// Claims `req`'s key, or answers the call from the record that already claims it. A
+    /// won claim comes with its time when the store took it from the executor's clock.
     ///
     /// `honoured` is the same operation under another key format during a migration: a
     /// record found under it is this operation's claim. It is looked up before the claim and
@@ -131,7 +137,7 @@ impl Executor {
         tool: &str,
         req: &ClaimRequest,
         honoured: Option<&ClaimRequest>,
-    ) -> Result<ClaimToken, Executed> {
+    ) -> Result<(ClaimToken, Option<Timestamp>), Executed> {
         let refused = |key: &IdemKey, e: StoreError| {
             Executed::refused(Some(key.clone()), CallError::Store(e))
         };
@@ -143,14 +149,11 @@ impl Executor {
             };
             let (outcome, under) = match found {
                 Some(outcome) => outcome,
-                None => match self
-                    .claim_key(req)
-                    .await
-                    .map_err(|e| refused(&req.key, e))?
-                {
-                    ClaimOutcome::Claimed(token) => {
+                None => match self.claim_key(req).await {
+                    (Err(e), _) => return Err(refused(&req.key, e)),
+                    (Ok(ClaimOutcome::Claimed(token)), at) => {
                         let Some(other) = honoured else {
-                            return Ok(token);
+                            return Ok((token, at));
                         };
                         let found = match self.find(other).await {
                             Ok(found) => found,
@@ -160,14 +163,14 @@ impl Executor {
                             }
                         };
                         match found {
-                            None => return Ok(token),
+                            None => return Ok((token, at)),
                             Some(outcome) => {
                                 self.stand_back(req, token, &other.key).await;
                                 outcome
                             }
                         }
                     }
-                    outcome => (outcome, req),
+                    (Ok(outcome), _) => (outcome, req),
                 },
             };
             let key = &under.key;
@@ -311,7 +314,11 @@ impl Executor {
             let args_for_attempt = match attempt::args_for(tool, args, &mut typed) {
                 Ok(t) => t,
                 // The earlier attempt stays unknown: that must not become "rejected".
-                Err(e) => return self.settle(key, token, Err(e), evidence, attempt - 1).await,
+                Err(e) => {
+                    return self
+                        .settle(key, token, Err(e), evidence, attempt - 1, None)
+                        .await
+                }
             };
             let started_at = now.take().unwrap_or_else(|| self.clock.now());
             // The first attempt starts when the call's budget does: one monotonic reading.
@@ -484,7 +491,9 @@ impl Executor {
                     )));
                 }
             }
-            return self.settle(key, token, result, evidence, attempt).await;
+            return self
+                .settle(key, token, result, evidence, attempt, Some(finished_at))
+                .await;
         }
     }
 
@@ -566,6 +575,8 @@ impl Executor {
         }
     }
 
+    /// Settles (or releases) the claim with the last attempt's result. `now`: when that
+    /// attempt ended, a reading of the executor's clock (`None` reads the store's).
     async fn settle(
         &self,
         key: IdemKey,
@@ -573,6 +584,7 @@ impl Executor {
         result: Result<Value, ToolError>,
         evidence: Vec<AttemptRecord>,
         attempts: u32,
+        now: Option<Timestamp>,
     ) -> Executed {
         let done = |result| Executed {
             key: Some(key.clone()),
@@ -593,11 +605,11 @@ impl Executor {
             return done(outcome_of(result));
         };
         match self
-            .settle_key(&key, token, settlement.attempts(evidence.clone()))
+            .settle_key(&key, token, settlement.attempts(evidence), now)
             .await
         {
             Ok(()) => done(outcome_of(result)),
-            Err(e) => {
+            Err((e, evidence)) => {
                 // The handler ran; its result could not be recorded. The record will read as
                 // unknown (lease expiry), so that is what the caller is told. Keep the
                 // evidence where a person will find it.

@@ -4,7 +4,7 @@ mod error;
 mod observe;
 mod size;
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +49,9 @@ pub struct Registry {
 
 #[derive(Debug)]
 struct Inner {
-    tools: HashMap<String, DynTool>,
+    /// The tools, sorted by name once at `build()`: a call finds its tool by binary search,
+    /// comparing names, instead of hashing the name it asked for with a keyed hasher.
+    tools: Box<[DynTool]>,
     /// Registration order, for definitions.
     order: Vec<String>,
     /// The store as given; the executor's is the same one behind [`Instrumented`].
@@ -220,7 +222,8 @@ impl RegistryBuilder {
 
     /// Checks names and options and builds the registry.
     pub fn build(self) -> Result<Registry, BuildError> {
-        let mut tools = HashMap::with_capacity(self.tools.len());
+        let mut names = HashSet::with_capacity(self.tools.len());
+        let mut tools = Vec::with_capacity(self.tools.len());
         let mut order = Vec::with_capacity(self.tools.len());
         for tool in self.tools {
             let spec = tool.spec();
@@ -255,12 +258,13 @@ impl RegistryBuilder {
             }
             check_key_fields(&tool)?;
             let name = spec.name().to_owned();
-            if tools.contains_key(&name) {
+            if !names.insert(name.clone()) {
                 return Err(BuildError::DuplicateName(name));
             }
-            order.push(name.clone());
-            tools.insert(name, tool);
+            order.push(name);
+            tools.push(tool);
         }
+        tools.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         let sink: Arc<dyn EscalationSink> = self.sink.unwrap_or_else(|| Arc::new(LogSink));
         let sink = match self.redact {
             Some(RedactHook(redact)) => Arc::new(RedactingSink {
@@ -296,7 +300,7 @@ impl RegistryBuilder {
         };
         Ok(Registry {
             inner: Arc::new(Inner {
-                tools,
+                tools: tools.into_boxed_slice(),
                 order,
                 executor: Executor {
                     store: Arc::new(Instrumented::new(store.clone())),
@@ -383,15 +387,16 @@ impl Registry {
 
     /// A registered tool by name.
     pub fn get(&self, name: &str) -> Option<&DynTool> {
-        self.inner.tools.get(name)
+        let tools = &self.inner.tools;
+        tools
+            .binary_search_by(|t| t.name().cmp(name))
+            .ok()
+            .map(|i| &tools[i])
     }
 
     /// The registered tools, in registration order.
     pub fn tools(&self) -> impl Iterator<Item = &DynTool> {
-        self.inner
-            .order
-            .iter()
-            .filter_map(|n| self.inner.tools.get(n))
+        self.inner.order.iter().filter_map(|n| self.get(n))
     }
 
     /// Tool definitions in `format`, in registration order.
@@ -457,7 +462,7 @@ impl Registry {
             replayed: false,
             attempts: 0,
         };
-        let Some(tool) = self.inner.tools.get(&call.tool) else {
+        let Some(tool) = self.get(&call.tool) else {
             return refused(CallError::UnknownTool {
                 name: echoed_name(&call.tool),
             });

@@ -12,8 +12,9 @@ use tokio::sync::Notify;
 
 use super::rules::{self, Aged};
 use super::{
-    ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState,
-    ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, SystemClock, Timestamp,
+    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record,
+    RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, SystemClock,
+    Timestamp,
 };
 use crate::identity::IdemKey;
 
@@ -39,7 +40,13 @@ struct Slot {
 // A slot is two pointers (the record lives behind its `Arc`), so a growing map moves little
 // on each resize.
 type Map = HashMap<IdemKey, Slot, BuildHasherDefault<KeyHasher>>;
-type Shard = Mutex<Map>;
+
+/// One shard's lock and map, alone on its cache lines (128 bytes: a line, and the one next
+/// to it that the prefetcher pulls in with it): threads working on neighbouring shards do
+/// not take each other's lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard(Mutex<Map>);
 
 /// Hashes an [`IdemKey`] by folding 16 of its hex digits, read as two machine words,
 /// instead of running SipHash over all 69 bytes (or decoding the digits one by one).
@@ -109,17 +116,26 @@ pub struct MemoryStore {
     inner: Arc<Inner>,
 }
 
+/// The counts every new claim moves, on cache lines of their own: the fields every
+/// operation only reads (the shards, the clock, the retention) stay valid in the other
+/// threads' caches.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Counters {
+    /// Records held, all shards: kept alongside the maps so a claim can check the capacity
+    /// without visiting every shard.
+    len: AtomicUsize,
+    /// New claims so far, to pick when and which shard to sweep.
+    claims: AtomicUsize,
+}
+
 #[derive(Debug)]
 struct Inner {
     shards: Box<[Shard]>,
     clock: Arc<dyn Clock>,
     retention: Retention,
     capacity: usize,
-    /// Records held, all shards: kept alongside the maps so a claim can check the capacity
-    /// without visiting every shard.
-    len: AtomicUsize,
-    /// New claims so far, to pick when and which shard to sweep.
-    claims: AtomicUsize,
+    counters: Counters,
     /// The release traces, by key. Written under the key's shard lock (taken first), so a
     /// release and its trace are one step; bounded per key by `rules::keep_releases`, and
     /// lapsed traces go with the sweeps. Each key with a trace takes one place of the
@@ -131,12 +147,11 @@ struct Inner {
 impl Inner {
     fn new(clock: Arc<dyn Clock>, retention: Retention, capacity: usize) -> Inner {
         Inner {
-            shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             clock,
             retention,
             capacity,
-            len: AtomicUsize::new(0),
-            claims: AtomicUsize::new(0),
+            counters: Counters::default(),
             releases: Mutex::new(HashMap::new()),
         }
     }
@@ -145,7 +160,7 @@ impl Inner {
     /// many it dropped.
     fn sweep_shard(&self, shard: &Shard) -> usize {
         let now = self.clock.now();
-        let mut map = lock(shard);
+        let mut map = lock(&shard.0);
         let before = map.len();
         map.retain(|_, slot| {
             let aged = rules::age_shared(&mut slot.record, now, &self.retention);
@@ -155,7 +170,9 @@ impl Inner {
             aged != Aged::Gone
         });
         let dropped = before - map.len();
-        self.len.fetch_sub(dropped, AtomicOrdering::Relaxed);
+        self.counters
+            .len
+            .fetch_sub(dropped, AtomicOrdering::Relaxed);
         dropped
     }
 
@@ -170,7 +187,9 @@ impl Inner {
             !trace.is_empty()
         });
         let dropped = before - traces.len();
-        self.len.fetch_sub(dropped, AtomicOrdering::Relaxed);
+        self.counters
+            .len
+            .fetch_sub(dropped, AtomicOrdering::Relaxed);
         dropped
     }
 }
@@ -242,7 +261,7 @@ impl MemoryStore {
 
     /// Number of records held (all states, tombstones included).
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(s).len()).sum()
+        self.inner.shards.iter().map(|s| lock(&s.0).len()).sum()
     }
 
     /// True when no record is held.
@@ -256,20 +275,36 @@ impl MemoryStore {
         let n = hex
             .iter()
             .fold(0usize, |acc, b| (acc << 4) | usize::from(nibble(*b)));
-        lock(&self.inner.shards[n % SHARDS])
+        lock(&self.inner.shards[n % SHARDS].0)
+    }
+
+    /// True when this store reads time from `clock` itself (the same `Arc`): a reading of
+    /// it may stand for the store's own ([`MemoryStore::claim_now`]'s `now`).
+    pub(crate) fn reads(&self, clock: &Arc<dyn Clock>) -> bool {
+        Arc::ptr_eq(&self.inner.clock, clock)
     }
 
     /// [`IdemStore::claim`], as a plain call: nothing in it waits. The registry's executor
     /// calls it directly while nobody observes store operations, without the boxed future
     /// of a `dyn IdemStore` call.
-    pub(crate) fn claim_now(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+    ///
+    /// `now`: a reading of this store's clock the caller took just before and uses too (one
+    /// reading for both), or `None` to read it here.
+    pub(crate) fn claim_now(
+        &self,
+        req: &ClaimRequest,
+        now: Option<Timestamp>,
+    ) -> Result<ClaimOutcome, StoreError> {
         let inner = &*self.inner;
         let mut swept = false;
         let token = loop {
             // One clock reading serves the aging, the decision and the insert. The lookup
             // borrows the key: a repeat (the key held) clones nothing; only a new claim pays
             // for the key it inserts, with a second probe.
-            let now = inner.clock.now();
+            let now = match now {
+                Some(now) if !swept => now,
+                _ => inner.clock.now(),
+            };
             let mut map = self.shard(&req.key);
             if let Some(slot) = map.get_mut(&req.key) {
                 let aged = rules::age_shared(&mut slot.record, now, &inner.retention);
@@ -281,11 +316,11 @@ impl MemoryStore {
                 }
                 // A lapsed tombstone: the key is free again.
                 map.remove(&req.key);
-                inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                inner.counters.len.fetch_sub(1, AtomicOrdering::Relaxed);
             }
             // Reserve a place first, so concurrent claims never overshoot the capacity.
-            if inner.len.fetch_add(1, AtomicOrdering::Relaxed) >= inner.capacity {
-                inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+            if inner.counters.len.fetch_add(1, AtomicOrdering::Relaxed) >= inner.capacity {
+                inner.counters.len.fetch_sub(1, AtomicOrdering::Relaxed);
                 drop(map);
                 if swept {
                     return Err(StoreError::Full(format!(
@@ -311,7 +346,7 @@ impl MemoryStore {
         };
         // Now and then, with no lock held, sweep one shard of lapsed tombstones, so keys
         // never seen again do not stay for ever.
-        let n = inner.claims.fetch_add(1, AtomicOrdering::Relaxed);
+        let n = inner.counters.claims.fetch_add(1, AtomicOrdering::Relaxed);
         if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
             inner.sweep_shard(&inner.shards[(n / SWEEP_EVERY) % SHARDS]);
             if (n / SWEEP_EVERY) % SHARDS == 0 {
@@ -321,19 +356,25 @@ impl MemoryStore {
         Ok(ClaimOutcome::Claimed(token))
     }
 
-    /// [`IdemStore::settle`], as a plain call (see [`MemoryStore::claim_now`]).
+    /// [`IdemStore::settle`], as a plain call (see [`MemoryStore::claim_now`], and its
+    /// `now`). A refused settlement's attempts come back with the error, for the caller's
+    /// log.
     pub(crate) fn settle_now(
         &self,
         key: &IdemKey,
         token: ClaimToken,
         settlement: Settlement,
-    ) -> Result<(), StoreError> {
+        now: Option<Timestamp>,
+    ) -> Result<(), (StoreError, Vec<AttemptRecord>)> {
+        let now = now.unwrap_or_else(|| self.inner.clock.now());
         let mut map = self.shard(key);
-        let now = self.inner.clock.now();
         let Some(slot) = self.aged(&mut map, key, now) else {
-            return Err(rules::stale_absent(key));
+            return Err((rules::stale_absent(key), settlement.attempts));
         };
-        rules::settle(Arc::make_mut(&mut slot.record), token, settlement, now)?;
+        if let Err(e) = rules::may_settle(&slot.record, token, &settlement) {
+            return Err((e, settlement.attempts));
+        }
+        rules::apply_settlement(Arc::make_mut(&mut slot.record), settlement, now);
         wake(slot);
         Ok(())
     }
@@ -356,7 +397,10 @@ impl MemoryStore {
         let mut traces = lock(&self.inner.releases);
         let trace = match traces.entry(key.clone()) {
             Entry::Occupied(e) => {
-                self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                self.inner
+                    .counters
+                    .len
+                    .fetch_sub(1, AtomicOrdering::Relaxed);
                 e.into_mut()
             }
             Entry::Vacant(e) => e.insert(Vec::new()),
@@ -376,7 +420,10 @@ impl MemoryStore {
                 }
                 if aged == Aged::Gone {
                     entry.remove();
-                    self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                    self.inner
+                        .counters
+                        .len
+                        .fetch_sub(1, AtomicOrdering::Relaxed);
                     return None;
                 }
                 Some(entry.into_mut())
@@ -439,7 +486,7 @@ impl IdemStore for MemoryStore {
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        self.claim_now(req)
+        self.claim_now(req, None)
     }
 
     async fn renew(
@@ -462,7 +509,8 @@ impl IdemStore for MemoryStore {
         token: ClaimToken,
         settlement: Settlement,
     ) -> Result<(), StoreError> {
-        self.settle_now(key, token, settlement)
+        self.settle_now(key, token, settlement, None)
+            .map_err(|(e, _)| e)
     }
 
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
@@ -474,7 +522,10 @@ impl IdemStore for MemoryStore {
         rules::release(&slot.record, token)?;
         wake(slot);
         map.remove(key);
-        self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+        self.inner
+            .counters
+            .len
+            .fetch_sub(1, AtomicOrdering::Relaxed);
         Ok(())
     }
 
@@ -522,7 +573,10 @@ impl IdemStore for MemoryStore {
         let out = trace.clone();
         if trace.is_empty() {
             traces.remove(key);
-            self.inner.len.fetch_sub(1, AtomicOrdering::Relaxed);
+            self.inner
+                .counters
+                .len
+                .fetch_sub(1, AtomicOrdering::Relaxed);
         }
         Ok(out)
     }
@@ -585,7 +639,7 @@ impl IdemStore for MemoryStore {
         let mut page: BinaryHeap<Listed> = BinaryHeap::new();
         for shard in self.inner.shards.iter() {
             self.inner.sweep_shard(shard);
-            let map = lock(shard);
+            let map = lock(&shard.0);
             if limit == 0 {
                 continue;
             }

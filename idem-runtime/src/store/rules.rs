@@ -241,6 +241,19 @@ pub fn settle(
     s: Settlement,
     now: Timestamp,
 ) -> Result<(), StoreError> {
+    may_settle(record, token, &s)?;
+    apply_settlement(record, s, now);
+    Ok(())
+}
+
+/// Whether [`settle`] would apply `s` to `record`, and if not, its error. Nothing is
+/// changed or consumed: a store that must hand the settlement back on a refusal checks
+/// with this, then applies it with [`apply_settlement`].
+pub(crate) fn may_settle(
+    record: &Record,
+    token: ClaimToken,
+    s: &Settlement,
+) -> Result<(), StoreError> {
     // Refused whatever the record holds, before the token is looked at: every backend
     // answers this the same way (Redis and Postgres check it before touching the record).
     if s.state == RecordState::Running {
@@ -252,26 +265,30 @@ pub fn settle(
         return Err(stale(&record.key, Some(record)));
     }
     match record.state {
-        RecordState::Running => {}
+        RecordState::Running | RecordState::Unknown => Ok(()),
         // The same holder settling to the same terminal state again: a retried settle whose
         // first try was applied, or a handler that settled inside its own transaction.
-        state if state == s.state && state != RecordState::Unknown => {
-            record.attempts.extend(s.attempts);
-            record.read_backs.extend(s.read_backs);
-            cap_evidence(record, now);
-            record.updated_at = now;
-            return Ok(());
-        }
-        RecordState::Unknown => {
-            if s.state == RecordState::Unknown {
-                record.attempts.extend(s.attempts);
-                record.read_backs.extend(s.read_backs);
-                cap_evidence(record, now);
-                record.updated_at = now;
-                return Ok(());
-            }
-        }
-        _ => return Err(stale(&record.key, Some(record))),
+        state if state == s.state => Ok(()),
+        _ => Err(stale(&record.key, Some(record))),
+    }
+}
+
+/// [`settle`] once [`may_settle`] allowed it.
+pub(crate) fn apply_settlement(record: &mut Record, s: Settlement, now: Timestamp) {
+    let adds_evidence_only = match record.state {
+        RecordState::Running => false,
+        // Unknown settled unknown again: more evidence. Any other settlement of an unknown
+        // record settles it.
+        RecordState::Unknown => s.state == RecordState::Unknown,
+        // The same terminal state again (see `may_settle`).
+        _ => true,
+    };
+    if adds_evidence_only {
+        record.attempts.extend(s.attempts);
+        record.read_backs.extend(s.read_backs);
+        cap_evidence(record, now);
+        record.updated_at = now;
+        return;
     }
     record.state = s.state;
     record.lease_until = None;
@@ -285,7 +302,6 @@ pub fn settle(
     cap_evidence(record, now);
     record.result_expired = false;
     record.updated_at = now;
-    Ok(())
 }
 
 /// Appends `more` to `evidence`; into an empty list (a first settle's attempts) it moves
