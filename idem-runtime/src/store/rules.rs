@@ -385,8 +385,10 @@ pub fn release_traced(
     now: Timestamp,
 ) -> Result<ReleaseRecord, StoreError> {
     releasable_settlement(&record.key, &s)?;
+    // Checked on the record as it is, so a refusal copies nothing.
+    may_settle(record, token, &s)?;
     let mut settled = record.clone();
-    settle(&mut settled, token, s, now)?;
+    apply_settlement(&mut settled, s, now);
     check_releasable(&settled, token)?;
     Ok(trace_of(settled, note, now))
 }
