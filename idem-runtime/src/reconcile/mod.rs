@@ -441,14 +441,18 @@ impl Reconciler {
                     }
                     contiguous &= settled;
                 }
-                if keep_place {
-                    self.watched.set(&watched);
-                }
                 after = cursor;
+            }
+            // Kept page by page, so a listing that fails later loses nothing looked at.
+            if keep_place {
+                self.watched.set(&watched);
             }
             if at_end {
                 break;
             }
+        }
+        if keep_place {
+            self.watched.set(&watched);
         }
         Ok(())
     }
