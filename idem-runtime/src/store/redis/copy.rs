@@ -1,6 +1,8 @@
 //! Copying a store into another one: how a store changes its partition count (or prefix, or
 //! server), which is otherwise fixed for its lifetime. See [`RedisStore::copy_into`].
 
+use std::collections::HashMap;
+
 use ::redis::Value;
 
 use super::partition::Part;
@@ -186,8 +188,10 @@ impl RedisStore {
         copied: &mut RedisCopy,
     ) -> Result<(), StoreError> {
         let mut conn = self.inner.conn.clone();
-        // Every member is `time|key`; a key's members, in listing order.
+        // Every member is `time|key`; a key's members, in listing order, keys in the order
+        // of their first release.
         let mut members: Vec<(String, Vec<String>)> = Vec::new();
+        let mut of: HashMap<String, usize> = HashMap::new();
         let mut from = "-".to_owned();
         loop {
             let page: Vec<String> = ::redis::cmd("ZRANGEBYLEX")
@@ -204,9 +208,12 @@ impl RedisStore {
                 let Some((_, key)) = m.split_once('|') else {
                     continue;
                 };
-                match members.iter_mut().find(|(k, _)| k == key) {
-                    Some((_, of_key)) => of_key.push(m.clone()),
-                    None => members.push((key.to_owned(), vec![m.clone()])),
+                match of.get(key) {
+                    Some(&i) => members[i].1.push(m.clone()),
+                    None => {
+                        of.insert(key.to_owned(), members.len());
+                        members.push((key.to_owned(), vec![m.clone()]));
+                    }
                 }
             }
             match page.last() {
