@@ -133,6 +133,32 @@ pub enum Command {
     /// registers no tools, so it reports each record as skipped: embed `idem_cli::run` in a
     /// binary that registers your tools to retry with the same key, read back or escalate.
     Reconcile,
+    /// Copy every record and release trace of this Redis store into another Redis store,
+    /// unchanged: how a store changes its partition count, prefix or server, which are
+    /// otherwise fixed for its lifetime.
+    ///
+    /// Offline: stop every worker and reconciler that uses this store first, and start
+    /// them on the new store only once the copy has finished. A copy refuses to start while
+    /// a claim is running, and fails if the store changes during it; run again after an
+    /// interruption, it keeps what it copied. A key the new store holds with another record
+    /// stops it. The store options (`--prefix`, `--partitions`, `--cluster`) describe this
+    /// store, the `--to-…` options the new one; TLS files apply to both.
+    Copy {
+        /// The new store: a Redis URL, or with `--to-cluster` some nodes of a Redis
+        /// Cluster, comma-separated (default: the `IDEM_COPY_TO_URL` environment variable;
+        /// put a URL holding a password there).
+        #[arg(long, env = "IDEM_COPY_TO_URL", value_name = "URL")]
+        to: String,
+        /// The new store's key prefix (default `idem:`).
+        #[arg(long, value_name = "PREFIX")]
+        to_prefix: Option<String>,
+        /// How many partitions the new store is spread over (default 1).
+        #[arg(long, value_name = "N")]
+        to_partitions: Option<u16>,
+        /// The new store lives on a Redis Cluster.
+        #[arg(long)]
+        to_cluster: bool,
+    },
 }
 
 /// A record state on the command line.
@@ -215,9 +241,16 @@ enum Plan {
     Reconcile,
 }
 
+/// What a command asks for: something done on the store, or a copy of it (which opens
+/// both stores itself, as Redis stores).
+enum Job {
+    OnStore(Plan),
+    Copy { to: String, options: StoreOptions },
+}
+
 impl Plan {
-    fn of(command: Command) -> Result<Plan, String> {
-        Ok(match command {
+    fn of(command: Command) -> Result<Job, String> {
+        Ok(Job::OnStore(match command {
             Command::List {
                 state,
                 released,
@@ -251,7 +284,23 @@ impl Plan {
                 operator,
             )?),
             Command::Reconcile => Plan::Reconcile,
-        })
+            Command::Copy {
+                to,
+                to_prefix,
+                to_partitions,
+                to_cluster,
+            } => {
+                return Ok(Job::Copy {
+                    to,
+                    options: StoreOptions {
+                        prefix: to_prefix,
+                        partitions: to_partitions,
+                        cluster: to_cluster,
+                        ..StoreOptions::default()
+                    },
+                })
+            }
+        }))
     }
 }
 
@@ -271,7 +320,22 @@ where
     };
     let json = cli.json;
     let plan = match Plan::of(cli.command) {
-        Ok(p) => p,
+        Ok(Job::OnStore(p)) => p,
+        Ok(Job::Copy { to, options }) => {
+            let options = StoreOptions {
+                tls_ca: cli.store_options.tls_ca.clone(),
+                tls_cert: cli.store_options.tls_cert.clone(),
+                tls_key: cli.store_options.tls_key.clone(),
+                ..options
+            };
+            return match store_url::copy_redis(&url, &cli.store_options, &to, &options).await {
+                Ok(copied) => {
+                    output::copied(&copied, json);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            };
+        }
         Err(e) => return fail(e),
     };
     let store = match open_store_with(&url, &cli.store_options).await {

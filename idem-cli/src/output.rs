@@ -243,3 +243,20 @@ pub(crate) fn decisions(d: &[Decision], json: bool) {
         );
     }
 }
+
+/// What `idem copy` copied.
+pub(crate) fn copied(c: &crate::store_url::Copied, json: bool) {
+    if json {
+        self::json(c);
+        return;
+    }
+    let spread: Vec<String> = c.per_partition.iter().map(usize::to_string).collect();
+    println!(
+        "copied {} record(s) and {} release trace(s); left {} lapsed tombstone(s) behind",
+        c.records, c.traces, c.lapsed
+    );
+    println!(
+        "the new store's records per partition: {}",
+        spread.join(" ")
+    );
+}

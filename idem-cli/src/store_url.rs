@@ -204,6 +204,78 @@ async fn open_redis(
     url: &str,
     options: &StoreOptions,
 ) -> Result<Arc<dyn IdemStore>, StoreUrlError> {
+    opened(redis_store(url, options).await)
+}
+
+/// What `idem copy` copied (`idem_runtime::store::RedisCopy`, which exists only in builds
+/// with Redis).
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Copied {
+    pub(crate) records: usize,
+    pub(crate) lapsed: usize,
+    pub(crate) traces: usize,
+    pub(crate) per_partition: Vec<usize>,
+}
+
+/// Copies the Redis store at `from` (opened with `from_options`) into the one at `to`
+/// (`to_options`): `idem copy`. Both must be Redis stores.
+pub(crate) async fn copy_redis(
+    from: &str,
+    from_options: &StoreOptions,
+    to: &str,
+    to_options: &StoreOptions,
+) -> Result<Copied, StoreUrlError> {
+    for (url, side) in [(from, "--store"), (to, "--to")] {
+        if !matches!(scheme(url), "redis" | "rediss") {
+            return Err(StoreUrlError(format!(
+                "`idem copy` copies a Redis store into a Redis store; {side} is not a \
+                 redis:// or rediss:// URL"
+            )));
+        }
+    }
+    #[cfg(feature = "redis")]
+    {
+        for (options, side) in [(from_options, "this store"), (to_options, "the new store")] {
+            let foreign = options.foreign_to(Backend::Redis);
+            if !foreign.is_empty() {
+                return Err(StoreUrlError(format!(
+                    "{} do not apply to {side}, a Redis store",
+                    foreign.join(", ")
+                )));
+            }
+        }
+        let source = redis_store(from, from_options)
+            .await
+            .map_err(|e| StoreUrlError(format!("opening this store: {e}")))?;
+        let target = redis_store(to, to_options)
+            .await
+            .map_err(|e| StoreUrlError(format!("opening the new store: {e}")))?;
+        let copied = source
+            .copy_into(&target)
+            .await
+            .map_err(|e| StoreUrlError(e.to_string()))?;
+        Ok(Copied {
+            records: copied.records,
+            lapsed: copied.lapsed,
+            traces: copied.traces,
+            per_partition: copied.per_partition,
+        })
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        let _ = (from_options, to_options);
+        Err(StoreUrlError(
+            "this idem CLI was built without its `redis` feature".into(),
+        ))
+    }
+}
+
+/// The Redis store at `url` with `options`, connected.
+#[cfg(feature = "redis")]
+async fn redis_store(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<idem_runtime::RedisStore, idem_runtime::StoreError> {
     let mut builder = if options.cluster {
         idem_runtime::RedisStore::cluster(url.split(',').map(str::trim).filter(|s| !s.is_empty()))
     } else {
@@ -215,7 +287,11 @@ async fn open_redis(
     if let Some(n) = options.partitions {
         builder = builder.partitions(n);
     }
-    opened(options.with_tls(builder)?.connect().await)
+    options
+        .with_tls(builder)
+        .map_err(|e| idem_runtime::StoreError::Backend(e.0))?
+        .connect()
+        .await
 }
 
 #[cfg(feature = "postgres")]

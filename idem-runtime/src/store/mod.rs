@@ -48,7 +48,7 @@ use std::time::Duration;
 #[cfg(feature = "postgres")]
 pub use self::postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]
-pub use self::redis::{RedisStore, RedisStoreBuilder};
+pub use self::redis::{RedisCopy, RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
 pub(crate) use clock::{deadline_after, instant_after};

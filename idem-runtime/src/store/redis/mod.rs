@@ -6,6 +6,7 @@
 //! data layout and what Redis persistence means for the guarantees.
 
 mod connection;
+mod copy;
 mod library;
 mod partition;
 
@@ -17,6 +18,8 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::{ErrorKind, RedisError, Value};
 use futures_util::future::try_join_all;
+
+pub use self::copy::RedisCopy;
 
 use self::connection::Conn;
 use self::library::{Calls, LIBRARY};
@@ -101,7 +104,9 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// The partition count is part of the layout: it is fixed for the store's lifetime (a key
 /// would be looked for in another partition than the one holding it). The first store to
 /// connect records it at `p` `partitions`, and a store built with another count refuses to
-/// connect, as does a partitioned store over a prefix that holds unpartitioned data.
+/// connect, as does a partitioned store over a prefix that holds unpartitioned data. To
+/// change it, copy the store into a new one ([`RedisStore::copy_into`], or `idem copy`),
+/// with the workers stopped.
 /// Connect to a cluster with [`RedisStore::cluster`]; a single Redis takes a partitioned
 /// store too (the tags then change nothing).
 ///
@@ -677,13 +682,13 @@ impl RedisStore {
         let inner = &*self.inner;
         // An operation on no record names the first index key in the record's place: every
         // key a call names must be in the partition's slot. Only the releases with a trace
-        // (`release_unsettled`, `release_traced`) read the release trace and the releases
-        // listing (KEYS[10] and KEYS[11]); every other operation names nine keys, each of
-        // which costs the server a Lua string per call.
+        // (`release_unsettled`, `release_traced`) and a copied trace's import read the
+        // release trace and the releases listing (KEYS[10] and KEYS[11]); every other
+        // operation names nine keys, each of which costs the server a Lua string per call.
         let first = part.index_keys[0].as_str();
         let record = key.map(|k| part.record_key(k));
         let trace = match key {
-            Some(k) if op == "release_unsettled" || op == "release_traced" => {
+            Some(k) if matches!(op, "release_unsettled" | "release_traced" | "import_trace") => {
                 Some(part.release_key(k))
             }
             _ => None,

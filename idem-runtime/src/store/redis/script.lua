@@ -646,6 +646,91 @@ local function release_with_trace(rk, r, trace, gone, who, note, kept)
   return 'ok'
 end
 
+-- A hash's fields and values (as HGETALL lists them) as a table.
+local function as_map(list)
+  local m = {}
+  for i = 1, #list, 2 do
+    m[list[i]] = list[i + 1]
+  end
+  return m
+end
+
+-- True when two HGETALL lists hold the same fields with the same values, in any order.
+local function same_hash(a, b)
+  if #a ~= #b then
+    return false
+  end
+  local m = as_map(a)
+  for i = 1, #b, 2 do
+    if m[b[i]] ~= b[i + 1] then
+      return false
+    end
+  end
+  return true
+end
+
+-- Writes at rk a record copied from another store (RedisStore::copy_into), with its index
+-- entries, unchanged: its times, token and evidence stay as they were, so a repeat on this
+-- store is answered as the old one would have answered it. ARGV from 6: the record's fields
+-- and values, as HGETALL listed them there. A key holding the same record already counts as
+-- copied (a copy that stopped half-way runs again); one holding anything else is a conflict,
+-- and nothing is written. A running claim is never copied: its worker would settle it in
+-- the old store.
+local function import(rk)
+  local fields = {}
+  for i = 6, #ARGV do
+    fields[#fields + 1] = ARGV[i]
+  end
+  local r = as_map(fields)
+  local ca, ua = time_of(r.ca), time_of(r.ua)
+  if r.v ~= '1' or not r.k or RPREFIX .. r.k ~= rk or not IDX[r.st] or r.st == 'running'
+    or not ca or not ua then
+    return { 'invalid' }
+  end
+  local t = redis.call('TYPE', rk)['ok']
+  if t ~= 'none' then
+    if t == 'hash' and same_hash(redis.call('HGETALL', rk), fields) then
+      return 'ok'
+    end
+    return { 'conflict' }
+  end
+  if terminal(r.st) and ua + TOMBS <= NOW then
+    return { 'lapsed' }
+  end
+  redis.call('HSET', rk, unpack(fields))
+  redis.call('ZADD', KEYS[IDX[r.st]], num(ca), r.k)
+  if terminal(r.st) then
+    -- The tombstone ends when it would have ended in the old store (the new store's window).
+    redis.call('PEXPIRE', rk, num(ua + TOMBS - NOW + TTL_SLACK))
+    redis.call('ZADD', EXPIRY, num(ua + TOMBS), r.k)
+  end
+  return 'ok'
+end
+
+-- Writes a release trace copied from another store (KEYS[10], with its members of the
+-- releases listing KEYS[11]). ARGV: 6 the trace (JSON text), 7 how long it has left to live
+-- (ms), 8 on: its members of the listing. The same trace already there counts as copied;
+-- another is a conflict, and nothing is written.
+local function import_trace()
+  local t = redis.call('TYPE', KEYS[10])['ok']
+  if t ~= 'none' then
+    if t == 'string' and redis.call('GET', KEYS[10]) == ARGV[6] then
+      return 'ok'
+    end
+    return { 'conflict' }
+  end
+  local ok, trace = pcall(cjson.decode, ARGV[6])
+  local ttl = time_of(ARGV[7])
+  if not ok or type(trace) ~= 'table' or not ttl or ttl < 1 then
+    return { 'invalid' }
+  end
+  redis.call('SET', KEYS[10], ARGV[6], 'PX', num(ttl))
+  for i = 8, #ARGV do
+    redis.call('ZADD', KEYS[11], 0, ARGV[i])
+  end
+  return 'ok'
+end
+
 -- One operation on the record at rk (KEYS[1]).
 local function dispatch(rk)
   if OP == 'claim' then
@@ -737,6 +822,10 @@ local function dispatch(rk)
       return refusal
     end
     return release_with_trace(rk, r, trace, gone, ARGV[13], ARGV[14], ARGV[15])
+  elseif OP == 'import' then
+    return import(rk)
+  elseif OP == 'import_trace' then
+    return import_trace()
   elseif OP == 'get' then
     local r = age(rk)
     if not r then
