@@ -148,12 +148,11 @@ fn duplicate_field(e: &serde_json::Error) -> bool {
 fn decode_value<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, DecodeError> {
     match A::deserialize(args) {
         Ok(t) => Ok(t),
-        // A tool without arguments (`Args = ()`) advertises an empty object schema; models send
-        // `{}`, which serde's unit does not accept. Only on that failure path, try null.
-        Err(_)
-            if args.as_object().is_some_and(|m| m.is_empty())
-                && A::deserialize(&Value::Null).is_ok() =>
-        {
+        // A tool without arguments (`Args = ()`) advertises an empty object schema, which
+        // allows any members; models send `{}` (or stray members), which serde's unit does not
+        // accept. Only on that failure path, try null: the members are ignored, as an args
+        // struct ignores unknown fields and as the macro's no-argument tools do.
+        Err(_) if args.is_object() && A::deserialize(&Value::Null).is_ok() => {
             A::deserialize(&Value::Null).map_err(|e| DecodeError::Invalid(e.to_string()))
         }
         Err(e) => Err(DecodeError::Invalid(e.to_string())),
