@@ -29,6 +29,12 @@ struct Open {
     name: String,
 }
 
+#[idem::args]
+struct Amount {
+    cents: u64,
+    delta: i32,
+}
+
 #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Closed {
@@ -55,6 +61,13 @@ impl Counter {
     async fn greet(&self, _ctx: WriteCtx, args: Open) -> Result<String, ToolError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         Ok(args.name)
+    }
+
+    /// Move an amount (integers).
+    #[tool(write)]
+    async fn transfer(&self, _ctx: WriteCtx, args: Amount) -> Result<String, ToolError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("{} {}", args.cents, args.delta))
     }
 
     /// Greet someone (extra members refused).
@@ -192,6 +205,49 @@ async fn extra_members_are_advertised_as_they_are_handled() {
 }
 
 #[tokio::test]
+async fn integer_fields_accept_what_the_schemas_integer_allows() {
+    let cases = [
+        json!({"cents": 4900, "delta": -3}),
+        json!({"cents": 4900.0, "delta": -3.0}),
+        json!({"cents": 49e2, "delta": 0}),
+        json!({"cents": 4900.5, "delta": 0}),
+        json!({"cents": -1, "delta": 0}),
+        json!({"cents": -1.0, "delta": 0}),
+        json!({"cents": 1, "delta": 3.5}),
+        json!({"cents": "4900", "delta": 0}),
+    ];
+    assert_schema_agrees_with_the_call("transfer", &cases).await;
+
+    // A whole float is the integer it equals: one operation, one effect.
+    let counter = Arc::new(Counter::default());
+    let registry = Registry::builder()
+        .toolbox(counter.clone())
+        .build()
+        .unwrap();
+    let a = registry
+        .call(ToolCall::new(
+            "run-1",
+            "transfer",
+            json!({"cents": 4900, "delta": -3}),
+        ))
+        .await;
+    let b = registry
+        .call(ToolCall::from_json(
+            "run-1",
+            "transfer",
+            r#"{"cents": 4900.0, "delta": -3.0}"#,
+        ))
+        .await;
+    assert!(
+        a.is_completed() && b.is_completed() && b.replayed(),
+        "{:?}",
+        b.as_result()
+    );
+    assert_eq!(a.key(), b.key());
+    assert_eq!(counter.runs(), 1);
+}
+
+#[tokio::test]
 async fn a_no_argument_write_runs_once_for_an_empty_object() {
     let registry = Registry::builder().tool(reboot).build().unwrap();
     let a = registry
@@ -228,7 +284,7 @@ fn mcp_definitions_of_every_kind_validate_and_carry_truthful_hints() {
         .unwrap();
     let validator = mcp_tool_validator();
     let defs = registry.definitions(Format::Mcp);
-    assert_eq!(defs.len(), 5);
+    assert_eq!(defs.len(), 6);
     for d in &defs {
         let errors: Vec<String> = validator.iter_errors(d).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{d}: {errors:?}");
@@ -242,4 +298,50 @@ fn mcp_definitions_of_every_kind_validate_and_carry_truthful_hints() {
         assert!(d["inputSchema"]["type"] == "object", "{d}");
         assert!(!d["description"].as_str().unwrap().is_empty());
     }
+}
+
+/// A write tool named at run time.
+struct Named(&'static str);
+
+impl WriteTool for Named {
+    type Args = ();
+    type Output = ();
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(self.0).description("A tool.")
+    }
+    async fn call(&self, _ctx: WriteCtx, _args: ()) -> Result<(), ToolError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn tool_names_are_1_to_64_of_letters_digits_underscore_and_hyphen() {
+    let max: &'static str = Box::leak("a".repeat(64).into_boxed_str());
+    for good in ["a", "A-z_09", "get-charge", "_", "-", max] {
+        let registry = Registry::builder().tool(Named(good)).build();
+        let registry = registry.unwrap_or_else(|e| panic!("{good:?} refused: {e}"));
+        for format in [Format::OpenAi, Format::Anthropic, Format::Mcp] {
+            let d = &registry.definitions(format)[0];
+            let name = d.get("name").unwrap_or(&d["function"]["name"]);
+            assert_eq!(name, good);
+        }
+    }
+    let too_long: &'static str = Box::leak("a".repeat(65).into_boxed_str());
+    for bad in [
+        "", too_long, "a b", "a.b", "a/b", "é", "charge\n", "tool:1", "a\0",
+    ] {
+        match Registry::builder().tool(Named(bad)).build() {
+            Err(idem::BuildError::InvalidName(message)) => {
+                assert!(!message.is_empty());
+            }
+            Err(other) => panic!("{bad:?}: another error: {other}"),
+            Ok(_) => panic!("{bad:?} was accepted"),
+        }
+    }
+    // Two tools, one name: refused, never one silently replacing the other.
+    let twice = Registry::builder()
+        .tool(Named("charge"))
+        .tool(Named("charge"))
+        .build();
+    assert!(matches!(twice, Err(idem::BuildError::DuplicateName(n)) if n == "charge"));
 }

@@ -173,6 +173,16 @@ async fn spelling_of_the_arguments_never_changes_the_operation() {
         r#"{"order":"o-1","to":{"city":"Oslo","zip":"0150"},"weight":2.0,"count":2}"#,
     )
     .await;
+    // An integer field given as a whole float (JSON Schema's "integer" allows it): the
+    // same integer.
+    for count in ["2.0", "2e0", "20e-1"] {
+        assert_one_operation(
+            "ship",
+            BASE,
+            &BASE.replace(r#""count":2"#, &format!(r#""count":{count}"#)),
+        )
+        .await;
+    }
     // Unicode escapes, including a surrogate pair, are the characters they stand for.
     assert_one_operation(
         "note",
@@ -314,7 +324,15 @@ async fn the_tool_use_id_is_never_part_of_the_key() {
 #[tokio::test]
 async fn numbers_a_typed_field_cannot_hold_are_refused_and_nothing_runs() {
     let (w, registry) = registry();
-    for count in ["1.5", "-1", "18446744073709551616", "1e400", "\"2\"", "2.0"] {
+    for count in [
+        "1.5",
+        "-1",
+        "-1.0",
+        "18446744073709551616",
+        "1e400",
+        "\"2\"",
+        "2.5e0",
+    ] {
         let text = format!(
             r#"{{"order":"o-1","to":{{"city":"Oslo","zip":"0150"}},"weight":1.5,"count":{count}}}"#
         );
