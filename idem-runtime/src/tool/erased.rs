@@ -145,14 +145,20 @@ fn duplicate_field(e: &serde_json::Error) -> bool {
         && e.to_string().starts_with("duplicate field `")
 }
 
-fn decode_value<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, DecodeError> {
+fn decode_value<A: serde::de::DeserializeOwned + 'static>(args: &Value) -> Result<A, DecodeError> {
     match A::deserialize(args) {
         Ok(t) => Ok(t),
         // A tool without arguments (`Args = ()`) advertises an empty object schema, which
         // allows any members; models send `{}` (or stray members), which serde's unit does not
         // accept. Only on that failure path, try null: the members are ignored, as an args
-        // struct ignores unknown fields and as the macro's no-argument tools do.
-        Err(_) if args.is_object() && A::deserialize(&Value::Null).is_ok() => {
+        // struct ignores unknown fields and as the macro's no-argument tools do. (Any other
+        // type that reads null, an `Option`, gets that only for `{}`: a non-empty object that
+        // does not decode is its caller's mistake, not "no arguments".)
+        Err(_)
+            if args.as_object().is_some_and(|m| {
+                m.is_empty() || std::any::TypeId::of::<A>() == std::any::TypeId::of::<()>()
+            }) && A::deserialize(&Value::Null).is_ok() =>
+        {
             A::deserialize(&Value::Null).map_err(|e| DecodeError::Invalid(e.to_string()))
         }
         // An integer field given as a float with no fraction (`2.0`): JSON Schema's
