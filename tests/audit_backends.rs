@@ -98,6 +98,8 @@ struct Backend {
 /// long-lived in-process store is), SQLite on a file, and Redis and Postgres when
 /// configured.
 fn backends(test: &str) -> Vec<Backend> {
+    // Names the test's SQLite file, Redis prefix and Postgres schema.
+    let _ = test;
     let mut out = Vec::new();
     let memory: Arc<Mutex<Option<Arc<dyn IdemStore>>>> = Arc::default();
     out.push(Backend {
