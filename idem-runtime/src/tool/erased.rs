@@ -145,18 +145,79 @@ fn duplicate_field(e: &serde_json::Error) -> bool {
         && e.to_string().starts_with("duplicate field `")
 }
 
-fn decode_value<A: serde::de::DeserializeOwned>(args: &Value) -> Result<A, DecodeError> {
+fn decode_value<A: serde::de::DeserializeOwned + 'static>(args: &Value) -> Result<A, DecodeError> {
     match A::deserialize(args) {
         Ok(t) => Ok(t),
-        // A tool without arguments (`Args = ()`) advertises an empty object schema; models send
-        // `{}`, which serde's unit does not accept. Only on that failure path, try null.
+        // A tool without arguments (`Args = ()`) advertises an empty object schema, which
+        // allows any members; models send `{}` (or stray members), which serde's unit does not
+        // accept. Only on that failure path, try null: the members are ignored, as an args
+        // struct ignores unknown fields and as the macro's no-argument tools do. (Any other
+        // type that reads null, an `Option`, gets that only for `{}`: a non-empty object that
+        // does not decode is its caller's mistake, not "no arguments".)
         Err(_)
-            if args.as_object().is_some_and(|m| m.is_empty())
-                && A::deserialize(&Value::Null).is_ok() =>
+            if args.as_object().is_some_and(|m| {
+                m.is_empty() || std::any::TypeId::of::<A>() == std::any::TypeId::of::<()>()
+            }) && A::deserialize(&Value::Null).is_ok() =>
         {
             A::deserialize(&Value::Null).map_err(|e| DecodeError::Invalid(e.to_string()))
         }
-        Err(e) => Err(DecodeError::Invalid(e.to_string())),
+        // An integer field given as a float with no fraction (`2.0`): JSON Schema's
+        // `"integer"`, which the input schema advertises, allows it, and models send it;
+        // serde refuses it. Only on that failure path, try the value with such floats written
+        // as integers. The identity comes from the decoded args, so `2.0` and `2` are one
+        // operation.
+        Err(e) => match integral_floats_as_integers(args) {
+            Some(v) => A::deserialize(&v).map_err(|_| DecodeError::Invalid(e.to_string())),
+            None => Err(DecodeError::Invalid(e.to_string())),
+        },
+    }
+}
+
+/// `value` with every float that is a whole number of magnitude below 2^53 (so exactly an
+/// integer) written as that integer; `None` when it holds no such float.
+fn integral_floats_as_integers(value: &Value) -> Option<Value> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    match value {
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            let f = n.as_f64()?;
+            if f.fract() == 0.0 && f.abs() < EXACT {
+                Some(Value::from(f as i64))
+            } else {
+                None
+            }
+        }
+        Value::Array(items) => {
+            let converted: Vec<Option<Value>> =
+                items.iter().map(integral_floats_as_integers).collect();
+            if converted.iter().all(Option::is_none) {
+                return None;
+            }
+            Some(Value::Array(
+                converted
+                    .into_iter()
+                    .zip(items)
+                    .map(|(c, v)| c.unwrap_or_else(|| v.clone()))
+                    .collect(),
+            ))
+        }
+        Value::Object(members) => {
+            let mut changed = false;
+            let out = members
+                .iter()
+                .map(|(k, v)| {
+                    let v = match integral_floats_as_integers(v) {
+                        Some(c) => {
+                            changed = true;
+                            c
+                        }
+                        None => v.clone(),
+                    };
+                    (k.clone(), v)
+                })
+                .collect();
+            changed.then_some(Value::Object(out))
+        }
+        _ => None,
     }
 }
 
