@@ -1,7 +1,7 @@
-//! A write called with a JSON value: the registry moves the caller's value into the typed
-//! arguments (no copy), so a retry decodes the canonical text the claim saved instead. Each
-//! attempt must still receive the same arguments, whatever their shape, and a value must be
-//! refused exactly as the same arguments sent as text.
+//! A write called with a JSON value: every attempt, retries included, receives the same
+//! arguments whatever their shape; a value and its text are one operation; and a value is
+//! refused exactly as the same arguments sent as text. (Pins what a change to how the value
+//! is decoded, for instance moving it into the typed arguments, must keep.)
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -9,7 +9,7 @@ use futures_util::FutureExt;
 use serde_json::Value;
 
 use crate::identity::IdemKey;
-use crate::store::{ClaimToken, IdemStore, OperationDraft};
+use crate::store::{ClaimToken, IdemStore};
 use crate::tool::erased::RawArgs;
 use crate::tool::{DynTool, ToolError};
 
@@ -129,44 +129,19 @@ pub(crate) async fn run(
     }
 }
 
-/// What a retry decodes its arguments from: the first attempt gets them decoded.
-#[derive(Clone, Copy)]
-pub(crate) enum RetryArgs<'a> {
-    /// The call's arguments as they came (or the saved operation's, for a reconciler).
-    Raw(RawArgs<'a>),
-    /// The caller's value moved into the first attempt's arguments: the canonical text the
-    /// claim saved, which the key was derived from (read only if a retry comes).
-    Saved(&'a OperationDraft),
-    /// Nothing to decode from (not reachable: reads keep their arguments).
-    Gone,
-}
-
 /// The typed arguments for the next attempt: the ones decoded for the call the first time,
 /// decoded again after that (deserialization is deterministic, and `Args` need not be
-/// `Clone`): from the call's text or value, or, when the caller's value moved into the first
-/// attempt's arguments, from the canonical text the claim saved (serialized from those
-/// arguments; what a reconciler's retry decodes too). A failure means a custom `Deserialize`
-/// disagrees with itself (or with its `Serialize`); the attempt cannot run, and what came
-/// before stays unknown.
+/// `Clone`). A failure means a custom `Deserialize` disagrees with itself; the attempt
+/// cannot run, and what came before stays unknown.
 pub(crate) fn args_for(
     tool: &DynTool,
-    args: RetryArgs<'_>,
+    args: RawArgs<'_>,
     first: &mut Option<Box<dyn std::any::Any + Send>>,
 ) -> Result<Box<dyn std::any::Any + Send>, ToolError> {
-    if let Some(typed) = first.take() {
-        return Ok(typed);
+    match first.take() {
+        Some(typed) => Ok(typed),
+        None => tool.decode(args).map(|d| d.typed).map_err(|e| {
+            ToolError::unknown(format!("arguments no longer decode for a retry: {e:?}"))
+        }),
     }
-    let raw = match args {
-        RetryArgs::Raw(raw) => Some(raw),
-        RetryArgs::Saved(draft) => draft.canonical_text().map(RawArgs::Text),
-        RetryArgs::Gone => None,
-    };
-    let Some(raw) = raw else {
-        return Err(ToolError::unknown(
-            "arguments no longer decode for a retry: they are not at hand",
-        ));
-    };
-    tool.decode(raw)
-        .map(|d| d.typed)
-        .map_err(|e| ToolError::unknown(format!("arguments no longer decode for a retry: {e:?}")))
 }

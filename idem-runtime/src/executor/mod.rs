@@ -16,7 +16,6 @@ mod read;
 mod retry;
 mod write;
 
-pub(crate) use attempt::RetryArgs;
 pub(crate) use late::{restore, Restored};
 pub use retry::RetryPolicy;
 pub(crate) use write::ClaimedRun;

@@ -15,12 +15,11 @@ impl Executor {
         &self,
         tool: &DynTool,
         call: &ToolCall,
-        args: Option<RawArgs<'_>>,
+        args: RawArgs<'_>,
         decoded: Decoded,
     ) -> Executed {
         let spec = tool.spec();
         let mut typed = Some(decoded.typed);
-        let args = args.map_or(attempt::RetryArgs::Gone, attempt::RetryArgs::Raw);
         let began = tokio::time::Instant::now();
         let mut attempt = 1;
         loop {

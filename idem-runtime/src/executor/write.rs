@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::attempt::{self, AttemptEnd, Lease, RetryArgs};
+use super::attempt::{self, AttemptEnd, Lease};
 use super::classify::{class_of_result, outcome_of, replay, settlement_of};
 use super::late::LateAttempt;
 use super::{evidence, Executed, Executor};
@@ -25,8 +25,7 @@ use crate::tool::{Downstream, DynTool, ReadCtx, ToolError, WriteCtx};
 pub(crate) struct ClaimedRun<'a> {
     pub(crate) scope: &'a Scope,
     pub(crate) call_id: Option<&'a str>,
-    /// What a retry decodes its arguments from (the first attempt has them decoded).
-    pub(crate) args: RetryArgs<'a>,
+    pub(crate) args: RawArgs<'a>,
     pub(crate) key: IdemKey,
     pub(crate) token: ClaimToken,
     /// When the operation was first claimed: the safe retry window counts from here.
@@ -41,15 +40,11 @@ pub(crate) struct ClaimedRun<'a> {
 
 impl Executor {
     /// Runs a write: derive key → claim → run under timeout → classify → settle.
-    ///
-    /// `args`: the call's arguments as they came, for a retry to decode again; `None` when
-    /// the caller's value moved into `decoded` (a retry then decodes the canonical text the
-    /// claim saved, which the key was derived from).
     pub(crate) async fn write(
         &self,
         tool: &DynTool,
         call: &ToolCall,
-        args: Option<RawArgs<'_>>,
+        args: RawArgs<'_>,
         decoded: Decoded,
     ) -> Executed {
         let spec = tool.spec();
@@ -111,11 +106,6 @@ impl Executor {
         // One clock reading: the claim's time (the store's, if it read this clock), and the
         // first attempt's start.
         let now = claimed_at.unwrap_or_else(|| self.clock.now());
-        let args = match (args, &req.operation) {
-            (Some(raw), _) => RetryArgs::Raw(raw),
-            (None, Some(draft)) => RetryArgs::Saved(draft),
-            (None, None) => RetryArgs::Gone,
-        };
         let run = ClaimedRun {
             scope: &call.scope,
             call_id: call.call_id.as_deref(),

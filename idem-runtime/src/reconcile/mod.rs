@@ -67,7 +67,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::executor::{restore, ClaimedRun, Restored, RetryArgs};
+use crate::executor::{restore, ClaimedRun, Restored};
 use crate::identity::{ArgsIdentity, IdemKey};
 use crate::outcome::OutcomeClass;
 use crate::registry::Registry;
@@ -846,7 +846,7 @@ impl Reconciler {
         let run = ClaimedRun {
             scope: &operation.scope,
             call_id: None,
-            args: RetryArgs::Raw((&operation.args).into()),
+            args: (&operation.args).into(),
             key: record.key.clone(),
             token,
             first_claimed_at: record.created_at,

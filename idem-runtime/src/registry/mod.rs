@@ -414,7 +414,7 @@ impl Registry {
     /// Carries out a call: validate, then (writes) claim, run, settle — or replay.
     ///
     /// Never panics and never runs a handler for a call it refuses; see [`ToolResult`].
-    pub async fn call(&self, mut call: ToolCall) -> ToolResult {
+    pub async fn call(&self, call: ToolCall) -> ToolResult {
         let timer = crate::observe::Timer::start();
         let span = tracing::info_span!(
             "idem.call",
@@ -427,9 +427,9 @@ impl Registry {
         );
         // Unobserved (no subscriber wants the span): no span wrapper to poll through.
         let executed = if span.is_disabled() {
-            self.dispatch(&mut call).await
+            self.dispatch(&call).await
         } else {
-            let executed = self.dispatch(&mut call).instrument(span.clone()).await;
+            let executed = self.dispatch(&call).instrument(span.clone()).await;
             let class = match &executed.result {
                 Ok(o) => o.class().as_str(),
                 Err(_) => "refused",
@@ -455,10 +455,7 @@ impl Registry {
         }
     }
 
-    /// Validates and runs `call`. A write's argument value is taken out of it (decoded by
-    /// moving its strings into the arguments, not copying them); anything refused before
-    /// decoding leaves it where it was.
-    async fn dispatch(&self, call: &mut ToolCall) -> Executed {
+    async fn dispatch(&self, call: &ToolCall) -> Executed {
         let refused = |e| Executed {
             key: None,
             result: Err(e),
@@ -513,20 +510,7 @@ impl Registry {
         if let Err(e) = require_object(args, &call.tool) {
             return refused(e);
         }
-        // A write's value is the call's to give up: decoded in place of a copy. A read keeps
-        // it, to decode again for a retry (a write's retry decodes the canonical text its
-        // claim saved instead).
-        let owned = match (&mut call.args, tool.kind()) {
-            (CallArgs::Value(v), ToolKind::Write) => Some(std::mem::take(v)),
-            _ => None,
-        };
-        let call = &*call;
-        let moved = owned.is_some();
-        let decoded = match owned {
-            Some(value) => tool.decode_owned(value),
-            None => tool.decode(raw_args(&call.args)),
-        };
-        let decoded = match decoded {
+        let decoded = match tool.decode(args) {
             Ok(d) => d,
             Err(DecodeError::Malformed(message)) => {
                 return refused(CallError::MalformedJson { message })
@@ -538,20 +522,12 @@ impl Registry {
                 })
             }
         };
-        let args = (!moved).then(|| raw_args(&call.args));
         match tool.kind() {
             ToolKind::Write => self.inner.executor.write(tool, call, args, decoded).await,
             // Boxed: a read's attempt state (timers, retries) would otherwise sit in every
             // call future, writes and replays included.
             ToolKind::Read => Box::pin(self.inner.executor.read(tool, call, args, decoded)).await,
         }
-    }
-}
-
-fn raw_args(args: &CallArgs) -> RawArgs<'_> {
-    match args {
-        CallArgs::Text(text) => RawArgs::Text(text),
-        CallArgs::Value(v) => RawArgs::Value(v),
     }
 }
 

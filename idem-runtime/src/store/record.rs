@@ -384,15 +384,6 @@ impl OperationDraft {
         self.intent.as_deref()
     }
 
-    /// The canonical arguments' text, without building the operation (`None` only for
-    /// bytes that are not UTF-8, which this crate's writers never produce).
-    pub(crate) fn canonical_text(&self) -> Option<&str> {
-        match &self.args {
-            DraftArgs::Shared(args) => Some(args.as_str()),
-            DraftArgs::Canonical(bytes) => std::str::from_utf8(bytes).ok(),
-        }
-    }
-
     /// The operation a store saves with the record a won claim creates.
     pub fn to_operation(&self) -> Operation {
         let args = match &self.args {

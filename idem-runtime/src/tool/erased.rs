@@ -93,12 +93,6 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
         key_fields: &[String],
         write: bool,
     ) -> Result<Decoded, DecodeError>;
-    fn decode_owned(
-        &self,
-        args: Value,
-        key_fields: &[String],
-        write: bool,
-    ) -> Result<Decoded, DecodeError>;
     fn invoke(
         self: Arc<Self>,
         ctx: Ctx,
@@ -106,9 +100,6 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<Value, ToolError>>;
 }
 
-// Inlined into the adapter's `decode` (one call from the registry, not three nested ones):
-// the text path's decode is most of a replay.
-#[inline(always)]
 fn decode_typed<A>(
     args: RawArgs<'_>,
     key_fields: &[String],
@@ -136,35 +127,6 @@ where
             }
         },
     };
-    with_identity(typed, key_fields, write)
-}
-
-/// [`decode_typed`] for a caller's value the call owns: its strings (and arrays, maps)
-/// move into the arguments instead of being copied, and what is left of it is freed while
-/// it is read. Refused, or accepted, exactly as [`decode_typed`] decides for the same value.
-fn decode_typed_owned<A>(
-    args: Value,
-    key_fields: &[String],
-    write: bool,
-) -> Result<Decoded, DecodeError>
-where
-    A: serde::de::DeserializeOwned + serde::Serialize + Send + 'static,
-{
-    // `{}` for `()` (and anything else an empty object decodes to) goes the borrowed way,
-    // whose fallback needs the value after a failed try; an empty object has nothing to move.
-    if args.as_object().is_some_and(|m| m.is_empty()) {
-        return decode_typed::<A>(RawArgs::Value(&args), key_fields, write);
-    }
-    let typed = A::deserialize(args).map_err(|e| DecodeError::Invalid(e.to_string()))?;
-    with_identity(typed, key_fields, write)
-}
-
-// Inlined into both decoders: called, it moves the typed arguments once more.
-#[inline(always)]
-fn with_identity<A>(typed: A, key_fields: &[String], write: bool) -> Result<Decoded, DecodeError>
-where
-    A: serde::Serialize + Send + 'static,
-{
     let identity = if write {
         Some(identify(&typed, key_fields).map_err(|e| DecodeError::Identity(e.to_string()))?)
     } else {
@@ -236,15 +198,6 @@ impl<T: ReadTool> ErasedTool for ReadAdapter<T> {
         decode_typed::<T::Args>(args, key_fields, write)
     }
 
-    fn decode_owned(
-        &self,
-        args: Value,
-        key_fields: &[String],
-        write: bool,
-    ) -> Result<Decoded, DecodeError> {
-        decode_typed_owned::<T::Args>(args, key_fields, write)
-    }
-
     fn invoke(
         self: Arc<Self>,
         ctx: Ctx,
@@ -281,15 +234,6 @@ impl<T: WriteTool> ErasedTool for WriteAdapter<T> {
         write: bool,
     ) -> Result<Decoded, DecodeError> {
         decode_typed::<T::Args>(args, key_fields, write)
-    }
-
-    fn decode_owned(
-        &self,
-        args: Value,
-        key_fields: &[String],
-        write: bool,
-    ) -> Result<Decoded, DecodeError> {
-        decode_typed_owned::<T::Args>(args, key_fields, write)
     }
 
     fn invoke(
@@ -386,13 +330,6 @@ impl DynTool {
     pub(crate) fn decode<'a>(&self, args: impl Into<RawArgs<'a>>) -> Result<Decoded, DecodeError> {
         self.inner
             .decode(args.into(), &self.key_fields, self.kind == ToolKind::Write)
-    }
-
-    /// [`DynTool::decode`] of a caller's value the call gives up: what can move into the
-    /// arguments moves (no copy of its strings), the rest is freed on the way.
-    pub(crate) fn decode_owned(&self, args: Value) -> Result<Decoded, DecodeError> {
-        self.inner
-            .decode_owned(args, &self.key_fields, self.kind == ToolKind::Write)
     }
 
     pub(crate) fn read_back(
