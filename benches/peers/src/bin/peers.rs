@@ -23,6 +23,8 @@
 //! `scaling SLICES CALLS private` gives every task a registry (and store) of its own, and
 //! `scaling SLICES CALLS floor` runs the text floor instead of a call: what the machine, the
 //! runtime and the allocator allow when idem shares nothing between the threads.
+//! `scaling SLICES CALLS sharing` interleaves two threads on one registry with two threads
+//! on a registry each, and reports the per-slice ratio: what sharing one registry costs.
 
 use std::time::{Duration, Instant};
 
@@ -359,6 +361,35 @@ fn scaling_side(threads: usize, calls: usize, slice: usize, mode: Scaling) -> Du
     elapsed
 }
 
+/// Two threads on one registry against two threads on a registry each, interleaved by
+/// slice: the median (p10–p90) of the per-slice ratio of the shared time to the private
+/// time. Near 1 when what the threads share in idem (the store's counters and maps, the
+/// tool's reference counts) costs nothing; a load on the machine slows both sides alike.
+fn sharing(slices: usize, calls: usize) {
+    let mut ratios = Vec::with_capacity(slices);
+    let (mut shared, mut private) = (Vec::new(), Vec::new());
+    scaling_side(2, calls, usize::MAX, Scaling::Shared);
+    scaling_side(2, calls, usize::MAX - 1, Scaling::Private);
+    for slice in 0..slices {
+        let (s, p) = if slice % 2 == 0 {
+            let s = scaling_side(2, calls, slice, Scaling::Shared);
+            (s, scaling_side(2, calls, slice, Scaling::Private))
+        } else {
+            let p = scaling_side(2, calls, slice, Scaling::Private);
+            (scaling_side(2, calls, slice, Scaling::Shared), p)
+        };
+        shared.push(per_call_us(s, calls));
+        private.push(per_call_us(p, calls));
+        ratios.push(s.as_secs_f64() / p.as_secs_f64());
+    }
+    let (m, lo, hi) = spread(&ratios);
+    let (ms, _, _) = spread(&shared);
+    let (mp, _, _) = spread(&private);
+    println!("{slices} slices x {calls} distinct-key text writes, 2 threads per side");
+    println!("one registry: {ms:.2} µs/call, a registry per thread: {mp:.2} µs/call (medians)");
+    println!("shared / private, per slice: median {m:.2} (p10–p90 {lo:.2}–{hi:.2})");
+}
+
 fn scaling(slices: usize, calls: usize, mode: Scaling) {
     let mut ratios = Vec::with_capacity(slices);
     let (mut one, mut two) = (Vec::new(), Vec::new());
@@ -393,6 +424,10 @@ fn scaling(slices: usize, calls: usize, mode: Scaling) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("scaling") {
+        if args.get(3).map(String::as_str) == Some("sharing") {
+            sharing(arg(&args, 1, 20), arg(&args, 2, 20_000));
+            return;
+        }
         let mode = match args.get(3).map(String::as_str) {
             None | Some("shared") => Scaling::Shared,
             Some("private") => Scaling::Private,
