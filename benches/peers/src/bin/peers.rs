@@ -20,6 +20,11 @@
 //! new registry with a 1-worker runtime (one task) and on another with a 2-worker runtime
 //! (two tasks of CALLS / 2), the two sides alternating which goes first; reported is the
 //! median (p10–p90) of the per-slice ratio of the 1-thread time to the 2-thread time.
+//! `scaling SLICES CALLS private` gives every task a registry (and store) of its own, and
+//! `scaling SLICES CALLS floor` runs the text floor instead of a call: what the machine, the
+//! runtime and the allocator allow when idem shares nothing between the threads.
+//! `scaling SLICES CALLS sharing` interleaves two threads on one registry with two threads
+//! on a registry each, and reports the per-slice ratio: what sharing one registry costs.
 
 use std::time::{Duration, Instant};
 
@@ -285,61 +290,119 @@ fn arg(args: &[String], i: usize, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// What each side of a `scaling` slice runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scaling {
+    /// Every task calls one registry (one `MemoryStore`, one tool): the measured case.
+    Shared,
+    /// Every task calls a registry of its own: nothing of idem's is shared between the
+    /// threads, so what still does not scale is the machine's, the runtime's or the
+    /// allocator's.
+    Private,
+    /// No registry: every task runs the text floor (decode, canonical JSON, SHA-256) on its
+    /// calls' arguments, the same inputs built the same way. The machine's ceiling for work
+    /// that shares nothing.
+    Floor,
+}
+
 /// CALLS fresh text writes with distinct keys, split over `threads` tasks on a runtime of
 /// `threads` workers; the time from the first call to the last result.
-fn scaling_side(threads: usize, calls: usize, slice: usize) -> Duration {
+fn scaling_side(threads: usize, calls: usize, slice: usize, mode: Scaling) -> Duration {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
         .build()
         .expect("a runtime");
-    let reg = registry();
-    let per_task: Vec<Vec<ToolCall>> = (0..threads)
+    let shared = registry();
+    let per_task: Vec<(Registry, Vec<ToolCall>)> = (0..threads)
         .map(|t| {
-            (0..calls / threads)
+            let reg = if mode == Scaling::Private {
+                registry()
+            } else {
+                shared.clone()
+            };
+            let calls = (0..calls / threads)
                 .map(|i| {
                     let run = format!("scale-{slice}-{threads}-{t}-{i}");
                     ToolCall::from_json(run, "charge", TEXT.to_owned())
                 })
-                .collect()
+                .collect();
+            (reg, calls)
         })
         .collect();
     let elapsed = rt.block_on(async {
         let start = Instant::now();
         let tasks: Vec<_> = per_task
             .into_iter()
-            .map(|calls| {
-                let reg = reg.clone();
+            .map(|(reg, calls)| {
                 tokio::spawn(async move {
                     for call in calls {
+                        if mode == Scaling::Floor {
+                            std::hint::black_box(text_floor(TEXT));
+                            drop(std::hint::black_box(call));
+                            continue;
+                        }
                         let r = reg.call(call).await;
                         assert!(r.is_completed() && !r.replayed());
                     }
+                    reg
                 })
             })
             .collect();
+        let mut regs = Vec::with_capacity(tasks.len());
         for t in tasks {
-            t.await.expect("a scaling task");
+            regs.push(t.await.expect("a scaling task"));
         }
-        start.elapsed()
+        (start.elapsed(), regs)
     });
-    drop(reg);
+    let (elapsed, regs) = elapsed;
+    drop(regs);
+    drop(shared);
     elapsed
 }
 
-fn scaling(slices: usize, calls: usize) {
+/// Two threads on one registry against two threads on a registry each, interleaved by
+/// slice: the median (p10–p90) of the per-slice ratio of the shared time to the private
+/// time. Near 1 when what the threads share in idem (the store's counters and maps, the
+/// tool's reference counts) costs nothing; a load on the machine slows both sides alike.
+fn sharing(slices: usize, calls: usize) {
+    let mut ratios = Vec::with_capacity(slices);
+    let (mut shared, mut private) = (Vec::new(), Vec::new());
+    scaling_side(2, calls, usize::MAX, Scaling::Shared);
+    scaling_side(2, calls, usize::MAX - 1, Scaling::Private);
+    for slice in 0..slices {
+        let (s, p) = if slice % 2 == 0 {
+            let s = scaling_side(2, calls, slice, Scaling::Shared);
+            (s, scaling_side(2, calls, slice, Scaling::Private))
+        } else {
+            let p = scaling_side(2, calls, slice, Scaling::Private);
+            (scaling_side(2, calls, slice, Scaling::Shared), p)
+        };
+        shared.push(per_call_us(s, calls));
+        private.push(per_call_us(p, calls));
+        ratios.push(s.as_secs_f64() / p.as_secs_f64());
+    }
+    let (m, lo, hi) = spread(&ratios);
+    let (ms, _, _) = spread(&shared);
+    let (mp, _, _) = spread(&private);
+    println!("{slices} slices x {calls} distinct-key text writes, 2 threads per side");
+    println!("one registry: {ms:.2} µs/call, a registry per thread: {mp:.2} µs/call (medians)");
+    println!("shared / private, per slice: median {m:.2} (p10–p90 {lo:.2}–{hi:.2})");
+}
+
+fn scaling(slices: usize, calls: usize, mode: Scaling) {
     let mut ratios = Vec::with_capacity(slices);
     let (mut one, mut two) = (Vec::new(), Vec::new());
     // One slice of each first, untimed: page in the code and the allocator's arenas.
-    scaling_side(1, calls, usize::MAX);
-    scaling_side(2, calls, usize::MAX - 1);
+    scaling_side(1, calls, usize::MAX, mode);
+    scaling_side(2, calls, usize::MAX - 1, mode);
     for slice in 0..slices {
         let (t1, t2) = if slice % 2 == 0 {
-            let t1 = scaling_side(1, calls, slice);
-            (t1, scaling_side(2, calls, slice))
+            let t1 = scaling_side(1, calls, slice, mode);
+            (t1, scaling_side(2, calls, slice, mode))
         } else {
-            let t2 = scaling_side(2, calls, slice);
-            (scaling_side(1, calls, slice), t2)
+            let t2 = scaling_side(2, calls, slice, mode);
+            (scaling_side(1, calls, slice, mode), t2)
         };
         one.push(per_call_us(t1, calls));
         two.push(per_call_us(t2, calls));
@@ -348,7 +411,12 @@ fn scaling(slices: usize, calls: usize) {
     let (m, lo, hi) = spread(&ratios);
     let (m1, _, _) = spread(&one);
     let (m2, _, _) = spread(&two);
-    println!("{slices} slices x {calls} distinct-key text writes per side, MemoryStore");
+    let what = match mode {
+        Scaling::Shared => "distinct-key text writes per side, one MemoryStore",
+        Scaling::Private => "distinct-key text writes per side, a MemoryStore per task",
+        Scaling::Floor => "text floors per side (no registry)",
+    };
+    println!("{slices} slices x {calls} {what}");
     println!("1 thread: {m1:.2} µs/call, 2 threads: {m2:.2} µs/call (medians)");
     println!("2-thread scaling, per slice: median {m:.2} (p10–p90 {lo:.2}–{hi:.2}); target ≥ 1.7");
 }
@@ -356,7 +424,17 @@ fn scaling(slices: usize, calls: usize) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("scaling") {
-        scaling(arg(&args, 1, 20), arg(&args, 2, 20_000));
+        if args.get(3).map(String::as_str) == Some("sharing") {
+            sharing(arg(&args, 1, 20), arg(&args, 2, 20_000));
+            return;
+        }
+        let mode = match args.get(3).map(String::as_str) {
+            None | Some("shared") => Scaling::Shared,
+            Some("private") => Scaling::Private,
+            Some("floor") => Scaling::Floor,
+            Some(other) => panic!("unknown scaling mode {other}: shared, private or floor"),
+        };
+        scaling(arg(&args, 1, 20), arg(&args, 2, 20_000), mode);
         return;
     }
     let rt = tokio::runtime::Builder::new_current_thread()
