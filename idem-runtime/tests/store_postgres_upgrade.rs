@@ -165,7 +165,6 @@ async fn a_version_2_schema_is_upgraded_in_place() {
         fingerprint,
         ref operation,
         ref attempts,
-        ref operation_json,
         ..
     } = old;
     let client = sql(&url).await;
