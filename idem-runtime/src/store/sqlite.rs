@@ -8,7 +8,8 @@
 //!
 //! Writes are group-committed: the writes of this process queue for the one writer
 //! connection, and whatever has queued while a commit was on its way runs next, in one
-//! transaction with one commit, each write in its own savepoint (see [`Writer`]).
+//! transaction with one commit, each write in its own savepoint when it has company (see
+//! [`Writer`]).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -519,8 +520,9 @@ impl SqliteStore {
         self.on_connection(move |conn, inner| f(conn, inner)).await
     }
 
-    /// Runs `f` on the writer connection inside a `BEGIN IMMEDIATE` transaction, in a
-    /// savepoint of its own, with the time read once the lock is held. What `f` wrote is
+    /// Runs `f` on the writer connection inside a `BEGIN IMMEDIATE` transaction (in a
+    /// savepoint of its own if other writes share it), with the time read once the lock is
+    /// held. What `f` wrote is
     /// kept if it returns `Ok` and undone if it fails (or panics); either way the answer
     /// comes back only after the transaction's commit (which, with [`SqliteSync::Full`], is
     /// on disk). Writes queued meanwhile by other tasks share that transaction and commit:
@@ -584,7 +586,8 @@ const BATCH_MAX: usize = 128;
 ///
 /// A write is queued; if nobody is draining the queue, the writer starts a drain on the
 /// blocking pool. The drain takes everything queued (up to [`BATCH_MAX`]), runs it in one
-/// `BEGIN IMMEDIATE` transaction, each write in its own savepoint, commits once, then
+/// `BEGIN IMMEDIATE` transaction, each write in its own savepoint (a write alone in its
+/// batch needs none: the transaction is its savepoint), commits once, then
 /// answers each caller with its own result, and repeats until the queue is empty. So under
 /// load the writes that queued during one commit share the next one, while a lone write
 /// waits for nobody. A claim that finds its key free is already on the blocking pool (it
@@ -595,8 +598,8 @@ const BATCH_MAX: usize = 128;
 /// - **Order and visibility.** Writes run one after another, in queue order; each sees what
 ///   the ones before it in the batch wrote, exactly as it would have after their commits.
 /// - **Isolation of failures.** A write that fails (a stale token, a conflict, a corrupt
-///   row, a panic) is rolled back to its savepoint; its neighbours keep their effects and
-///   their answers.
+///   row, a panic) is rolled back to its savepoint (alone in its batch, with the whole
+///   transaction); its neighbours keep their effects and their answers.
 /// - **Durability before answers.** Every caller, the failed ones included, is answered only
 ///   once the commit is known. If the commit fails, every write of the batch that
 ///   succeeded gets that error (none of them was kept). If SQLite abandons the whole transaction midway (an I/O
