@@ -165,7 +165,7 @@ async fn migrations_are_applied_once_and_versioned() {
         .await
         .expect("count")
         .get(0);
-    assert_eq!(versions, 4, "each of the four migrations applied once");
+    assert_eq!(versions, 3, "each of the three migrations applied once");
     client
         .execute(
             &format!(

@@ -106,20 +106,34 @@ idem_runtime::store_conformance_tests!(PostgresFromV2);
 mod old_records;
 use old_records::{ms, OldRecords};
 
-/// Writes `old`'s records as the code of layouts 2 and 3 wrote them (the columns of both).
-async fn insert_old_rows(client: &tokio_postgres::Client, schema: &str, old: &OldRecords) {
+/// A schema at version 2 with records in every shape its code wrote (running, completed
+/// with evidence and arguments, unknown, a release trace) is upgraded by six workers
+/// connecting at once: the version is recorded once, the two dropped indexes are gone, and
+/// every record reads back field for field and keeps working (settle, replay, listing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_version_2_schema_is_upgraded_in_place() {
+    let Some(url) = url() else {
+        conformance::skip("this Postgres check", &skip_reason());
+        return;
+    };
+    let schema = schema_at_v2(&url).await;
+    let clock = ManualClock::starting_now();
+    let old = OldRecords::new(clock.now());
     let OldRecords {
         t0,
         fingerprint,
+        ref operation,
+        ref attempts,
         ref operation_json,
         ..
-    } = *old;
+    } = old;
+    let client = sql(&url).await;
     let insert = format!(
         "INSERT INTO \"{}\".idem_records (key, fingerprint, tool, state, token, lease_until, \
            created_at, updated_at, payload, message, downstream_ref, result_expired, attempts, \
            tx_effect, operation, read_backs) \
          VALUES ($1, $2, 'charge', $3, $4, $5, $6, $7, $8, $9, $10, false, $11, false, $12, $13)",
-        schema
+        schema.name
     );
     let rows = old.rows();
     for row in rows {
@@ -145,30 +159,6 @@ async fn insert_old_rows(client: &tokio_postgres::Client, schema: &str, old: &Ol
             .await
             .expect("an old-format row");
     }
-}
-
-/// A schema at version 2 with records in every shape its code wrote (running, completed
-/// with evidence and arguments, unknown, a release trace) is upgraded by six workers
-/// connecting at once: the version is recorded once, the two dropped indexes are gone, and
-/// every record reads back field for field and keeps working (settle, replay, listing).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_version_2_schema_is_upgraded_in_place() {
-    let Some(url) = url() else {
-        conformance::skip("this Postgres check", &skip_reason());
-        return;
-    };
-    let schema = schema_at_v2(&url).await;
-    let clock = ManualClock::starting_now();
-    let old = OldRecords::new(clock.now());
-    let OldRecords {
-        t0,
-        fingerprint,
-        ref operation,
-        ref attempts,
-        ..
-    } = old;
-    let client = sql(&url).await;
-    insert_old_rows(&client, &schema.name, &old).await;
     let released = conformance::key("upgrade-released");
     let release = ReleaseRecord {
         at: Timestamp(t0.as_millis() + 200),
@@ -241,8 +231,8 @@ async fn a_version_2_schema_is_upgraded_in_place() {
         .collect();
     assert_eq!(
         versions,
-        [1, 2, 3, 4],
-        "versions 3 and 4 recorded once, on top of 1 and 2"
+        [1, 2, 3],
+        "version 3 recorded once, on top of 1 and 2"
     );
     let indexes: Vec<String> = client
         .query(
@@ -261,124 +251,6 @@ async fn a_version_2_schema_is_upgraded_in_place() {
     old.check_upgraded(store, &stores[1]).await;
     let trace = store.releases(&released).await.unwrap();
     assert_eq!(trace, [release], "the release trace survives the upgrade");
-}
-
-/// A fresh schema holding the version 3 layout (layout 2 without its lease and retention
-/// indexes, the table at the default fill factor) and no records.
-async fn schema_at_v3(url: &str) -> Schema {
-    let schema = schema_at_v2(url).await;
-    sql(url)
-        .await
-        .batch_execute(&format!(
-            "DROP INDEX \"{s}\".idem_records_leases; \
-             DROP INDEX \"{s}\".idem_records_retention; \
-             INSERT INTO \"{s}\".idem_schema_version (version) VALUES (3);",
-            s = schema.name
-        ))
-        .await
-        .expect("the version 3 layout");
-    schema
-}
-
-/// A schema at version 3 with records in every shape its code wrote (running, completed,
-/// unknown, pending) is upgraded to version 4 by three workers connecting at once: the
-/// version is recorded once, the records table gets its fill factor, every record reads
-/// back as written and keeps working, and the unknown and pending work is still listed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_version_3_schema_is_upgraded_in_place() {
-    let Some(url) = url() else {
-        conformance::skip("this Postgres check", &skip_reason());
-        return;
-    };
-    let schema = schema_at_v3(&url).await;
-    let clock = ManualClock::starting_now();
-    let old = OldRecords::new(clock.now());
-    let client = sql(&url).await;
-    insert_old_rows(&client, &schema.name, &old).await;
-    let pending = conformance::key("upgrade-pending");
-    client
-        .execute(
-            &format!(
-                "INSERT INTO \"{}\".idem_records (key, fingerprint, tool, state, token, \
-                   lease_until, created_at, updated_at, payload, message, downstream_ref, \
-                   result_expired, attempts, tx_effect, operation, read_backs) \
-                 VALUES ($1, $2, 'charge', 'pending', $3, NULL, $4, $5, NULL, \
-                   'accepted, settling later', 'job_7', false, '[]', false, $6, '[]')",
-                schema.name
-            ),
-            &[
-                &pending.as_str(),
-                &old.fingerprint.to_hex(),
-                &ClaimToken::fresh().to_hex(),
-                &ms(old.t0),
-                &(ms(old.t0) + 50),
-                &old.operation_json,
-            ],
-        )
-        .await
-        .expect("an old-format pending row");
-
-    let opens: Vec<_> = (0..3)
-        .map(|_| {
-            let (url, name, clock) = (url.clone(), schema.name.clone(), clock.clone());
-            tokio::spawn(async move {
-                PostgresStore::builder(url)
-                    .schema(name)
-                    .clock(std::sync::Arc::new(clock))
-                    .max_connections(2)
-                    .connect()
-                    .await
-            })
-        })
-        .collect();
-    let mut stores = Vec::new();
-    for o in opens {
-        stores.push(o.await.expect("task").expect("an upgrading connect"));
-    }
-    let versions: Vec<i32> = client
-        .query(
-            &format!(
-                "SELECT version FROM \"{}\".idem_schema_version ORDER BY version",
-                schema.name
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(versions, [1, 2, 3, 4], "version 4 recorded once");
-    let options: Option<Vec<String>> = client
-        .query_one(
-            "SELECT c.reloptions::text[] FROM pg_class c \
-             JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = $1 AND c.relname = 'idem_records'",
-            &[&schema.name],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(options, Some(vec!["fillfactor=75".to_owned()]));
-
-    let store = &stores[0];
-    old.check_upgraded(store, &stores[1]).await;
-    let got = store
-        .get(&pending)
-        .await
-        .unwrap()
-        .expect("the pending record");
-    assert_eq!(got.state, RecordState::Pending);
-    assert_eq!(got.downstream_ref.as_deref(), Some("job_7"));
-    assert_eq!(got.message.as_deref(), Some("accepted, settling later"));
-    let listed: Vec<IdemKey> = stores[2]
-        .list(RecordState::Pending, 10)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
-    assert_eq!(listed, [pending], "the pending work is still listed");
 }
 
 /// A transaction holding the records table (a transactional handler still running, under a
@@ -441,5 +313,5 @@ async fn an_upgrade_blocked_by_an_open_transaction_waits_for_a_later_start() {
     );
     tx.rollback().await.unwrap();
     drop(connect().await.expect("a later start"));
-    assert_eq!(version().await, 4, "the later start upgraded");
+    assert_eq!(version().await, 3, "the later start upgraded");
 }

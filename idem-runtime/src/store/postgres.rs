@@ -23,14 +23,7 @@ use crate::identity::{Fingerprint, IdemKey};
 pub const DEFAULT_SCHEMA: &str = "idem";
 
 /// The newest table layout this version writes.
-const SCHEMA_VERSION: i32 = 4;
-
-/// How full (percent) an insert leaves a page of the records table (layout 4). A settle
-/// changes `state`, which the listing index holds, so it is never a HOT update; with room
-/// left on the page its new row version lands next to the old one instead of on the
-/// table's last page, where every concurrent claim inserts: at 8 concurrent fresh writes
-/// the settle's server time fell from about 120 µs to about 25 µs (BENCHMARKS.md).
-const RECORDS_FILLFACTOR: u8 = 75;
+const SCHEMA_VERSION: i32 = 3;
 
 /// Migration steps from this version on only drop what the statements no longer use:
 /// the statements run on the layout before them as well. Such a step needs a brief
@@ -53,13 +46,11 @@ const EXPIRED_PAGE: usize = 1000;
 /// index entries. Release traces are in `<schema>.idem_releases`.
 /// [`PostgresStoreBuilder::connect`] creates the schema and applies its migrations itself,
 /// under an advisory lock so that many workers starting at once do not race, and records
-/// the layout version in `<schema>.idem_schema_version` (4 now); a database migrated by a
+/// the layout version in `<schema>.idem_schema_version` (3 now); a database migrated by a
 /// newer version of this library is refused rather than misread. Layout 3 dropped two
 /// indexes of layout 2 (`idem_records_leases`, `idem_records_retention`); that step needs a
 /// brief exclusive lock on the table, waits for it at most the builder's lock timeout, and
-/// is otherwise left for a later start (this version runs on layout 2 too). Layout 4 sets
-/// the records table's `fillfactor` to 75, so that a settle's new row version stays on its
-/// page (a settle changes the indexed `state`, so it is not a HOT update). Payloads and
+/// is otherwise left for a later start (this version runs on layout 2 too). Payloads and
 /// attempt evidence are stored as JSON text, byte for byte what was settled
 /// (`payload::jsonb` makes them queryable).
 ///
@@ -625,12 +616,6 @@ impl Sql {
                 "DROP INDEX IF EXISTS {s}.idem_records_leases; \
                  DROP INDEX IF EXISTS {s}.idem_records_retention;"
             ),
-            // 4: pages of the records table are filled to `RECORDS_FILLFACTOR` by inserts,
-            // so a settle's new row version finds room on its own page. Applies to pages
-            // written from now on (existing rows are not moved); a storage parameter only,
-            // so every statement runs on layout 3 as well. Takes the lock `VACUUM` takes
-            // (reads and writes go on), bounded by the lock timeout like step 3.
-            format!("ALTER TABLE {t} SET (fillfactor = {RECORDS_FILLFACTOR})"),
         ]
     }
 }
