@@ -8,7 +8,8 @@
 //!
 //! Writes are group-committed: the writes of this process queue for the one writer
 //! connection, and whatever has queued while a commit was on its way runs next, in one
-//! transaction with one commit, each write in its own savepoint (see [`Writer`]).
+//! transaction with one commit, each write in its own savepoint when it has company (see
+//! [`Writer`]).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -519,8 +520,9 @@ impl SqliteStore {
         self.on_connection(move |conn, inner| f(conn, inner)).await
     }
 
-    /// Runs `f` on the writer connection inside a `BEGIN IMMEDIATE` transaction, in a
-    /// savepoint of its own, with the time read once the lock is held. What `f` wrote is
+    /// Runs `f` on the writer connection inside a `BEGIN IMMEDIATE` transaction (in a
+    /// savepoint of its own if other writes share it), with the time read once the lock is
+    /// held. What `f` wrote is
     /// kept if it returns `Ok` and undone if it fails (or panics); either way the answer
     /// comes back only after the transaction's commit (which, with [`SqliteSync::Full`], is
     /// on disk). Writes queued meanwhile by other tasks share that transaction and commit:
@@ -584,7 +586,8 @@ const BATCH_MAX: usize = 128;
 ///
 /// A write is queued; if nobody is draining the queue, the writer starts a drain on the
 /// blocking pool. The drain takes everything queued (up to [`BATCH_MAX`]), runs it in one
-/// `BEGIN IMMEDIATE` transaction, each write in its own savepoint, commits once, then
+/// `BEGIN IMMEDIATE` transaction, each write in its own savepoint (a write alone in its
+/// batch needs none: the transaction is its savepoint), commits once, then
 /// answers each caller with its own result, and repeats until the queue is empty. So under
 /// load the writes that queued during one commit share the next one, while a lone write
 /// waits for nobody. A claim that finds its key free is already on the blocking pool (it
@@ -595,8 +598,8 @@ const BATCH_MAX: usize = 128;
 /// - **Order and visibility.** Writes run one after another, in queue order; each sees what
 ///   the ones before it in the batch wrote, exactly as it would have after their commits.
 /// - **Isolation of failures.** A write that fails (a stale token, a conflict, a corrupt
-///   row, a panic) is rolled back to its savepoint; its neighbours keep their effects and
-///   their answers.
+///   row, a panic) is rolled back to its savepoint (alone in its batch, with the whole
+///   transaction); its neighbours keep their effects and their answers.
 /// - **Durability before answers.** Every caller, the failed ones included, is answered only
 ///   once the commit is known. If the commit fails, every write of the batch that
 ///   succeeded gets that error (none of them was kept). If SQLite abandons the whole transaction midway (an I/O
@@ -656,8 +659,12 @@ async fn answered<T>(answer: oneshot::Receiver<Result<T, StoreError>>) -> Result
 trait Pending: Send {
     /// The caller is gone: skip it.
     fn abandoned(&self) -> bool;
-    /// Runs the write in its own savepoint of the open transaction and keeps its result.
-    fn run(&mut self, conn: &Connection, inner: &Inner);
+    /// Runs the write in the open transaction and keeps its result: in a savepoint of its
+    /// own when `savepoint` is set (it shares the transaction), else directly (it is alone
+    /// in it, and [`run_batch`] rolls the transaction back if it fails).
+    fn run(&mut self, conn: &Connection, inner: &Inner, savepoint: bool);
+    /// It ran and failed (its writes must not be kept).
+    fn failed(&self) -> bool;
     /// Answers the caller once the fate of the transaction is known: `Ok` if it committed.
     fn answer(self: Box<Self>, committed: Result<(), StoreError>);
 }
@@ -677,11 +684,17 @@ where
         self.reply.is_closed()
     }
 
-    fn run(&mut self, conn: &Connection, inner: &Inner) {
+    fn failed(&self) -> bool {
+        matches!(self.out, Some(Err(_)))
+    }
+
+    fn run(&mut self, conn: &Connection, inner: &Inner, own_savepoint: bool) {
         let Some(f) = self.f.take() else { return };
-        if let Err(e) = savepoint(conn, "SAVEPOINT idem_op") {
-            self.out = Some(Err(e));
-            return;
+        if own_savepoint {
+            if let Err(e) = savepoint(conn, "SAVEPOINT idem_op") {
+                self.out = Some(Err(e));
+                return;
+            }
         }
         let now = inner.clock.now();
         let out = std::panic::catch_unwind(AssertUnwindSafe(|| f(conn, inner, now)))
@@ -690,6 +703,11 @@ where
                     "a SQLite store operation panicked; its writes were rolled back".to_owned(),
                 ))
             });
+        if !own_savepoint {
+            // Alone in the transaction: `run_batch` rolls it back if this failed.
+            self.out = Some(out);
+            return;
+        }
         let out = match out {
             Ok(v) => match savepoint(conn, "RELEASE idem_op") {
                 Ok(()) => Ok(v),
@@ -796,8 +814,13 @@ fn drain(inner: &Arc<Inner>, hand_off: bool) {
 }
 
 /// Runs `batch` in one transaction (more if SQLite abandons one midway) and answers every
-/// write in it.
+/// write in it. A write alone in its batch (every write when nothing else waits) needs no
+/// savepoint of its own: if it fails, the transaction is rolled back instead, which undoes
+/// exactly its writes; that saves two statements per write.
 fn run_batch(conn: &Connection, inner: &Inner, batch: Vec<Box<dyn Pending>>) {
+    if batch.len() == 1 {
+        return run_alone(conn, inner, batch);
+    }
     let mut batch = batch.into_iter().peekable();
     while batch.peek().is_some() {
         if let Err(e) = savepoint(conn, "BEGIN IMMEDIATE") {
@@ -809,7 +832,7 @@ fn run_batch(conn: &Connection, inner: &Inner, batch: Vec<Box<dyn Pending>>) {
         let mut ran: Vec<Box<dyn Pending>> = Vec::new();
         let mut abandoned = false;
         for mut op in batch.by_ref() {
-            op.run(conn, inner);
+            op.run(conn, inner, true);
             ran.push(op);
             if conn.is_autocommit() {
                 abandoned = true;
@@ -833,6 +856,36 @@ fn run_batch(conn: &Connection, inner: &Inner, batch: Vec<Box<dyn Pending>>) {
         for op in ran {
             op.answer(committed.clone());
         }
+    }
+}
+
+/// [`run_batch`] for a batch of one write: `BEGIN IMMEDIATE`, the write, then `COMMIT` if it
+/// succeeded and `ROLLBACK` if it failed; answered once that is known.
+fn run_alone(conn: &Connection, inner: &Inner, batch: Vec<Box<dyn Pending>>) {
+    for mut op in batch {
+        if let Err(e) = savepoint(conn, "BEGIN IMMEDIATE") {
+            op.answer(Err(e));
+            continue;
+        }
+        op.run(conn, inner, false);
+        let done = if conn.is_autocommit() {
+            Err(StoreError::Unavailable(
+                "SQLite abandoned the transaction (an I/O error, a full disk or the like); \
+                 nothing in it was written"
+                    .to_owned(),
+            ))
+        } else if op.failed() {
+            // The rollback undoes what it wrote before failing; its own error is its
+            // answer whatever the rollback says (see `Op::answer`).
+            savepoint(conn, "ROLLBACK")
+        } else {
+            savepoint(conn, "COMMIT").inspect_err(|_| {
+                if !conn.is_autocommit() {
+                    let _ = savepoint(conn, "ROLLBACK");
+                }
+            })
+        };
+        op.answer(done);
     }
 }
 
@@ -877,7 +930,8 @@ fn load_aged(
     }
 }
 
-fn put(conn: &Connection, r: &Record) -> Result<(), StoreError> {
+/// A record's payload, attempts and read-backs as the JSON text their columns hold.
+fn encode_outcome(r: &Record) -> Result<(Option<String>, String, String), StoreError> {
     let payload = r
         .payload
         .as_ref()
@@ -886,14 +940,19 @@ fn put(conn: &Connection, r: &Record) -> Result<(), StoreError> {
         .map_err(|e| StoreError::Backend(format!("cannot encode the payload: {e}")))?;
     let attempts = serde_json::to_string(&r.attempts)
         .map_err(|e| StoreError::Backend(format!("cannot encode the attempts: {e}")))?;
+    let read_backs = serde_json::to_string(&r.read_backs)
+        .map_err(|e| StoreError::Backend(format!("cannot encode the read-backs: {e}")))?;
+    Ok((payload, attempts, read_backs))
+}
+
+fn put(conn: &Connection, r: &Record) -> Result<(), StoreError> {
+    let (payload, attempts, read_backs) = encode_outcome(r)?;
     let operation = r
         .operation
         .as_ref()
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| StoreError::Backend(format!("cannot encode the operation: {e}")))?;
-    let read_backs = serde_json::to_string(&r.read_backs)
-        .map_err(|e| StoreError::Backend(format!("cannot encode the read-backs: {e}")))?;
     let mut stmt = conn
         .prepare_cached(&format!(
             "INSERT INTO idem_records ({COLUMNS})
@@ -927,6 +986,43 @@ fn put(conn: &Connection, r: &Record) -> Result<(), StoreError> {
     ])
     .map_err(db_err)?;
     Ok(())
+}
+
+/// Writes what a settle changes ([`rules::settle`]: the state, lease, outcome, evidence and
+/// update time) to `r`'s row, which this transaction read: one `UPDATE` of those columns
+/// instead of [`put`]'s upsert of every column.
+fn put_settled(conn: &Connection, r: &Record) -> Result<(), StoreError> {
+    let (payload, attempts, read_backs) = encode_outcome(r)?;
+    let n = conn
+        .prepare_cached(
+            "UPDATE idem_records SET state = ?2, lease_until = ?3, updated_at = ?4,
+                 result_expired = ?5, payload = ?6, message = ?7, downstream_ref = ?8,
+                 attempts = ?9, read_backs = ?10
+             WHERE key = ?1",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                r.key.as_str(),
+                r.state.as_str(),
+                r.lease_until.map(sql_time),
+                sql_time(r.updated_at),
+                i64::from(r.result_expired),
+                payload,
+                r.message,
+                r.downstream_ref,
+                attempts,
+                read_backs,
+            ])
+        })
+        .map_err(db_err)?;
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Backend(format!(
+            "SQLite settle of {} found no row to update",
+            r.key.as_str()
+        )))
+    }
 }
 
 fn delete(conn: &Connection, key: &IdemKey) -> Result<(), StoreError> {
@@ -1445,7 +1541,7 @@ impl IdemStore for SqliteStore {
             let mut record =
                 load_aged(tx, inner, &key, now)?.ok_or_else(|| rules::stale_absent(&key))?;
             rules::settle(&mut record, token, settlement, now)?;
-            put(tx, &record)
+            put_settled(tx, &record)
         })
         .await
     }
@@ -1726,5 +1822,61 @@ mod tests {
             "a and d kept; b, c and the abandoned write not"
         );
         assert!(conn.is_autocommit(), "the batch left no transaction open");
+    }
+
+    /// The file's rows, read through a connection of its own.
+    fn rows_in(path: &Path) -> Vec<(String, String)> {
+        let other = Connection::open(path).unwrap();
+        let mut rows: Vec<(String, String)> = other
+            .prepare("SELECT key, state FROM idem_records")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.sort();
+        rows
+    }
+
+    /// A write alone in its batch runs without a savepoint: when it fails (or panics) after
+    /// writing, the whole transaction is rolled back, its caller gets its own error, and the
+    /// next lone write commits as usual.
+    #[test]
+    fn a_lone_write_that_fails_is_rolled_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lone.sqlite3");
+        let store = SqliteStore::builder(&path).open_blocking().unwrap();
+        let inner = &store.inner;
+        let conn = inner.writer().conn.take().unwrap();
+
+        let (b, b_says) = op({
+            let claim = claim_op("b");
+            move |conn, inner, now| {
+                claim(conn, inner, now)?;
+                Err::<(), _>(StoreError::Backend("refused after writing".to_owned()))
+            }
+        });
+        run_batch(&conn, inner, vec![b]);
+        let (c, c_says) = op({
+            let claim = claim_op("c");
+            move |conn, inner, now| -> Result<(), StoreError> {
+                claim(conn, inner, now)?;
+                panic!("a write that panics after writing")
+            }
+        });
+        run_batch(&conn, inner, vec![c]);
+        let (d, d_says) = op(claim_op("d"));
+        run_batch(&conn, inner, vec![d]);
+
+        let answer = |mut rx: Reply<()>| rx.try_recv().expect("answered");
+        assert!(matches!(answer(b_says), Err(StoreError::Backend(m)) if m.contains("refused")));
+        assert!(matches!(answer(c_says), Err(StoreError::Backend(m)) if m.contains("panicked")));
+        assert_eq!(answer(d_says), Ok(()));
+        assert_eq!(
+            rows_in(&path),
+            [(key("d").as_str().to_owned(), "running".to_owned())],
+            "only d kept"
+        );
+        assert!(conn.is_autocommit(), "no transaction left open");
     }
 }
