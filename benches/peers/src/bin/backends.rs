@@ -202,6 +202,9 @@ async fn calls_and_usec(conn: &mut impl redis::aio::ConnectionLike, cmds: &[&str
 /// The commands idem's store calls its code with.
 const IDEM_CMDS: &[&str] = &["fcall", "evalsha"];
 
+/// What a store built with `read_before_claim` sends: its functions and the reads.
+const READ_FIRST_CMDS: &[&str] = &["fcall", "evalsha", "hgetall"];
+
 /// idem over a Redis Cluster in 1, 3 and 12 partitions: the same fresh-write and replay
 /// loads, and what each master's `INFO commandstats` counted (the store's work per shard).
 fn bench_cluster(urls: &str) {
@@ -345,6 +348,9 @@ fn bench_redis(url: &str) {
     let mut fresh_w = vec![];
     let mut replays = vec![];
     let mut server_us = vec![];
+    let mut fresh_rf = vec![];
+    let mut replays_rf = vec![];
+    let mut server_rf = vec![];
     for conc in CONCURRENCY {
         set.push(redis_benchmark(&host, port, conc, secs));
         rt.block_on(async {
@@ -420,6 +426,38 @@ fn bench_redis(url: &str) {
             );
             let replay_us = usec_per_call(&mut admin, IDEM_CMDS).await;
             server_us.push((script_us, fresh_us, replay_us));
+
+            // The same loads on a store that reads a record before claiming it
+            // (`read_before_claim`): server µs per idem call, every command it sent counted.
+            let store = idem::RedisStore::builder(url)
+                .prefix(format!("idem-peers:{pid}:{conc}:rf:"))
+                .read_before_claim(true)
+                .connect()
+                .await
+                .expect("connect to Redis");
+            let reg = registry(store);
+            let per_call = |usec: u64, rate: f64| usec as f64 / (rate * secs).max(1.0);
+            reset_stats(&mut admin).await;
+            let r = reg.clone();
+            let rate = throughput(conc, secs, move |t, seq| {
+                let r = r.clone();
+                async move { fresh(&r, "f", t, seq).await }
+            })
+            .await;
+            fresh_rf.push(rate);
+            let (_, usec) = calls_and_usec(&mut admin, READ_FIRST_CMDS).await;
+            let fresh_us = per_call(usec, rate);
+            prime(&reg, "r", conc).await;
+            reset_stats(&mut admin).await;
+            let r = reg.clone();
+            let rate = throughput(conc, secs, move |t, _| {
+                let r = r.clone();
+                async move { replay(&r, "r", t).await }
+            })
+            .await;
+            replays_rf.push(rate);
+            let (_, usec) = calls_and_usec(&mut admin, READ_FIRST_CMDS).await;
+            server_rf.push((fresh_us, per_call(usec, rate)));
         });
     }
     println!("\nRedis at {host}:{port}, {secs} s per cell, 2 tokio workers; ops/s (share of SET)");
@@ -438,12 +476,21 @@ fn bench_redis(url: &str) {
     row("`EVALSHA` create-if-absent (`SET NX`)", &vs(&script));
     row("idem fresh write", &vs(&fresh_w));
     row("idem replay", &vs(&replays));
+    row("idem fresh write, `read_before_claim`", &vs(&fresh_rf));
+    row("idem replay, `read_before_claim`", &vs(&replays_rf));
     let us = |o: Option<f64>| o.map_or("?".to_owned(), |v| format!("{v:.1} µs"));
     row(
         "server µs per call: one-line script (`EVALSHA`) / idem fresh / idem replay (`FCALL`)",
         &server_us
             .iter()
             .map(|(a, b, c)| format!("{} / {} / {}", us(*a), us(*b), us(*c)))
+            .collect::<Vec<_>>(),
+    );
+    row(
+        "server µs per idem call, `read_before_claim`: fresh / replay (`FCALL` and `HGETALL`)",
+        &server_rf
+            .iter()
+            .map(|(f, r)| format!("{f:.1} µs / {r:.1} µs"))
             .collect::<Vec<_>>(),
     );
 }
