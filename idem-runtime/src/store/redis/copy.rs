@@ -194,16 +194,7 @@ impl RedisStore {
         let mut of: HashMap<String, usize> = HashMap::new();
         let mut from = "-".to_owned();
         loop {
-            let page: Vec<String> = ::redis::cmd("ZRANGEBYLEX")
-                .arg(&part.releases_key)
-                .arg(&from)
-                .arg("+")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(PAGE)
-                .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
+            let page = self.release_listing_page(part, &from, PAGE).await?;
             for m in &page {
                 let Some((_, key)) = m.split_once('|') else {
                     continue;
@@ -271,31 +262,19 @@ impl RedisStore {
 
     /// How many keys this store's `state` index lists, over every partition.
     async fn count(&self, state: RecordState) -> Result<usize, StoreError> {
-        let mut conn = self.inner.conn.clone();
         let mut total = 0;
         for part in &self.inner.layout.parts {
-            let n: usize = ::redis::cmd("ZCARD")
-                .arg(&part.index_keys[state_slot(state)])
-                .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
-            total += n;
+            total += self.zcard(&part.index_keys[state_slot(state)]).await?;
         }
         Ok(total)
     }
 
     /// How many keys each index of each partition lists (states, leases, releases).
     async fn census(&self) -> Result<Vec<usize>, StoreError> {
-        let mut conn = self.inner.conn.clone();
         let mut counts = Vec::new();
         for part in &self.inner.layout.parts {
             for index in part.index_keys.iter().chain([&part.releases_key]) {
-                let n: usize = ::redis::cmd("ZCARD")
-                    .arg(index)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(map_err)?;
-                counts.push(n);
+                counts.push(self.zcard(index).await?);
             }
         }
         Ok(counts)
@@ -303,17 +282,20 @@ impl RedisStore {
 
     /// How many keys the state indexes of partition `part` list.
     async fn count_part(&self, part: &Part) -> Result<usize, StoreError> {
-        let mut conn = self.inner.conn.clone();
         let mut total = 0;
         for state in RecordState::ALL {
-            let n: usize = ::redis::cmd("ZCARD")
-                .arg(&part.index_keys[state_slot(state)])
-                .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
-            total += n;
+            total += self.zcard(&part.index_keys[state_slot(state)]).await?;
         }
         Ok(total)
+    }
+
+    /// The size of the sorted set at `key`.
+    async fn zcard(&self, key: &str) -> Result<usize, StoreError> {
+        ::redis::cmd("ZCARD")
+            .arg(key)
+            .query_async(&mut self.inner.conn.clone())
+            .await
+            .map_err(map_err)
     }
 }
 

@@ -844,18 +844,8 @@ impl RedisStore {
         };
         let mut out = Vec::new();
         let mut traces: HashMap<String, Vec<ReleaseRecord>> = HashMap::new();
-        let mut conn = self.inner.conn.clone();
         while out.len() < limit {
-            let members: Vec<String> = ::redis::cmd("ZRANGEBYLEX")
-                .arg(part.releases_key.as_str())
-                .arg(&from)
-                .arg("+")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(PAGE)
-                .query_async(&mut conn)
-                .await
-                .map_err(map_err)?;
+            let members = self.release_listing_page(part, &from, PAGE).await?;
             for m in &members {
                 let Some((at, key)) = m.split_once('|') else {
                     continue;
@@ -920,6 +910,26 @@ impl RedisStore {
             && record.updated_at.plus(retention.tombstones) > now
             && (record.result_expired || record.updated_at.plus(retention.results) > now);
         Ok(current.then(|| super::rules::judge(Arc::new(record), req)))
+    }
+
+    /// Up to `page` members (`time|key`) of partition `part`'s releases listing from
+    /// `from` (a `ZRANGEBYLEX` bound: `-`, or `(` and the last member seen).
+    async fn release_listing_page(
+        &self,
+        part: &Part,
+        from: &str,
+        page: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        ::redis::cmd("ZRANGEBYLEX")
+            .arg(part.releases_key.as_str())
+            .arg(from)
+            .arg("+")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(page)
+            .query_async(&mut self.inner.conn.clone())
+            .await
+            .map_err(map_err)
     }
 
     fn decode(&self, key: &IdemKey, fields: &Value) -> Result<Record, StoreError> {
