@@ -67,7 +67,7 @@ pub fn age_shared(record: &mut Arc<Record>, now: Timestamp, retention: &Retentio
 }
 
 /// True exactly when [`age`] would change or drop `record` as of `now`.
-fn due(record: &Record, now: Timestamp, retention: &Retention) -> bool {
+pub(crate) fn due(record: &Record, now: Timestamp, retention: &Retention) -> bool {
     match record.state {
         RecordState::Running => record.lease_until.is_some_and(|until| until <= now),
         RecordState::Completed | RecordState::Failed => {

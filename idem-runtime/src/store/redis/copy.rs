@@ -74,7 +74,12 @@ impl RedisStore {
         for part in parts {
             self.age_leases(part).await?;
         }
-        let running = self.count(RecordState::Running).await?;
+        // What every index lists, to see whether anybody writes to the store meanwhile.
+        let census = self.census().await?;
+        let running: usize = census
+            .iter()
+            .map(|c| c[state_slot(RecordState::Running)])
+            .sum();
         if running > 0 {
             return Err(StoreError::Backend(format!(
                 "{running} claim(s) are running in the store at prefix `{}`: stop every worker \
@@ -83,8 +88,6 @@ impl RedisStore {
                 self.inner.prefix
             )));
         }
-        // What every index lists, to see whether anybody wrote to the store meanwhile.
-        let census = self.census().await?;
         let mut copied = RedisCopy::default();
         for part in parts {
             for state in RecordState::ALL {
@@ -102,9 +105,12 @@ impl RedisStore {
                 self.inner.prefix
             )));
         }
-        for part in &target.inner.layout.parts {
-            copied.per_partition.push(target.count_part(part).await?);
-        }
+        copied.per_partition = target
+            .census()
+            .await?
+            .iter()
+            .map(|c| c[..RecordState::ALL.len()].iter().sum())
+            .collect();
         Ok(copied)
     }
 
@@ -260,33 +266,21 @@ impl RedisStore {
         Ok(())
     }
 
-    /// How many keys this store's `state` index lists, over every partition.
-    async fn count(&self, state: RecordState) -> Result<usize, StoreError> {
-        let mut total = 0;
+    /// How many keys each index of each partition lists: per partition, the state indexes
+    /// (in [`RecordState::ALL`] order), the leases, the expiry index and the releases listing.
+    async fn census(&self) -> Result<Vec<[usize; 9]>, StoreError> {
+        let mut counts = Vec::with_capacity(self.inner.layout.parts.len());
         for part in &self.inner.layout.parts {
-            total += self.zcard(&part.index_keys[state_slot(state)]).await?;
-        }
-        Ok(total)
-    }
-
-    /// How many keys each index of each partition lists (states, leases, releases).
-    async fn census(&self) -> Result<Vec<usize>, StoreError> {
-        let mut counts = Vec::new();
-        for part in &self.inner.layout.parts {
-            for index in part.index_keys.iter().chain([&part.releases_key]) {
-                counts.push(self.zcard(index).await?);
+            let mut of_part = [0; 9];
+            for (n, index) in of_part
+                .iter_mut()
+                .zip(part.index_keys.iter().chain([&part.releases_key]))
+            {
+                *n = self.zcard(index).await?;
             }
+            counts.push(of_part);
         }
         Ok(counts)
-    }
-
-    /// How many keys the state indexes of partition `part` list.
-    async fn count_part(&self, part: &Part) -> Result<usize, StoreError> {
-        let mut total = 0;
-        for state in RecordState::ALL {
-            total += self.zcard(&part.index_keys[state_slot(state)]).await?;
-        }
-        Ok(total)
     }
 
     /// The size of the sorted set at `key`.

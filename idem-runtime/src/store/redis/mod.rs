@@ -903,12 +903,10 @@ impl RedisStore {
         let Ok(record) = decode_record(&fields, &part.record_prefix) else {
             return Ok(None);
         };
-        let retention = &self.inner.retention;
         let now = self.inner.clock.now();
         let current = record.key == req.key
             && matches!(record.state, RecordState::Completed | RecordState::Failed)
-            && record.updated_at.plus(retention.tombstones) > now
-            && (record.result_expired || record.updated_at.plus(retention.results) > now);
+            && !super::rules::due(&record, now, &self.inner.retention);
         Ok(current.then(|| super::rules::judge(Arc::new(record), req)))
     }
 
