@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+use super::striped::Striped;
 use super::{input_schema_for, ReadBack, ReadBackCtx};
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
 use crate::identity::{identify, ArgsIdentity, CanonicalJson};
@@ -17,11 +18,13 @@ use crate::identity::{identify, ArgsIdentity, CanonicalJson};
 /// the spec is read and the input schema generated once, here.
 #[derive(Clone)]
 pub struct DynTool {
-    inner: Arc<dyn ErasedTool>,
+    /// The handler, striped: every call clones it into its attempt's future.
+    inner: Striped<dyn ErasedTool>,
     spec: Arc<ToolSpec>,
     /// The spec's name, shared: every claim, record and context of a call names the tool,
-    /// and a clone of this costs no allocation.
-    name: Arc<str>,
+    /// and a clone of this costs no allocation (and, striped, no cache line two cores
+    /// fight over).
+    name: Striped<str>,
     key_fields: Arc<[String]>,
     kind: ToolKind,
     schema: Arc<Value>,
@@ -238,8 +241,9 @@ fn wrong_args_type(tool: &str) -> ToolError {
     ))
 }
 
-struct ReadAdapter<T>(T, Arc<ToolSpec>);
-struct WriteAdapter<T>(T, Arc<ToolSpec>);
+// The tool is shared by the stripes of one `DynTool`, each stripe an adapter of its own.
+struct ReadAdapter<T>(Arc<T>, Arc<ToolSpec>);
+struct WriteAdapter<T>(Arc<T>, Arc<ToolSpec>);
 
 impl<T: ReadTool> ErasedTool for ReadAdapter<T> {
     fn read_back(
@@ -317,8 +321,11 @@ impl DynTool {
     pub fn read<T: ReadTool>(tool: T) -> DynTool {
         let spec = Arc::new(tool.spec());
         let schema = Arc::new(input_schema_for::<T::Args>());
+        let tool = Arc::new(tool);
         DynTool::assemble(
-            Arc::new(ReadAdapter(tool, spec.clone())),
+            Striped::new(|| -> Arc<dyn ErasedTool> {
+                Arc::new(ReadAdapter(Arc::clone(&tool), spec.clone()))
+            }),
             spec,
             ToolKind::Read,
             schema,
@@ -329,8 +336,11 @@ impl DynTool {
     pub fn write<T: WriteTool>(tool: T) -> DynTool {
         let spec = Arc::new(tool.spec());
         let schema = Arc::new(input_schema_for::<T::Args>());
+        let tool = Arc::new(tool);
         DynTool::assemble(
-            Arc::new(WriteAdapter(tool, spec.clone())),
+            Striped::new(|| -> Arc<dyn ErasedTool> {
+                Arc::new(WriteAdapter(Arc::clone(&tool), spec.clone()))
+            }),
             spec,
             ToolKind::Write,
             schema,
@@ -338,7 +348,7 @@ impl DynTool {
     }
 
     fn assemble(
-        inner: Arc<dyn ErasedTool>,
+        inner: Striped<dyn ErasedTool>,
         spec: Arc<ToolSpec>,
         kind: ToolKind,
         schema: Arc<Value>,
@@ -347,7 +357,7 @@ impl DynTool {
         let takes_object = schema.get("type").and_then(Value::as_str) == Some("object");
         DynTool {
             inner,
-            name: Arc::from(spec.name()),
+            name: Striped::new(|| Arc::from(spec.name())),
             spec,
             key_fields,
             kind,
@@ -366,9 +376,9 @@ impl DynTool {
         self.spec.name()
     }
 
-    /// The tool's name, shared (a clone is a reference count).
+    /// The tool's name, shared (a clone is a reference count, of this thread's stripe).
     pub(crate) fn shared_name(&self) -> &Arc<str> {
-        &self.name
+        self.name.local()
     }
 
     /// Read or write.
@@ -390,6 +400,7 @@ impl DynTool {
 
     pub(crate) fn decode<'a>(&self, args: impl Into<RawArgs<'a>>) -> Result<Decoded, DecodeError> {
         self.inner
+            .local()
             .decode(args.into(), &self.key_fields, self.kind == ToolKind::Write)
     }
 
@@ -398,7 +409,7 @@ impl DynTool {
         ctx: ReadBackCtx,
         args: Box<dyn Any + Send>,
     ) -> BoxFuture<'static, Result<ReadBack, ToolError>> {
-        self.inner.clone().read_back(ctx, args)
+        Arc::clone(self.inner.local()).read_back(ctx, args)
     }
 
     pub(crate) fn invoke(
@@ -406,6 +417,6 @@ impl DynTool {
         ctx: Ctx,
         args: Box<dyn Any + Send>,
     ) -> BoxFuture<'static, Result<Value, ToolError>> {
-        self.inner.clone().invoke(ctx, args)
+        Arc::clone(self.inner.local()).invoke(ctx, args)
     }
 }

@@ -7,6 +7,7 @@ mod error;
 mod read_back;
 pub(crate) mod schema;
 mod spec;
+mod striped;
 mod traits;
 #[cfg(feature = "postgres")]
 mod transaction;
