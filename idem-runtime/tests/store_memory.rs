@@ -265,6 +265,59 @@ mod bounds {
         assert_eq!(r.state, RecordState::Unknown);
     }
 
+    /// Past a couple of thousand free places, shards take places of the capacity in
+    /// batches (so that claims on two cores do not write one count). The store must still
+    /// hold exactly its capacity however the keys fall on the shards, and a place given back
+    /// in one shard must serve a claim in any other.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_large_store_fills_to_exactly_its_capacity() {
+        let capacity = 5000;
+        let store = MemoryStore::new().retention(RETENTION).capacity(capacity);
+        let tasks: Vec<_> = (0..4)
+            .map(|t| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut won = Vec::new();
+                    for i in 0..capacity / 4 {
+                        let name = format!("{t}-{i}");
+                        match store.claim(&request(&name)).await {
+                            Ok(ClaimOutcome::Claimed(token)) => won.push((name, token)),
+                            other => panic!("{name}: a place was free, got {other:?}"),
+                        }
+                    }
+                    won
+                })
+            })
+            .collect();
+        let mut won = Vec::new();
+        for t in tasks {
+            won.extend(t.await.expect("a claiming task"));
+        }
+        assert_eq!(store.len(), capacity);
+        assert!(matches!(
+            claim(&store, "one more").await,
+            Err(StoreError::Full(_))
+        ));
+        // Ten places come back, from whatever shards those keys were in; ten new keys (in
+        // whatever shards they fall) take them, and not one more.
+        for (name, token) in &won[..10] {
+            store
+                .release(&request(name).key, *token)
+                .await
+                .expect("release");
+        }
+        for i in 0..10 {
+            claim(&store, &format!("again-{i}"))
+                .await
+                .expect("a place given back serves any shard");
+        }
+        assert!(matches!(
+            claim(&store, "eleventh").await,
+            Err(StoreError::Full(_))
+        ));
+        assert_eq!(store.len(), capacity);
+    }
+
     #[tokio::test]
     async fn lapsed_tombstones_are_swept_as_keys_are_claimed() {
         let clock = ManualClock::starting_now();
@@ -282,8 +335,10 @@ mod bounds {
                 .expect("settle");
         }
         clock.advance(RETENTION.tombstones);
-        // Nobody reads the old keys again; new claims alone sweep them, a shard at a time.
-        let fresh = 64 * 256;
+        // Nobody reads the old keys again; new claims alone sweep them: each shard every 256
+        // of its own new claims. Three times 64 shards x 256 claims leaves no shard short of
+        // 256 (each gets 768 on average; fewer than 256 is 18 standard deviations away).
+        let fresh = 3 * 64 * 256;
         for i in 0..fresh {
             claim(&store, &format!("new-{i}")).await.expect("claim");
         }

@@ -24,9 +24,18 @@ const SHARDS: usize = 64;
 /// ([`MemoryStore::capacity`]).
 pub const DEFAULT_CAPACITY: usize = 100_000;
 
-/// Every this many new claims, one shard is swept of lapsed tombstones, in turn: the whole
-/// store every `SWEEP_EVERY * SHARDS` claims.
+/// Every this many of its new claims, a shard is swept of lapsed tombstones (and every this
+/// many of the first shard's, the release traces): about the whole store every
+/// `SWEEP_EVERY * SHARDS` claims, counted where no other thread writes.
 const SWEEP_EVERY: usize = 256;
+
+/// How many places of the capacity a shard takes at a time while plenty are free, so that
+/// claims on different cores do not all write one shared count.
+const PLACES_BATCH: usize = 16;
+
+/// Below this many free places, shards take and give back places one at a time: a store
+/// near its capacity holds no spare places in shards that are not using them.
+const PLACES_LOW: usize = 2 * PLACES_BATCH * SHARDS;
 
 #[derive(Debug)]
 struct Slot {
@@ -46,7 +55,19 @@ type Map = HashMap<IdemKey, Slot, BuildHasherDefault<KeyHasher>>;
 /// not take each other's lines.
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct Shard(Mutex<Map>);
+struct Shard(Mutex<ShardState>);
+
+/// What a shard's lock guards: its records, and its counts, which only its lock holder
+/// writes.
+#[derive(Debug, Default)]
+struct ShardState {
+    map: Map,
+    /// Places of the capacity this shard has taken for records it has not inserted yet
+    /// (see [`Inner::take_place`]).
+    spare: usize,
+    /// New claims in this shard so far, for the sweep cadence.
+    claims: usize,
+}
 
 /// Hashes an [`IdemKey`] by folding 16 of its hex digits, read as two machine words,
 /// instead of running SipHash over all 69 bytes (or decoding the digits one by one).
@@ -116,18 +137,18 @@ pub struct MemoryStore {
     inner: Arc<Inner>,
 }
 
-/// The counts every new claim moves, on cache lines of their own: the fields every
-/// operation only reads (the shards, the clock, the retention) stay valid in the other
-/// threads' caches.
-#[derive(Debug, Default)]
+/// The places of the capacity that no shard and no release trace holds, on cache lines of
+/// their own: the fields every operation only reads (the shards, the clock, the retention)
+/// stay valid in the other threads' caches.
+///
+/// Every place is in exactly one spot: `free`, a shard's `spare`, a record in a shard's map,
+/// or a key's release trace; their sum is the capacity. Shards take places in batches while
+/// plenty are free, so claims on different cores rarely write this count; near the capacity
+/// they take and give back one at a time, and a claim that finds none free first gathers
+/// every shard's spares (and sweeps) before it refuses.
+#[derive(Debug)]
 #[repr(align(128))]
-struct Counters {
-    /// Records held, all shards: kept alongside the maps so a claim can check the capacity
-    /// without visiting every shard.
-    len: AtomicUsize,
-    /// New claims so far, to pick when and which shard to sweep.
-    claims: AtomicUsize,
-}
+struct FreePlaces(AtomicUsize);
 
 #[derive(Debug)]
 struct Inner {
@@ -135,11 +156,11 @@ struct Inner {
     clock: Arc<dyn Clock>,
     retention: Retention,
     capacity: usize,
-    counters: Counters,
+    free: FreePlaces,
     /// The release traces, by key. Written under the key's shard lock (taken first), so a
     /// release and its trace are one step; bounded per key by `rules::keep_releases`, and
     /// lapsed traces go with the sweeps. Each key with a trace takes one place of the
-    /// capacity (in `len`), as its record did: a key released over and over, or many keys
+    /// capacity (see [`FreePlaces`]), as its record did: a key released over and over, or many keys
     /// released, cannot grow the store past its bound.
     releases: Mutex<HashMap<IdemKey, Vec<ReleaseRecord>>>,
 }
@@ -151,29 +172,74 @@ impl Inner {
             clock,
             retention,
             capacity,
-            counters: Counters::default(),
+            free: FreePlaces(AtomicUsize::new(capacity)),
             releases: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Applies time to every record of `shard`, dropping lapsed tombstones; returns how
-    /// many it dropped.
-    fn sweep_shard(&self, shard: &Shard) -> usize {
-        let now = self.clock.now();
-        let mut map = lock(&shard.0);
-        let before = map.len();
-        map.retain(|_, slot| {
+    /// Takes a place of the capacity for a new record in the shard whose spares are
+    /// `spare`: one of them, or from the free places (a batch while plenty are free). False
+    /// when none is free.
+    fn take_place(&self, spare: &mut usize) -> bool {
+        if *spare > 0 {
+            *spare -= 1;
+            return true;
+        }
+        let mut free = self.free.0.load(AtomicOrdering::Relaxed);
+        loop {
+            if free == 0 {
+                return false;
+            }
+            let take = if free > PLACES_LOW { PLACES_BATCH } else { 1 };
+            match self.free.0.compare_exchange_weak(
+                free,
+                free - take,
+                AtomicOrdering::Relaxed,
+                AtomicOrdering::Relaxed,
+            ) {
+                Ok(_) => {
+                    *spare += take - 1;
+                    return true;
+                }
+                Err(now) => free = now,
+            }
+        }
+    }
+
+    /// Gives back `n` places a shard's records held: kept as its spares while plenty are
+    /// free (up to two batches), returned to the free places otherwise.
+    fn give_back(&self, spare: &mut usize, n: usize) {
+        *spare += n;
+        let plenty = self.free.0.load(AtomicOrdering::Relaxed) > PLACES_LOW;
+        if !plenty || *spare > 2 * PLACES_BATCH {
+            let keep = if plenty { PLACES_BATCH } else { 0 };
+            self.free
+                .0
+                .fetch_add(*spare - keep, AtomicOrdering::Relaxed);
+            *spare = keep;
+        }
+    }
+
+    /// Applies time as of `now` to every record of a locked shard, dropping lapsed
+    /// tombstones; returns how many it dropped.
+    fn sweep_locked(&self, shard: &mut ShardState, now: Timestamp) -> usize {
+        let before = shard.map.len();
+        shard.map.retain(|_, slot| {
             let aged = rules::age_shared(&mut slot.record, now, &self.retention);
             if aged == Aged::Changed && slot.record.state != RecordState::Running {
                 wake(slot);
             }
             aged != Aged::Gone
         });
-        let dropped = before - map.len();
-        self.counters
-            .len
-            .fetch_sub(dropped, AtomicOrdering::Relaxed);
+        let dropped = before - shard.map.len();
+        self.give_back(&mut shard.spare, dropped);
         dropped
+    }
+
+    /// [`Inner::sweep_locked`] for one shard, locked here.
+    fn sweep_shard(&self, shard: &Shard) -> usize {
+        let now = self.clock.now();
+        self.sweep_locked(&mut lock(&shard.0), now)
     }
 
     /// Drops lapsed releases from every trace, and traces left empty; returns how many
@@ -187,9 +253,7 @@ impl Inner {
             !trace.is_empty()
         });
         let dropped = before - traces.len();
-        self.counters
-            .len
-            .fetch_sub(dropped, AtomicOrdering::Relaxed);
+        self.free.0.fetch_add(dropped, AtomicOrdering::Relaxed);
         dropped
     }
 }
@@ -250,18 +314,27 @@ impl MemoryStore {
     /// Claims do this a shard at a time, and all at once when the store is full; call it
     /// on an interval to give memory back sooner in a store that takes few new keys.
     pub fn sweep(&self) -> usize {
-        let dropped: usize = self
-            .inner
+        let inner = &*self.inner;
+        let dropped: usize = inner
             .shards
             .iter()
-            .map(|shard| self.inner.sweep_shard(shard))
+            .map(|shard| {
+                let now = inner.clock.now();
+                let mut shard = lock(&shard.0);
+                let dropped = inner.sweep_locked(&mut shard, now);
+                // Every spare back to the free places: a claim that found none free sweeps
+                // to gather them.
+                let spare = std::mem::take(&mut shard.spare);
+                inner.free.0.fetch_add(spare, AtomicOrdering::Relaxed);
+                dropped
+            })
             .sum();
-        dropped + self.inner.sweep_releases()
+        dropped + inner.sweep_releases()
     }
 
     /// Number of records held (all states, tombstones included).
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(&s.0).len()).sum()
+        self.inner.shards.iter().map(|s| lock(&s.0).map.len()).sum()
     }
 
     /// True when no record is held.
@@ -269,13 +342,8 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn shard(&self, key: &IdemKey) -> MutexGuard<'_, Map> {
-        // Keys are SHA-256 hex: their digits are already uniformly distributed.
-        let hex = &key.as_str().as_bytes()[5..7];
-        let n = hex
-            .iter()
-            .fold(0usize, |acc, b| (acc << 4) | usize::from(nibble(*b)));
-        lock(&self.inner.shards[n % SHARDS].0)
+    fn shard(&self, key: &IdemKey) -> MutexGuard<'_, ShardState> {
+        lock(&self.inner.shards[shard_index(key)].0)
     }
 
     /// True when this store reads time from `clock` itself (the same `Arc`): a reading of
@@ -296,6 +364,7 @@ impl MemoryStore {
         now: Option<Timestamp>,
     ) -> Result<ClaimOutcome, StoreError> {
         let inner = &*self.inner;
+        let index = shard_index(&req.key);
         let mut swept = false;
         let token = loop {
             // One clock reading serves the aging, the decision and the insert. The lookup
@@ -305,8 +374,8 @@ impl MemoryStore {
                 Some(now) if !swept => now,
                 _ => inner.clock.now(),
             };
-            let mut map = self.shard(&req.key);
-            if let Some(slot) = map.get_mut(&req.key) {
+            let mut shard = lock(&inner.shards[index].0);
+            if let Some(slot) = shard.map.get_mut(&req.key) {
                 let aged = rules::age_shared(&mut slot.record, now, &inner.retention);
                 if aged == Aged::Changed && slot.record.state != RecordState::Running {
                     wake(slot);
@@ -315,13 +384,12 @@ impl MemoryStore {
                     return Ok(rules::judge(Arc::clone(&slot.record), req));
                 }
                 // A lapsed tombstone: the key is free again.
-                map.remove(&req.key);
-                inner.counters.len.fetch_sub(1, AtomicOrdering::Relaxed);
+                shard.map.remove(&req.key);
+                inner.give_back(&mut shard.spare, 1);
             }
-            // Reserve a place first, so concurrent claims never overshoot the capacity.
-            if inner.counters.len.fetch_add(1, AtomicOrdering::Relaxed) >= inner.capacity {
-                inner.counters.len.fetch_sub(1, AtomicOrdering::Relaxed);
-                drop(map);
+            // Take a place first, so concurrent claims never overshoot the capacity.
+            if !inner.take_place(&mut shard.spare) {
+                drop(shard);
                 if swept {
                     return Err(StoreError::Full(format!(
                         "the in-memory store holds its maximum of {} records (unsettled \
@@ -331,7 +399,8 @@ impl MemoryStore {
                         inner.capacity
                     )));
                 }
-                // Full: drop every lapsed tombstone (with no shard lock held), then look again.
+                // None free: drop every lapsed tombstone and gather every shard's spare places
+                // (with no shard lock held), then look again.
                 self.sweep();
                 swept = true;
                 continue;
@@ -341,18 +410,18 @@ impl MemoryStore {
                 record: Arc::new(rules::new_claim(req, token, now)),
                 settled: None,
             };
-            map.insert(req.key.clone(), slot);
+            shard.map.insert(req.key.clone(), slot);
+            // Now and then, sweep this shard of lapsed tombstones, so keys never seen again
+            // do not stay for ever (the claim just inserted is running: it stays).
+            shard.claims += 1;
+            if shard.claims % SWEEP_EVERY == 0 {
+                inner.sweep_locked(&mut shard, now);
+                if index == 0 {
+                    inner.sweep_releases();
+                }
+            }
             break token;
         };
-        // Now and then, with no lock held, sweep one shard of lapsed tombstones, so keys
-        // never seen again do not stay for ever.
-        let n = inner.counters.claims.fetch_add(1, AtomicOrdering::Relaxed);
-        if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
-            inner.sweep_shard(&inner.shards[(n / SWEEP_EVERY) % SHARDS]);
-            if (n / SWEEP_EVERY) % SHARDS == 0 {
-                inner.sweep_releases();
-            }
-        }
         Ok(ClaimOutcome::Claimed(token))
     }
 
@@ -367,8 +436,8 @@ impl MemoryStore {
         now: Option<Timestamp>,
     ) -> Result<(), (StoreError, Vec<AttemptRecord>)> {
         let now = now.unwrap_or_else(|| self.inner.clock.now());
-        let mut map = self.shard(key);
-        let Some(slot) = self.aged(&mut map, key, now) else {
+        let mut shard = self.shard(key);
+        let Some(slot) = self.aged(&mut shard, key, now) else {
             return Err((rules::stale_absent(key), settlement.attempts));
         };
         if let Err(e) = rules::may_settle(&slot.record, token, &settlement) {
@@ -386,21 +455,18 @@ impl MemoryStore {
     /// The record's place in the capacity passes to the trace, unless the key has one.
     fn free_with_trace(
         &self,
-        map: &mut Map,
+        shard: &mut ShardState,
         key: &IdemKey,
         release: ReleaseRecord,
         now: Timestamp,
     ) {
-        if let Some(mut slot) = map.remove(key) {
+        if let Some(mut slot) = shard.map.remove(key) {
             wake(&mut slot);
         }
         let mut traces = lock(&self.inner.releases);
         let trace = match traces.entry(key.clone()) {
             Entry::Occupied(e) => {
-                self.inner
-                    .counters
-                    .len
-                    .fetch_sub(1, AtomicOrdering::Relaxed);
+                self.inner.give_back(&mut shard.spare, 1);
                 e.into_mut()
             }
             Entry::Vacant(e) => e.insert(Vec::new()),
@@ -409,8 +475,13 @@ impl MemoryStore {
         rules::keep_releases(trace, now, &self.inner.retention);
     }
 
-    fn aged<'m>(&self, map: &'m mut Map, key: &IdemKey, now: Timestamp) -> Option<&'m mut Slot> {
-        match map.entry(key.clone()) {
+    fn aged<'m>(
+        &self,
+        shard: &'m mut ShardState,
+        key: &IdemKey,
+        now: Timestamp,
+    ) -> Option<&'m mut Slot> {
+        match shard.map.entry(key.clone()) {
             Entry::Vacant(_) => None,
             Entry::Occupied(mut entry) => {
                 let slot = entry.get_mut();
@@ -420,10 +491,7 @@ impl MemoryStore {
                 }
                 if aged == Aged::Gone {
                     entry.remove();
-                    self.inner
-                        .counters
-                        .len
-                        .fetch_sub(1, AtomicOrdering::Relaxed);
+                    self.inner.give_back(&mut shard.spare, 1);
                     return None;
                 }
                 Some(entry.into_mut())
@@ -453,6 +521,16 @@ impl Ord for Listed {
     fn cmp(&self, other: &Self) -> Ordering {
         ListCursor::cmp_records(&self.0, &other.0)
     }
+}
+
+/// The shard of `key`: keys are SHA-256 hex, so their first digits are already uniformly
+/// distributed.
+fn shard_index(key: &IdemKey) -> usize {
+    let hex = &key.as_str().as_bytes()[5..7];
+    let n = hex
+        .iter()
+        .fold(0usize, |acc, b| (acc << 4) | usize::from(nibble(*b)));
+    n % SHARDS
 }
 
 fn nibble(b: u8) -> u8 {
@@ -495,9 +573,9 @@ impl IdemStore for MemoryStore {
         token: ClaimToken,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        let mut map = self.shard(key);
+        let mut shard = self.shard(key);
         let now = self.inner.clock.now();
-        match self.aged(&mut map, key, now) {
+        match self.aged(&mut shard, key, now) {
             Some(slot) => rules::renew(Arc::make_mut(&mut slot.record), token, lease, now),
             None => Err(rules::stale_absent(key)),
         }
@@ -514,18 +592,15 @@ impl IdemStore for MemoryStore {
     }
 
     async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
-        let mut map = self.shard(key);
+        let mut shard = self.shard(key);
         let now = self.inner.clock.now();
-        let Some(slot) = self.aged(&mut map, key, now) else {
+        let Some(slot) = self.aged(&mut shard, key, now) else {
             return Err(rules::stale_absent(key));
         };
         rules::release(&slot.record, token)?;
         wake(slot);
-        map.remove(key);
-        self.inner
-            .counters
-            .len
-            .fetch_sub(1, AtomicOrdering::Relaxed);
+        shard.map.remove(key);
+        self.inner.give_back(&mut shard.spare, 1);
         Ok(())
     }
 
@@ -535,13 +610,13 @@ impl IdemStore for MemoryStore {
         expected: ClaimToken,
         note: &ReleaseNote,
     ) -> Result<(), StoreError> {
-        let mut map = self.shard(key);
+        let mut shard = self.shard(key);
         let now = self.inner.clock.now();
-        let Some(slot) = self.aged(&mut map, key, now) else {
+        let Some(slot) = self.aged(&mut shard, key, now) else {
             return Err(StoreError::NotFound(key.clone()));
         };
         let release = rules::release_unsettled(&slot.record, expected, note, now)?;
-        self.free_with_trace(&mut map, key, release, now);
+        self.free_with_trace(&mut shard, key, release, now);
         Ok(())
     }
 
@@ -553,13 +628,13 @@ impl IdemStore for MemoryStore {
         note: &ReleaseNote,
     ) -> Result<(), StoreError> {
         rules::releasable_settlement(key, &settlement)?;
-        let mut map = self.shard(key);
+        let mut shard = self.shard(key);
         let now = self.inner.clock.now();
-        let Some(slot) = self.aged(&mut map, key, now) else {
+        let Some(slot) = self.aged(&mut shard, key, now) else {
             return Err(rules::stale_absent(key));
         };
         let release = rules::release_traced(&slot.record, token, settlement, note, now)?;
-        self.free_with_trace(&mut map, key, release, now);
+        self.free_with_trace(&mut shard, key, release, now);
         Ok(())
     }
 
@@ -573,10 +648,7 @@ impl IdemStore for MemoryStore {
         let out = trace.clone();
         if trace.is_empty() {
             traces.remove(key);
-            self.inner
-                .counters
-                .len
-                .fetch_sub(1, AtomicOrdering::Relaxed);
+            self.inner.free.0.fetch_add(1, AtomicOrdering::Relaxed);
         }
         Ok(out)
     }
@@ -606,9 +678,9 @@ impl IdemStore for MemoryStore {
         expected: ClaimToken,
         lease: Duration,
     ) -> Result<ClaimToken, StoreError> {
-        let mut map = self.shard(key);
+        let mut shard = self.shard(key);
         let now = self.inner.clock.now();
-        let Some(slot) = self.aged(&mut map, key, now) else {
+        let Some(slot) = self.aged(&mut shard, key, now) else {
             return Err(StoreError::NotFound(key.clone()));
         };
         let fresh = ClaimToken::fresh();
@@ -617,10 +689,10 @@ impl IdemStore for MemoryStore {
     }
 
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
-        let mut map = self.shard(key);
+        let mut shard = self.shard(key);
         let now = self.inner.clock.now();
         Ok(self
-            .aged(&mut map, key, now)
+            .aged(&mut shard, key, now)
             .map(|s| Record::clone(&s.record)))
     }
 
@@ -639,11 +711,11 @@ impl IdemStore for MemoryStore {
         let mut page: BinaryHeap<Listed> = BinaryHeap::new();
         for shard in self.inner.shards.iter() {
             self.inner.sweep_shard(shard);
-            let map = lock(&shard.0);
+            let shard = lock(&shard.0);
             if limit == 0 {
                 continue;
             }
-            for slot in map.values() {
+            for slot in shard.map.values() {
                 let r = &slot.record;
                 if r.state != state || after.is_some_and(|c| !c.precedes(r)) {
                     continue;
@@ -670,8 +742,8 @@ impl IdemStore for MemoryStore {
         let deadline = super::deadline_after(timeout);
         loop {
             let notify = {
-                let mut map = self.shard(key);
-                match self.aged(&mut map, key, self.inner.clock.now()) {
+                let mut shard = self.shard(key);
+                match self.aged(&mut shard, key, self.inner.clock.now()) {
                     Some(slot) if slot.record.state == RecordState::Running => slot
                         .settled
                         .get_or_insert_with(|| Arc::new(Notify::new()))
@@ -698,5 +770,59 @@ impl IdemStore for MemoryStore {
             let nap = (deadline - now).min(Duration::from_millis(50));
             let _ = tokio::time::timeout(nap, notified).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::conformance;
+
+    fn request(name: &str) -> ClaimRequest {
+        ClaimRequest {
+            key: conformance::key(name),
+            fingerprint: conformance::fingerprint("args"),
+            tool: "t".into(),
+            lease: Duration::from_secs(60),
+            operation: None,
+        }
+    }
+
+    fn names_in_shard(shard: usize) -> impl Iterator<Item = String> {
+        (0..)
+            .map(|i| format!("shard-{i}"))
+            .filter(move |n| shard_index(&conformance::key(n)) == shard)
+    }
+
+    /// The places other shards took in batches and have not used are the last free ones: a
+    /// shard that needs them must get them, and then the store holds exactly its capacity.
+    #[test]
+    fn places_other_shards_hold_serve_a_claim_before_it_is_refused() {
+        let capacity = 5000;
+        let store = MemoryStore::new().capacity(capacity);
+        // Spread claims take batches in every shard, until places are scarce.
+        for i in 0..3000 {
+            let outcome = store.claim_now(&request(&format!("spread-{i}")), None);
+            assert!(
+                matches!(outcome, Ok(ClaimOutcome::Claimed(_))),
+                "{outcome:?}"
+            );
+        }
+        let stranded: usize = store.inner.shards[1..]
+            .iter()
+            .map(|s| lock(&s.0).spare)
+            .sum();
+        assert!(stranded > 0, "other shards hold spare places");
+        // The rest all in shard 0: past the free places, only the others' spares are left.
+        for name in names_in_shard(0).take(capacity - 3000) {
+            let outcome = store.claim_now(&request(&name), None);
+            assert!(
+                matches!(outcome, Ok(ClaimOutcome::Claimed(_))),
+                "{outcome:?}"
+            );
+        }
+        assert_eq!(store.len(), capacity);
+        let refused = store.claim_now(&request("one more"), None);
+        assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
     }
 }
