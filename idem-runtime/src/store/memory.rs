@@ -160,8 +160,8 @@ struct Inner {
     /// The release traces, by key. Written under the key's shard lock (taken first), so a
     /// release and its trace are one step; bounded per key by `rules::keep_releases`, and
     /// lapsed traces go with the sweeps. Each key with a trace takes one place of the
-    /// capacity (see [`FreePlaces`]), as its record did: a key released over and over, or many keys
-    /// released, cannot grow the store past its bound.
+    /// capacity (see [`FreePlaces`]), as its record did: a key released over and over, or
+    /// many keys released, cannot grow the store past its bound.
     releases: Mutex<HashMap<IdemKey, Vec<ReleaseRecord>>>,
 }
 
@@ -211,8 +211,8 @@ impl Inner {
     fn give_back(&self, spare: &mut usize, n: usize) {
         *spare += n;
         let plenty = self.free.0.load(AtomicOrdering::Relaxed) > PLACES_LOW;
-        if !plenty || *spare > 2 * PLACES_BATCH {
-            let keep = if plenty { PLACES_BATCH } else { 0 };
+        let keep = if plenty { PLACES_BATCH } else { 0 };
+        if *spare > keep && (!plenty || *spare > 2 * PLACES_BATCH) {
             self.free
                 .0
                 .fetch_add(*spare - keep, AtomicOrdering::Relaxed);
