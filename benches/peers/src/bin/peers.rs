@@ -177,65 +177,80 @@ impl Bench {
         (start..self.next).map(|i| format!("run-{i}")).collect()
     }
 
-    /// Times `n` calls of `case`. Inputs the caller would already hold (keys, `ToolCall`s
-    /// with their arguments) are built before the clock starts; fresh cases get a new, empty
-    /// store per batch, built and dropped outside the timing.
+    /// `n` copies of the typed arguments, each its own allocations, as `n` calls bring.
+    fn args_per_call(&self, n: usize) -> Vec<ChargeArgs> {
+        (0..n).map(|_| self.args.clone()).collect()
+    }
+
+    /// Times `n` calls of `case`. Every case gets what a caller would already hold for each
+    /// call, built before the clock starts, one per call: its key, and its arguments (a
+    /// `ToolCall` with text or a value for idem, the typed arguments for the peers and the
+    /// value floor, the text for the text floor), so no case reads one input that stays in
+    /// cache while another reads a new one per call. Fresh cases get a new, empty store per
+    /// batch, built and dropped outside the timing.
     async fn batch(&mut self, case: &str, n: usize) -> Duration {
         match case {
             "value_floor" => {
-                let args = &self.args;
+                let inputs = self.args_per_call(n);
                 let start = Instant::now();
-                for _ in 0..n {
+                for args in &inputs {
                     std::hint::black_box(value_floor(std::hint::black_box(args)));
                 }
                 start.elapsed()
             }
             "text_floor" => {
+                let inputs: Vec<String> = (0..n).map(|_| TEXT.to_owned()).collect();
                 let start = Instant::now();
-                for _ in 0..n {
-                    std::hint::black_box(text_floor(std::hint::black_box(TEXT)));
+                for text in &inputs {
+                    std::hint::black_box(text_floor(std::hint::black_box(text)));
                 }
                 start.elapsed()
             }
             "idempotent_fresh" => {
                 let store = idempotent::store::memory::MemoryStore::new(1024, TTL);
-                let keys: Vec<IdempotencyKey> = self
+                let inputs: Vec<(IdempotencyKey, ChargeArgs)> = self
                     .fresh_ids(n)
                     .into_iter()
-                    .map(|k| IdempotencyKey::new(k).expect("valid key"))
+                    .map(|k| (IdempotencyKey::new(k).expect("valid key"), self.args.clone()))
                     .collect();
                 let start = Instant::now();
-                for key in &keys {
-                    let (out, replayed) = idempotent_call(&store, key, &self.args).await;
+                for (key, args) in &inputs {
+                    let (out, replayed) = idempotent_call(&store, key, args).await;
                     assert!(out == 4900 && !replayed);
                 }
                 start.elapsed()
             }
             "idempotent_replay" => {
+                let inputs: Vec<(IdempotencyKey, ChargeArgs)> = (0..n)
+                    .map(|_| (self.idp_replay_key.clone(), self.args.clone()))
+                    .collect();
                 let start = Instant::now();
-                for _ in 0..n {
-                    let (out, replayed) =
-                        idempotent_call(&self.idp_replay, &self.idp_replay_key, &self.args).await;
+                for (key, args) in &inputs {
+                    let (out, replayed) = idempotent_call(&self.idp_replay, key, args).await;
                     assert!(out == 4900 && replayed);
                 }
                 start.elapsed()
             }
             "agent_effects_fresh" => {
                 let rt = Runtime::new(agent_effects_memory::MemoryStore::new());
-                let keys = self.fresh_ids(n);
+                let inputs: Vec<(String, ChargeArgs)> = self
+                    .fresh_ids(n)
+                    .into_iter()
+                    .map(|k| (k, self.args.clone()))
+                    .collect();
                 let start = Instant::now();
-                for key in &keys {
-                    assert_eq!(agent_effects_call(&rt, key, &self.args).await, 4900);
+                for (key, args) in &inputs {
+                    assert_eq!(agent_effects_call(&rt, key, args).await, 4900);
                 }
                 start.elapsed()
             }
             "agent_effects_replay" => {
+                let inputs: Vec<(String, ChargeArgs)> = (0..n)
+                    .map(|_| ("replay".to_owned(), self.args.clone()))
+                    .collect();
                 let start = Instant::now();
-                for _ in 0..n {
-                    assert_eq!(
-                        agent_effects_call(&self.ae_replay, "replay", &self.args).await,
-                        4900
-                    );
+                for (key, args) in &inputs {
+                    assert_eq!(agent_effects_call(&self.ae_replay, key, args).await, 4900);
                 }
                 start.elapsed()
             }
