@@ -794,6 +794,128 @@ mod tests {
             .filter(move |n| shard_index(&conformance::key(n)) == shard)
     }
 
+    impl MemoryStore {
+        /// Every place of the capacity, wherever it is: free, spare in a shard, a record, or a
+        /// key's release trace. Must always be the capacity.
+        fn places_accounted(&self) -> usize {
+            let inner = &*self.inner;
+            let in_shards: usize = inner
+                .shards
+                .iter()
+                .map(|s| {
+                    let shard = lock(&s.0);
+                    shard.spare + shard.map.len()
+                })
+                .sum();
+            inner.free.0.load(AtomicOrdering::Relaxed) + in_shards + lock(&inner.releases).len()
+        }
+    }
+
+    /// A small deterministic generator (xorshift64*): the churn below is the same every run.
+    struct Draws(u64);
+
+    impl Draws {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+        }
+    }
+
+    /// Random claims, settles, releases (plain and traced), sweeps and time passing, on four
+    /// threads at once over a store that crosses between batched and one-at-a-time places:
+    /// afterwards no place is lost or counted twice, and once every record has lapsed the
+    /// store takes exactly its capacity of new keys again.
+    #[test]
+    fn no_place_is_lost_or_doubled_under_concurrent_churn() {
+        let capacity = 3000;
+        let retention = Retention {
+            results: Duration::from_secs(10),
+            tombstones: Duration::from_secs(20),
+        };
+        let clock = Arc::new(crate::store::ManualClock::starting_now());
+        let store = MemoryStore::with_clock(clock.clone())
+            .retention(retention)
+            .capacity(capacity);
+        let note = ReleaseNote::new("test", "churn");
+        std::thread::scope(|threads| {
+            for t in 0..4_u64 {
+                let (store, clock, note) = (&store, &clock, &note);
+                threads.spawn(move || {
+                    let mut draw = Draws(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .expect("a runtime");
+                    for _ in 0..20_000 {
+                        let req = request(&format!("churn-{}", draw.below(4000)));
+                        let token = match store.claim_now(&req, None) {
+                            Ok(ClaimOutcome::Claimed(token)) => token,
+                            Ok(_) | Err(StoreError::Full(_)) => continue,
+                            Err(e) => panic!("{e}"),
+                        };
+                        let settled = Settlement::new;
+                        rt.block_on(async {
+                            let done = match draw.below(6) {
+                                0 => store.release(&req.key, token).await,
+                                1 => match store
+                                    .settle(&req.key, token, settled(RecordState::Unknown))
+                                    .await
+                                {
+                                    Ok(()) => store.release_unsettled(&req.key, token, &note).await,
+                                    lapsed => lapsed,
+                                },
+                                2 => {
+                                    store
+                                        .settle(&req.key, token, settled(RecordState::Failed))
+                                        .await
+                                }
+                                3 => Ok(()), // left running: its lease lapses to unknown
+                                _ => {
+                                    store
+                                        .settle(&req.key, token, settled(RecordState::Completed))
+                                        .await
+                                }
+                            };
+                            // Other threads move the clock: a claim can lapse to unknown
+                            // before its own thread settles it, and is then refused.
+                            match done {
+                                Ok(()) | Err(StoreError::StaleToken { .. }) => {}
+                                Err(e) => panic!("{e}"),
+                            }
+                            if draw.below(50) == 0 {
+                                clock.advance(Duration::from_secs(3));
+                            }
+                            if draw.below(500) == 0 {
+                                store.sweep();
+                            }
+                            if draw.below(20) == 0 {
+                                store.releases(&req.key).await.expect("releases");
+                            }
+                        });
+                    }
+                });
+            }
+        });
+        assert_eq!(store.places_accounted(), capacity);
+        // Everything that can lapse does; what cannot (unknown records, kept for a person)
+        // keeps its place. Then exactly the rest of the capacity takes new keys.
+        clock.advance(Duration::from_secs(3600));
+        store.sweep();
+        assert_eq!(store.places_accounted(), capacity);
+        let held = store.len() + lock(&store.inner.releases).len();
+        for i in 0..capacity - held {
+            let outcome = store.claim_now(&request(&format!("after-{i}")), None);
+            assert!(
+                matches!(outcome, Ok(ClaimOutcome::Claimed(_))),
+                "{i}: {outcome:?}"
+            );
+        }
+        let refused = store.claim_now(&request("one more"), None);
+        assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+        assert_eq!(store.places_accounted(), capacity);
+    }
+
     /// The places other shards took in batches and have not used are the last free ones: a
     /// shard that needs them must get them, and then the store holds exactly its capacity.
     #[test]
