@@ -862,7 +862,7 @@ mod tests {
                                     .settle(&req.key, token, settled(RecordState::Unknown))
                                     .await
                                 {
-                                    Ok(()) => store.release_unsettled(&req.key, token, &note).await,
+                                    Ok(()) => store.release_unsettled(&req.key, token, note).await,
                                     lapsed => lapsed,
                                 },
                                 2 => {
