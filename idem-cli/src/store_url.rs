@@ -146,6 +146,24 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn IdemStore>, StoreUrlError> 
     open_store_with(url, &StoreOptions::default()).await
 }
 
+/// Refuses options given for a store they do not apply to (`store`, as the message names
+/// it): an option ignored would be a setting the user believes in and does not have.
+fn refuse_foreign(
+    options: &StoreOptions,
+    backend: Backend,
+    store: &str,
+) -> Result<(), StoreUrlError> {
+    let foreign = options.foreign_to(backend);
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(StoreUrlError(format!(
+        "{} do{} not apply to {store}",
+        foreign.join(", "),
+        if foreign.len() == 1 { "es" } else { "" },
+    )))
+}
+
 /// Opens the store a URL names with `options` (see [`StoreOptions`]).
 pub async fn open_store_with(
     url: &str,
@@ -158,15 +176,7 @@ pub async fn open_store_with(
         _ => None,
     };
     if let Some(backend) = backend {
-        let foreign = options.foreign_to(backend);
-        if !foreign.is_empty() {
-            return Err(StoreUrlError(format!(
-                "{} do{} not apply to a {} store",
-                foreign.join(", "),
-                if foreign.len() == 1 { "es" } else { "" },
-                backend.name()
-            )));
-        }
+        refuse_foreign(options, backend, &format!("a {} store", backend.name()))?;
     }
     match scheme(url) {
         "memory" => Err(StoreUrlError(
@@ -236,13 +246,7 @@ pub(crate) async fn copy_redis(
     #[cfg(feature = "redis")]
     {
         for (options, side) in [(from_options, "this store"), (to_options, "the new store")] {
-            let foreign = options.foreign_to(Backend::Redis);
-            if !foreign.is_empty() {
-                return Err(StoreUrlError(format!(
-                    "{} do not apply to {side}, a Redis store",
-                    foreign.join(", ")
-                )));
-            }
+            refuse_foreign(options, Backend::Redis, &format!("{side}, a Redis store"))?;
         }
         let source = redis_store(from, from_options)
             .await
