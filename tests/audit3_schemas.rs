@@ -1,0 +1,200 @@
+//! Integer fields: what the input schema advertises for a bounded integer type is what the
+//! call accepts. A model (or an MCP client that validates before it sends) builds arguments
+//! from the schema; a value the schema allows must run, and a value the type cannot hold must
+//! be refused by the schema too, and by the call before anything is claimed, with an error
+//! that says what is wrong.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use idem::{
+    toolbox, CallError, DefinitionOptions, Format, Registry, ToolCall, ToolError, WriteCtx,
+};
+use serde_json::{json, Value};
+
+#[idem::args]
+struct Sizes {
+    small: u8,
+    port: u16,
+    delta: i32,
+    count: u32,
+    offset: i64,
+    cents: u64,
+    /// Optional: absent is fine, but a present value must fit.
+    limit: Option<u32>,
+}
+
+#[derive(Default)]
+struct Counter {
+    runs: AtomicU32,
+}
+
+#[toolbox]
+impl Counter {
+    /// Record some sizes.
+    #[tool(write)]
+    async fn record(&self, _ctx: WriteCtx, args: Sizes) -> Result<String, ToolError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("{} {}", args.count, args.delta))
+    }
+}
+
+fn registry() -> (Arc<Counter>, Registry) {
+    let counter = Arc::new(Counter::default());
+    let registry = Registry::builder()
+        .toolbox(counter.clone())
+        .build()
+        .unwrap();
+    (counter, registry)
+}
+
+fn schemas(registry: &Registry) -> Vec<(String, Value)> {
+    let strict = DefinitionOptions::default().strict(true);
+    vec![
+        (
+            "openai".into(),
+            registry.definitions(Format::OpenAi)[0]["function"]["parameters"].clone(),
+        ),
+        (
+            "openai strict".into(),
+            registry.definitions_with(Format::OpenAi, &strict)[0]["function"]["parameters"].clone(),
+        ),
+        (
+            "responses".into(),
+            registry.definitions(Format::OpenAiResponses)[0]["parameters"].clone(),
+        ),
+        (
+            "anthropic".into(),
+            registry.definitions(Format::Anthropic)[0]["input_schema"].clone(),
+        ),
+        (
+            "mcp".into(),
+            registry.definitions(Format::Mcp)[0]["inputSchema"].clone(),
+        ),
+    ]
+}
+
+fn valid() -> Value {
+    json!({"small": 1, "port": 8080, "delta": -3, "count": 7, "offset": -9, "cents": 4900, "limit": 10})
+}
+
+fn with(field: &str, value: Value) -> Value {
+    let mut args = valid();
+    args[field] = value;
+    args
+}
+
+#[test]
+fn bounded_integer_fields_advertise_their_range_in_every_format() {
+    let (_, registry) = registry();
+    let ranges: [(&str, Value, Value); 7] = [
+        ("small", json!(0), json!(255)),
+        ("port", json!(0), json!(65535)),
+        ("delta", json!(i32::MIN), json!(i32::MAX)),
+        ("count", json!(0), json!(u32::MAX)),
+        ("offset", json!(i64::MIN), json!(i64::MAX)),
+        ("cents", json!(0), json!(u64::MAX)),
+        ("limit", json!(0), json!(u32::MAX)),
+    ];
+    for (format, schema) in schemas(&registry) {
+        for (field, min, max) in &ranges {
+            let p = &schema["properties"][field];
+            assert_eq!(&p["minimum"], min, "{format}: {field}: {p}");
+            assert_eq!(&p["maximum"], max, "{format}: {field}: {p}");
+        }
+    }
+}
+
+/// For each argument object, every format's schema and the call agree; a refused call ran
+/// nothing and claimed nothing.
+#[tokio::test]
+async fn out_of_range_integers_are_refused_by_the_schema_and_by_the_call_alike() {
+    let cases = [
+        valid(),
+        with("delta", json!(i32::MAX)),
+        with("delta", json!(i32::MIN)),
+        with("delta", json!(2_147_483_648_i64)),
+        with("delta", json!(-2_147_483_649_i64)),
+        with("delta", json!(3e9)),
+        with("delta", json!(-3e9)),
+        with("count", json!(u32::MAX)),
+        with("count", json!(4_294_967_296_u64)),
+        with("count", json!(3e9)),
+        with("count", json!(5e9)),
+        with("count", json!(-1)),
+        with("small", json!(255)),
+        with("small", json!(256)),
+        with("small", json!(256.0)),
+        with("port", json!(65_536)),
+        with("offset", json!(i64::MIN)),
+        with("offset", json!(1e15)),
+        with("cents", json!(u64::MAX)),
+        with("limit", json!(4_294_967_296_u64)),
+    ];
+    let (counter, registry) = registry();
+    for (format, schema) in schemas(&registry) {
+        let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+        for (i, args) in cases.iter().enumerate() {
+            let before = counter.runs.load(Ordering::SeqCst);
+            let r = registry
+                .call(ToolCall::new(
+                    format!("run-{format}-{i}"),
+                    "record",
+                    args.clone(),
+                ))
+                .await;
+            let allowed = validator.is_valid(args);
+            assert_eq!(
+                r.is_completed(),
+                allowed,
+                "{format}: the schema {} {args}; the call: {}",
+                if allowed { "allows" } else { "refuses" },
+                r.text()
+            );
+            if !allowed {
+                assert!(
+                    matches!(r.error(), Some(CallError::InvalidArgs { .. })),
+                    "{format} {args}: {:?}",
+                    r.as_result()
+                );
+                assert_eq!(counter.runs.load(Ordering::SeqCst), before, "nothing ran");
+                assert!(r.key().is_none(), "refused before a key was claimed");
+            }
+        }
+    }
+}
+
+/// The error for an integer the field's type cannot hold says so, whether the model wrote it
+/// as an integer or as a float with no fraction (`3e9`): not "floating point", which would
+/// send the model to retry with `3000000000` and be refused again.
+#[tokio::test]
+async fn an_out_of_range_integer_is_refused_with_an_error_that_names_the_range_problem() {
+    let (counter, registry) = registry();
+    for text in [
+        r#"{"small": 1, "port": 1, "delta": 3e9, "count": 1, "offset": 1, "cents": 1}"#,
+        r#"{"small": 1, "port": 1, "delta": 3000000000, "count": 1, "offset": 1, "cents": 1}"#,
+    ] {
+        for r in [
+            registry
+                .call(ToolCall::from_json("run-t", "record", text))
+                .await,
+            registry
+                .call(ToolCall::new(
+                    "run-v",
+                    "record",
+                    serde_json::from_str(text).unwrap(),
+                ))
+                .await,
+        ] {
+            let message = r.text();
+            assert!(
+                matches!(r.error(), Some(CallError::InvalidArgs { .. })),
+                "{message}"
+            );
+            assert!(message.contains("3000000000"), "{message}");
+            assert!(message.contains("i32"), "{message}");
+            assert!(!message.contains("floating point"), "{message}");
+        }
+    }
+    assert_eq!(counter.runs.load(Ordering::SeqCst), 0);
+}
