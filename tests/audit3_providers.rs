@@ -611,3 +611,29 @@ async fn a_chat_tool_call_without_a_type_is_still_answered() {
     assert_eq!(desk.ledger(), ["charge acme in_7 4900"]);
     assert!(answers[1].content.starts_with("already completed earlier"));
 }
+
+/// An assistant turn of the conversation may carry its content as a string (the API takes
+/// that for any message): it parses, as one text block and no tool use. A malformed
+/// `tool_use` block is still an error that says so, never skipped.
+#[tokio::test]
+async fn an_assistant_turn_with_string_content_has_no_tool_uses() {
+    let (desk, registry) = new_desk();
+    let turn: AssistantMessage =
+        serde_json::from_value(json!({"role": "assistant", "content": "Charging now."})).unwrap();
+    assert_eq!(turn.tool_uses().count(), 0);
+    assert_eq!(turn.content.len(), 1);
+    assert!(anthropic::tool_results(&registry, &scope(), &turn)
+        .await
+        .is_empty());
+    assert!(desk.ledger().is_empty());
+
+    let empty: AssistantMessage =
+        serde_json::from_value(json!({"role": "assistant", "content": null})).unwrap();
+    assert!(empty.content.is_empty());
+
+    let broken = serde_json::from_value::<AssistantMessage>(json!({"content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "charge"}
+    ]}))
+    .unwrap_err();
+    assert!(broken.to_string().contains("tool_use"), "{broken}");
+}

@@ -129,6 +129,13 @@ impl Bank {
         })
     }
 
+    /// Reserve funds; the bank confirms later, and there is no way to ask it.
+    #[tool(write)]
+    async fn reserve(&self, ctx: WriteCtx, _args: Payment) -> Result<String, ToolError> {
+        self.send("reserve", ctx.key().as_str(), false)?;
+        Err(ToolError::pending("rsv_42"))
+    }
+
     /// Pay out; the bank confirms later.
     #[tool(write, reconcile = find_payout)]
     async fn payout(&self, ctx: WriteCtx, _args: Payment) -> Result<String, ToolError> {
@@ -477,4 +484,25 @@ async fn a_resolved_escalation_is_what_repeats_see() {
             .is_err()
     );
     assert_eq!(w.record(&key(&a)).await.state, RecordState::Failed);
+}
+
+/// A pending record nothing can poll goes to a person with the downstream's reference for
+/// it, so the person knows where to look; nothing is sent again.
+#[tokio::test]
+async fn an_escalated_pending_record_carries_its_downstream_ref() {
+    let w = World::new(Bank::with([]));
+    let first = w.registry.call(w.call("reserve")).await;
+    assert_eq!(first.class(), Some(OutcomeClass::Pending));
+    assert_eq!(w.pass().await, [Action::Escalated]);
+    let e = w.escalations.lock().unwrap()[0].clone();
+    assert_eq!(e.key, key(&first));
+    assert_eq!(e.downstream_ref.as_deref(), Some("rsv_42"));
+    assert_eq!(e.attempts.len(), 1);
+    assert_eq!(e.attempts[0].class, OutcomeClass::Pending);
+    let rec = w.record(&key(&first)).await;
+    assert_eq!(rec.state, RecordState::Escalated);
+    assert_eq!(rec.downstream_ref.as_deref(), Some("rsv_42"));
+    let again = w.registry.call(w.call("reserve")).await;
+    assert_eq!(again.class(), Some(OutcomeClass::Escalated));
+    assert_eq!(w.bank.sends().len(), 1);
 }
