@@ -637,3 +637,36 @@ async fn an_assistant_turn_with_string_content_has_no_tool_uses() {
     .unwrap_err();
     assert!(broken.to_string().contains("tool_use"), "{broken}");
 }
+
+/// A model that fans one operation out over many parallel tool calls (a loop gone wrong):
+/// one effect, every other call answered with it, each under its own id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_parallel_copies_of_one_call_are_one_effect() {
+    let (desk, registry) = new_desk();
+    let uses: Vec<(String, &str, Value)> = (0..64)
+        .map(|i| {
+            (
+                format!("toolu_{i:02}"),
+                "charge",
+                serde_json::from_str::<Value>(CHARGE).unwrap(),
+            )
+        })
+        .collect();
+    let uses: Vec<(&str, &str, Value)> = uses
+        .iter()
+        .map(|(id, n, v)| (id.as_str(), *n, v.clone()))
+        .collect();
+    let blocks = anthropic::tool_results(&registry, &scope(), &claude(&uses)).await;
+    assert_eq!(desk.ledger(), ["charge acme in_7 4900"]);
+    assert_eq!(blocks.len(), 64);
+    for (i, b) in blocks.iter().enumerate() {
+        assert_eq!(b.tool_use_id, format!("toolu_{i:02}"));
+        assert!(!b.is_error, "{b:?}");
+        assert!(b.content.contains("ch_acme_in_7"), "{}", b.content);
+    }
+    let fresh = blocks
+        .iter()
+        .filter(|b| !b.content.starts_with("already completed"))
+        .count();
+    assert_eq!(fresh, 1);
+}
