@@ -22,6 +22,12 @@ struct Sizes {
     cents: u64,
     /// Optional: absent is fine, but a present value must fit.
     limit: Option<u32>,
+    /// Fields named like schema keywords are fields all the same.
+    default: Option<i32>,
+    #[serde(rename = "const")]
+    constant: Option<u32>,
+    /// Nested: a list of counts.
+    counts: Option<Vec<u32>>,
 }
 
 #[derive(Default)]
@@ -75,7 +81,8 @@ fn schemas(registry: &Registry) -> Vec<(String, Value)> {
 }
 
 fn valid() -> Value {
-    json!({"small": 1, "port": 8080, "delta": -3, "count": 7, "offset": -9, "cents": 4900, "limit": 10})
+    json!({"small": 1, "port": 8080, "delta": -3, "count": 7, "offset": -9, "cents": 4900, "limit": 10,
+           "default": 1, "const": 2, "counts": [1]})
 }
 
 fn with(field: &str, value: Value) -> Value {
@@ -87,7 +94,7 @@ fn with(field: &str, value: Value) -> Value {
 #[test]
 fn bounded_integer_fields_advertise_their_range_in_every_format() {
     let (_, registry) = registry();
-    let ranges: [(&str, Value, Value); 7] = [
+    let ranges: [(&str, Value, Value); 9] = [
         ("small", json!(0), json!(255)),
         ("port", json!(0), json!(65535)),
         ("delta", json!(i32::MIN), json!(i32::MAX)),
@@ -95,6 +102,8 @@ fn bounded_integer_fields_advertise_their_range_in_every_format() {
         ("offset", json!(i64::MIN), json!(i64::MAX)),
         ("cents", json!(0), json!(u64::MAX)),
         ("limit", json!(0), json!(u32::MAX)),
+        ("default", json!(i32::MIN), json!(i32::MAX)),
+        ("const", json!(0), json!(u32::MAX)),
     ];
     for (format, schema) in schemas(&registry) {
         for (field, min, max) in &ranges {
@@ -130,6 +139,10 @@ async fn out_of_range_integers_are_refused_by_the_schema_and_by_the_call_alike()
         with("offset", json!(1e15)),
         with("cents", json!(u64::MAX)),
         with("limit", json!(4_294_967_296_u64)),
+        with("default", json!(3e9)),
+        with("const", json!(-1)),
+        with("counts", json!([1, 2, 4_294_967_296_u64])),
+        with("counts", json!([1, 2, 3])),
     ];
     let (counter, registry) = registry();
     for (format, schema) in schemas(&registry) {
@@ -197,4 +210,42 @@ async fn an_out_of_range_integer_is_refused_with_an_error_that_names_the_range_p
         }
     }
     assert_eq!(counter.runs.load(Ordering::SeqCst), 0);
+}
+
+#[idem::args]
+struct Deltas {
+    /// Per account.
+    deltas: std::collections::BTreeMap<String, i32>,
+}
+
+#[derive(Default)]
+struct Ledger;
+
+#[toolbox]
+impl Ledger {
+    /// Apply deltas.
+    #[tool(write)]
+    async fn apply(&self, _ctx: WriteCtx, args: Deltas) -> Result<usize, ToolError> {
+        Ok(args.deltas.len())
+    }
+}
+
+#[tokio::test]
+async fn the_values_of_a_map_carry_their_range_too() {
+    let registry = Registry::builder()
+        .toolbox(Arc::new(Ledger))
+        .build()
+        .unwrap();
+    let schema = registry.definitions(Format::Mcp)[0]["inputSchema"].clone();
+    let values = &schema["properties"]["deltas"]["additionalProperties"];
+    assert_eq!(values["maximum"], json!(i32::MAX), "{schema}");
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let over = json!({"deltas": {"a": 1, "b": -2_147_483_649_i64}});
+    assert!(!validator.is_valid(&over));
+    let r = registry.call(ToolCall::new("run-1", "apply", over)).await;
+    assert!(
+        matches!(r.error(), Some(CallError::InvalidArgs { .. })),
+        "{}",
+        r.text()
+    );
 }

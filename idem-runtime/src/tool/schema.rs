@@ -37,30 +37,46 @@ pub fn input_schema_for<T: JsonSchema>() -> Value {
 /// field). 128-bit integers are left as they are: their bounds are not JSON numbers serde
 /// can write.
 fn integer_ranges(schema: &mut Value) {
-    match schema {
-        Value::Object(map) => {
-            let is_integer = match map.get("type") {
-                Some(Value::String(t)) => t == "integer",
-                Some(Value::Array(types)) => types.iter().any(|t| t == "integer"),
-                _ => false,
-            };
-            let range = match map.get("format").and_then(Value::as_str) {
-                Some(format) if is_integer => integer_range(format),
-                _ => None,
-            };
-            if let Some((min, max)) = range {
-                map.entry("minimum").or_insert(min);
-                map.entry("maximum").or_insert(max);
+    let Value::Object(map) = schema else { return };
+    let is_integer = match map.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "integer"),
+        _ => false,
+    };
+    let range = match map.get("format").and_then(Value::as_str) {
+        Some(format) if is_integer => integer_range(format),
+        _ => None,
+    };
+    if let Some((min, max)) = range {
+        map.entry("minimum").or_insert(min);
+        map.entry("maximum").or_insert(max);
+    }
+    // Only into keywords that hold subschemas: a property may be named `default` or
+    // `const`, and a default or an example is a value, left as it was given.
+    for (key, child) in map.iter_mut() {
+        match (key.as_str(), child) {
+            ("properties" | "patternProperties" | "$defs" | "definitions", Value::Object(m)) => {
+                m.values_mut().for_each(integer_ranges)
             }
-            for (key, child) in map.iter_mut() {
-                // Values, not schemas: a default or an example is left as it was given.
-                if !matches!(key.as_str(), "default" | "examples" | "const" | "enum") {
-                    integer_ranges(child);
-                }
+            ("prefixItems" | "anyOf" | "oneOf" | "allOf", Value::Array(items)) => {
+                items.iter_mut().for_each(integer_ranges)
             }
+            (
+                "items"
+                | "not"
+                | "if"
+                | "then"
+                | "else"
+                | "contains"
+                | "additionalItems"
+                | "propertyNames"
+                | "unevaluatedItems"
+                | "additionalProperties"
+                | "unevaluatedProperties",
+                child,
+            ) => integer_ranges(child),
+            _ => {}
         }
-        Value::Array(items) => items.iter_mut().for_each(integer_ranges),
-        _ => {}
     }
 }
 
