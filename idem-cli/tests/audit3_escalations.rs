@@ -32,7 +32,9 @@ impl WriteTool for Wire {
     }
     async fn call(&self, _ctx: WriteCtx, _args: Args) -> Result<Value, ToolError> {
         self.sends.fetch_add(1, Ordering::SeqCst);
-        Err(ToolError::unknown("bank answered 504 after the request was sent"))
+        Err(ToolError::unknown(
+            "bank answered 504 after the request was sent",
+        ))
     }
     async fn read_back(&self, _ctx: ReadBackCtx, _args: Args) -> Result<ReadBack, ToolError> {
         Ok(ReadBack::Ambiguous {
@@ -110,8 +112,26 @@ async fn a_person_decides_escalations_with_the_cli() {
 
     // Bad input: refused, and the record is as it was.
     for bad in [
-        vec!["resolve", &key_a, "--completed", "wr_1", "--output", "{not json", "--note", "x"],
-        vec!["resolve", &key_a, "--completed", "wr_1", "--failed", "no", "--note", "x"],
+        vec![
+            "resolve",
+            &key_a,
+            "--completed",
+            "wr_1",
+            "--output",
+            "{not json",
+            "--note",
+            "x",
+        ],
+        vec![
+            "resolve",
+            &key_a,
+            "--completed",
+            "wr_1",
+            "--failed",
+            "no",
+            "--note",
+            "x",
+        ],
         vec!["resolve", &key_a, "--completed", "wr_1"],
         vec!["resolve", "idem:nope", "--completed", "wr_1", "--note", "x"],
     ] {
@@ -159,7 +179,11 @@ async fn a_person_decides_escalations_with_the_cli() {
     assert_eq!(again_a.output(), Some(&json!({"wire": "wr_1"})));
     let again_b = registry.call(call("globex")).await;
     assert_eq!(again_b.class(), Some(OutcomeClass::Failed));
-    assert!(again_b.text().contains("both wires returned"), "{}", again_b.text());
+    assert!(
+        again_b.text().contains("both wires returned"),
+        "{}",
+        again_b.text()
+    );
     assert_eq!(sends.load(Ordering::SeqCst), 2, "nothing sent again");
     let rec = store.get(a.key().unwrap()).await.unwrap().unwrap();
     assert_eq!(rec.downstream_ref.as_deref(), Some("wr_1"));
@@ -173,7 +197,15 @@ async fn a_person_decides_escalations_with_the_cli() {
     // Decided is decided: a second resolution is refused.
     let out = idem(
         &url,
-        &["resolve", &key_a, "--release", "--note", "undo", "--operator", "ops"],
+        &[
+            "resolve",
+            &key_a,
+            "--release",
+            "--note",
+            "undo",
+            "--operator",
+            "ops",
+        ],
     );
     assert!(!out.status.success());
     drop(store);
