@@ -249,3 +249,168 @@ async fn the_values_of_a_map_carry_their_range_too() {
         r.text()
     );
 }
+
+// ---- OpenAI strict mode takes a subset of JSON Schema --------------------------------------
+
+#[idem::args]
+struct Profile {
+    /// Page of results.
+    #[serde(default)]
+    page: u32,
+    /// Signed offset.
+    shift: i64,
+    /// Labels, each once.
+    tags: std::collections::BTreeSet<String>,
+    /// When it happened.
+    #[schemars(extend("format" = "date-time"))]
+    at: String,
+    /// Where to call back.
+    #[schemars(extend("format" = "uri"))]
+    callback: Option<String>,
+    /// Kept for old clients.
+    #[deprecated]
+    legacy: Option<bool>,
+    /// Weights.
+    weights: Vec<f32>,
+}
+
+#[derive(Default)]
+struct Profiles;
+
+#[toolbox]
+impl Profiles {
+    /// Update a profile.
+    #[tool(write)]
+    #[allow(deprecated)]
+    async fn update(&self, _ctx: WriteCtx, args: Profile) -> Result<u32, ToolError> {
+        Ok(args.page)
+    }
+}
+
+/// Walks every subschema and reports each keyword strict mode does not take on it: per type,
+/// `pattern` and a known `format` for strings, `minimum`, `maximum`, their exclusive forms and
+/// `multipleOf` for numbers, `minItems` and `maxItems` for arrays; `$defs` at the root only.
+fn unsupported(schema: &Value, path: &str, root: bool, out: &mut Vec<String>) {
+    let Value::Object(map) = schema else { return };
+    let types: Vec<&str> = match map.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let formats = [
+        "date-time",
+        "time",
+        "date",
+        "duration",
+        "email",
+        "hostname",
+        "ipv4",
+        "ipv6",
+        "uuid",
+    ];
+    for (k, v) in map {
+        let ok = match k.as_str() {
+            "type" | "description" | "title" | "enum" | "const" | "anyOf" | "$ref" => true,
+            "properties" | "required" | "additionalProperties" => types.contains(&"object"),
+            "items" | "minItems" | "maxItems" => types.contains(&"array"),
+            "pattern" => types.contains(&"string"),
+            "format" => types.contains(&"string") && formats.contains(&v.as_str().unwrap_or("")),
+            "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf" => {
+                types.contains(&"integer") || types.contains(&"number")
+            }
+            "$defs" => root,
+            _ => false,
+        };
+        if !ok {
+            out.push(format!("{path}: `{k}` ({v})"));
+        }
+    }
+    if let Some(Value::Object(props)) = map.get("properties") {
+        for (name, p) in props {
+            unsupported(p, &format!("{path}/{name}"), false, out);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(child) = map.get(key) {
+            unsupported(child, &format!("{path}/{key}"), false, out);
+        }
+    }
+    if let Some(Value::Array(branches)) = map.get("anyOf") {
+        for (i, b) in branches.iter().enumerate() {
+            unsupported(b, &format!("{path}/anyOf/{i}"), false, out);
+        }
+    }
+}
+
+#[test]
+fn strict_mode_schemas_use_only_the_keywords_strict_mode_takes() {
+    let registry = Registry::builder()
+        .toolbox(Arc::new(Profiles))
+        .toolbox(Arc::new(Counter::default()))
+        .build()
+        .unwrap();
+    let strict = DefinitionOptions::default().strict(true);
+    for def in registry.definitions_with(Format::OpenAi, &strict) {
+        assert_eq!(def["function"]["strict"], true, "{def}");
+        let mut out = Vec::new();
+        unsupported(&def["function"]["parameters"], "#", true, &mut out);
+        assert!(out.is_empty(), "{}: {out:#?}", def["function"]["name"]);
+    }
+    let update = &registry.definitions_with(Format::OpenAiResponses, &strict)[0];
+    let p = &update["parameters"]["properties"];
+    // The range stays, the integer's format goes; a known string format stays.
+    assert_eq!(p["page"]["maximum"], json!(u32::MAX), "{update}");
+    assert_eq!(p["shift"]["minimum"], json!(i64::MIN), "{update}");
+    assert_eq!(p["at"]["format"], "date-time", "{update}");
+    assert!(p["callback"].get("format").is_none(), "{update}");
+    // Without strict mode the schema keeps what schemars wrote.
+    let loose = &registry.definitions(Format::OpenAi)[0]["function"]["parameters"]["properties"];
+    assert_eq!(loose["page"]["format"], "uint32");
+    assert_eq!(loose["page"]["default"], 0);
+    assert_eq!(loose["callback"]["format"], "uri");
+}
+
+/// What strict mode leaves out only loosens the schema: every value the strict schema allows,
+/// the call accepts; and a `#[serde(default)]` field the model must now send runs as sent.
+#[tokio::test]
+async fn the_strict_schema_still_agrees_with_the_call() {
+    let registry = Registry::builder()
+        .toolbox(Arc::new(Profiles))
+        .build()
+        .unwrap();
+    let strict = DefinitionOptions::default().strict(true);
+    let schema =
+        registry.definitions_with(Format::OpenAi, &strict)[0]["function"]["parameters"].clone();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let base = json!({"page": 2, "shift": -1, "tags": ["a", "b"], "at": "2026-12-01T08:00:00Z",
+                      "callback": null, "legacy": null, "weights": [0.5]});
+    let cases = [
+        base.clone(),
+        {
+            let mut v = base.clone();
+            v["page"] = json!(4_294_967_296_u64);
+            v
+        },
+        {
+            let mut v = base.clone();
+            v["callback"] = json!("https://example.com/hook");
+            v
+        },
+        {
+            let mut v = base.clone();
+            v["shift"] = json!(1.5);
+            v
+        },
+    ];
+    for (i, args) in cases.iter().enumerate() {
+        let r = registry
+            .call(ToolCall::new(format!("run-{i}"), "update", args.clone()))
+            .await;
+        assert_eq!(
+            r.is_completed(),
+            validator.is_valid(args),
+            "{args}: {}",
+            r.text()
+        );
+    }
+}
