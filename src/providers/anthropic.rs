@@ -49,9 +49,25 @@ use crate::{Registry, Scope, ToolCall, ToolResult};
 /// conversation as you received it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct AssistantMessage {
-    /// The content blocks, in the model's order.
-    #[serde(default, deserialize_with = "null_as_empty")]
+    /// The content blocks, in the model's order. A turn of the conversation written with
+    /// string content (`"content": "Sure."`, which the API accepts for any message) is one
+    /// text block, kept as [`ContentBlock::Other`]; `null` or absent is no blocks.
+    #[serde(default, deserialize_with = "blocks_or_text")]
     pub content: Vec<ContentBlock>,
+}
+
+/// `content` as the API takes it: a list of blocks, or a string that stands for one text
+/// block.
+fn blocks_or_text<'de, D>(deserializer: D) -> Result<Vec<ContentBlock>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    match Value::deserialize(deserializer)? {
+        Value::String(text) => Ok(vec![ContentBlock::Other(
+            serde_json::json!({"type": "text", "text": text}),
+        )]),
+        other => null_as_empty(other).map_err(serde::de::Error::custom),
+    }
 }
 
 /// One content block: a `tool_use`, or anything else (text, thinking, a server tool's

@@ -57,6 +57,10 @@ pub struct ChatAssistantMessage {
 
 /// One entry of `tool_calls`: a function call, or another kind (e.g. a `custom` tool call),
 /// which is not an idem tool and is left to the caller.
+///
+/// An entry whose `type` is missing or `null` but that has a `function` member is read as a
+/// function call: some OpenAI-compatible servers send it so, and passing it over as another
+/// kind would leave the model's call without an answer.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(try_from = "Value", untagged)]
 pub enum ChatToolCallItem {
@@ -242,5 +246,19 @@ pub async fn function_call_outputs(
     results.iter().map(FunctionCallOutput::from).collect()
 }
 
-item_from_value!(ChatToolCallItem, Function, "function");
+impl TryFrom<Value> for ChatToolCallItem {
+    type Error = String;
+    fn try_from(mut value: Value) -> Result<Self, String> {
+        if let Value::Object(item) = &mut value {
+            let untyped = item.get("type").is_none_or(Value::is_null);
+            if untyped && item.contains_key("function") {
+                item.insert("type".into(), Value::String("function".into()));
+            }
+        }
+        Ok(match super::typed_item(value, "function")? {
+            Ok(call) => ChatToolCallItem::Function(call),
+            Err(other) => ChatToolCallItem::Other(other),
+        })
+    }
+}
 item_from_value!(ResponsesItem, FunctionCall, "function_call");

@@ -42,7 +42,8 @@ pub enum Format {
 #[non_exhaustive]
 pub struct DefinitionOptions {
     /// OpenAI strict mode: `"strict": true` and a schema rewritten to its rules
-    /// (closed objects, every property required, optional ones nullable). A tool whose
+    /// (closed objects, every property required, optional ones nullable, no keyword strict
+    /// mode refuses, such as an integer's `format` or a `default`). A tool whose
     /// schema strict mode cannot express (a map, an enum of argument shapes) is offered
     /// with `"strict": false` and its schema as it is. Used by both OpenAI formats; ignored
     /// by the others.

@@ -6,12 +6,16 @@ use crate::tool::schema::required_names;
 
 /// Rewrites a schema for OpenAI's strict mode: every object closed
 /// (`additionalProperties: false`) with every property required, properties that were
-/// optional made nullable instead, and `oneOf` written as the `anyOf` strict mode accepts.
+/// optional made nullable instead, `oneOf` written as the `anyOf` strict mode accepts, and
+/// the keywords strict mode refuses left out: `format` anywhere but on a string (where only
+/// the formats it knows stay), and annotations such as `default`, `examples`, `deprecated`.
+/// Integers keep their range as `minimum` and `maximum`, which strict mode takes.
 ///
 /// An optional property with a default value (`#[serde(default)] limit: u32`, whose schema
 /// says `"default": 0`) is required but not made nullable: serde fills in the default for an
 /// absent field, not for a `null`, so a nullable type would invite a value the tool refuses.
-/// The model then always sends a value. An `Option` field (no default, or `"default": null`)
+/// The model then always sends a value, and the `default` itself is left out (strict mode
+/// refuses the keyword). An `Option` field (no default, or `"default": null`)
 /// becomes nullable: serde reads `null` as `None`.
 ///
 /// `None` when the schema cannot be strict without changing what it accepts: a map (an
@@ -26,7 +30,83 @@ pub fn to_strict(schema: &Value) -> Option<Value> {
     }
     let mut s = schema.clone();
     strictify(&mut s);
+    drop_unsupported(&mut s);
     Some(s)
+}
+
+/// The string formats strict mode accepts; any other `format` value is refused.
+const STRING_FORMATS: [&str; 9] = [
+    "date-time",
+    "time",
+    "date",
+    "duration",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uuid",
+];
+
+/// Keywords strict mode refuses (it takes a subset of JSON Schema: per type, `pattern` and a
+/// few `format`s for strings, `minimum`, `maximum`, their exclusive forms and `multipleOf`
+/// for numbers, `minItems` and `maxItems` for arrays) that can go without changing what the
+/// call accepts: each is an annotation, or a constraint serde does not enforce on the
+/// arguments anyway, so leaving it out only loosens the schema.
+const DROPPED: [&str; 15] = [
+    // Annotations. A `default` is one once its property is required (see `to_strict`).
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$comment",
+    // Constraints schemars writes only when asked (`#[schemars(length(..))]`, a set's
+    // `uniqueItems`); serde enforces none of them.
+    "minLength",
+    "maxLength",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "contentEncoding",
+    "contentMediaType",
+    "minContains",
+    "maxContains",
+];
+
+/// Removes, from every subschema, the keywords strict mode refuses: those in [`DROPPED`], and
+/// `format` except on a string with one of [`STRING_FORMATS`] (schemars names the width of an
+/// integer in it, `"format": "uint32"`, which strict mode does not take; the width is
+/// carried by `minimum` and `maximum`).
+fn drop_unsupported(schema: &mut Value) {
+    let Value::Object(map) = schema else { return };
+    for keyword in DROPPED {
+        map.remove(keyword);
+    }
+    let is_string = match map.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+        _ => false,
+    };
+    let supported = is_string
+        && map
+            .get("format")
+            .and_then(Value::as_str)
+            .is_some_and(|f| STRING_FORMATS.contains(&f));
+    if !supported {
+        map.remove("format");
+    }
+    for (key, child) in map.iter_mut() {
+        match (key.as_str(), child) {
+            ("properties" | "$defs" | "definitions", Value::Object(m)) => {
+                m.values_mut().for_each(drop_unsupported)
+            }
+            ("anyOf" | "allOf" | "prefixItems", Value::Array(items)) => {
+                items.iter_mut().for_each(drop_unsupported)
+            }
+            ("items" | "additionalProperties" | "not", child) => drop_unsupported(child),
+            _ => {}
+        }
+    }
 }
 
 /// True when some object in the schema takes properties it does not name

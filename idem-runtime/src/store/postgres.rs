@@ -258,7 +258,7 @@ impl PostgresStoreBuilder {
     /// [`StoreError::Backend`] for a malformed URL or schema name, a database migrated by a
     /// newer version of this library, or TLS settings it cannot honour (certificates that
     /// do not parse, certificates for a URL that does not require TLS, both
-    /// [`Self::tls_config`] and certificates, or either with [`PostgresStore::with_pool`],
+    /// `tls_config` and certificates, or either with [`PostgresStore::with_pool`],
     /// whose pool makes its own connections).
     pub async fn connect(self) -> Result<PostgresStore, StoreError> {
         if !valid_identifier(&self.schema) {

@@ -168,9 +168,13 @@ fn decode_value<A: serde::de::DeserializeOwned + 'static>(args: &Value) -> Resul
         // `"integer"`, which the input schema advertises, allows it, and models send it;
         // serde refuses it. Only on that failure path, try the value with such floats written
         // as integers. The identity comes from the decoded args, so `2.0` and `2` are one
-        // operation.
+        // operation. If that fails too, its error is the one to report: the conversion only
+        // makes values more acceptable, so it is at least as close to the cause, and for a
+        // whole float the type cannot hold (`3e9` for an `i32`) it names the range
+        // ("integer `3000000000`, expected i32") where the first said "floating point",
+        // which would send the model to retry with `3000000000`.
         Err(e) => match integral_floats_as_integers(args) {
-            Some(v) => A::deserialize(&v).map_err(|_| DecodeError::Invalid(e.to_string())),
+            Some(v) => A::deserialize(&v).map_err(|e| DecodeError::Invalid(e.to_string())),
             None => Err(DecodeError::Invalid(e.to_string())),
         },
     }

@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 /// The input schema of an args type: root `"type": "object"` always, no `$schema` URL,
 /// subschemas inlined (recursive types keep `$defs`), and `Option<T>` fields rendered as an
 /// optional `T` (not in `required`) — the form every client accepts, where some reject
-/// `"type": [T, "null"]`.
+/// `"type": [T, "null"]`. A fixed-width integer (`i32`, `u32`, `u64`, …) carries its range
+/// as `minimum` and `maximum`, so the schema refuses what its type cannot hold.
 pub fn input_schema_for<T: JsonSchema>() -> Value {
     let generator = SchemaSettings::draft2020_12()
         .with(|s| {
@@ -20,7 +21,81 @@ pub fn input_schema_for<T: JsonSchema>() -> Value {
     let mut value = normalize_root(schema.to_value());
     drop_optional_nulls(&mut value);
     objects_for_booleans(&mut value);
+    integer_ranges(&mut value);
     value
+}
+
+/// Writes the range of a fixed-width integer type into its schema (`minimum`, `maximum`)
+/// where the schema names the type's `format` but not all of its range. schemars bounds
+/// `u8`, `u16`, `i8` and `i16`, gives `u32`, `u64` and `usize` a minimum only and `i32`,
+/// `i64` and `isize` nothing, so a client that validates against the schema would pass
+/// `3e9` for an `i32`, which the call then refuses. With the range in the schema, the schema
+/// refuses what the call refuses. Bounds the type's schema already gives (schemars' own, a
+/// `#[schemars(range(..))]`) are kept. Every format takes the two keywords: JSON Schema
+/// (MCP, Anthropic) and OpenAI's strict mode, which lists `minimum` and `maximum` among the
+/// keywords it supports for numbers (and already got `"minimum": 0` for every unsigned
+/// field). 128-bit integers are left as they are: their bounds are not JSON numbers serde
+/// can write.
+fn integer_ranges(schema: &mut Value) {
+    let Value::Object(map) = schema else { return };
+    let is_integer = match map.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "integer"),
+        _ => false,
+    };
+    let range = match map.get("format").and_then(Value::as_str) {
+        Some(format) if is_integer => integer_range(format),
+        _ => None,
+    };
+    if let Some((min, max)) = range {
+        map.entry("minimum").or_insert(min);
+        map.entry("maximum").or_insert(max);
+    }
+    // Only into keywords that hold subschemas: a property may be named `default` or
+    // `const`, and a default or an example is a value, left as it was given.
+    for (key, child) in map.iter_mut() {
+        match (key.as_str(), child) {
+            ("properties" | "patternProperties" | "$defs" | "definitions", Value::Object(m)) => {
+                m.values_mut().for_each(integer_ranges)
+            }
+            ("prefixItems" | "anyOf" | "oneOf" | "allOf", Value::Array(items)) => {
+                items.iter_mut().for_each(integer_ranges)
+            }
+            (
+                "items"
+                | "not"
+                | "if"
+                | "then"
+                | "else"
+                | "contains"
+                | "additionalItems"
+                | "propertyNames"
+                | "unevaluatedItems"
+                | "additionalProperties"
+                | "unevaluatedProperties",
+                child,
+            ) => integer_ranges(child),
+            _ => {}
+        }
+    }
+}
+
+/// The range of the integer type schemars names `format`.
+fn integer_range(format: &str) -> Option<(Value, Value)> {
+    use serde_json::json;
+    Some(match format {
+        "int8" => (json!(i8::MIN), json!(i8::MAX)),
+        "int16" => (json!(i16::MIN), json!(i16::MAX)),
+        "int32" => (json!(i32::MIN), json!(i32::MAX)),
+        "int64" => (json!(i64::MIN), json!(i64::MAX)),
+        "int" => (json!(isize::MIN), json!(isize::MAX)),
+        "uint8" => (json!(0), json!(u8::MAX)),
+        "uint16" => (json!(0), json!(u16::MAX)),
+        "uint32" => (json!(0), json!(u32::MAX)),
+        "uint64" => (json!(0), json!(u64::MAX)),
+        "uint" => (json!(0), json!(usize::MAX)),
+        _ => return None,
+    })
 }
 
 /// The output schema of a tool's output type: what `serde_json::to_value` of a `T` produces,
