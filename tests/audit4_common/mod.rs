@@ -17,6 +17,8 @@ use idem::IdemStore;
 pub struct Durable {
     pub name: &'static str,
     at: Location,
+    /// Removed on drop (false in a child process that opens its parent's location).
+    owned: bool,
 }
 
 enum Location {
@@ -52,6 +54,7 @@ pub fn durables(test: &str) -> Vec<Durable> {
     out.push(Durable {
         name: "sqlite",
         at: Location::Sqlite(tempfile_dir::Dir::new(&unique(test))),
+        owned: true,
     });
     #[cfg(feature = "redis")]
     if let Some(url) = idem::store::conformance::backend_url("IDEM_REDIS_URL", test) {
@@ -61,6 +64,7 @@ pub fn durables(test: &str) -> Vec<Durable> {
                 url,
                 prefix: format!("idem-audit4-{}:", unique(test)),
             },
+            owned: true,
         });
     }
     #[cfg(feature = "postgres")]
@@ -71,6 +75,7 @@ pub fn durables(test: &str) -> Vec<Durable> {
                 url,
                 schema: format!("idem_audit4_{}", unique(test)).to_lowercase(),
             },
+            owned: true,
         });
     }
     out
@@ -152,8 +157,54 @@ impl Durable {
     }
 }
 
+impl Durable {
+    /// The environment a child process needs to open this location ([`Durable::from_env`]).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let (a, b) = match &self.at {
+            #[cfg(feature = "sqlite")]
+            Location::Sqlite(dir) => (dir.path().display().to_string(), String::new()),
+            #[cfg(feature = "redis")]
+            Location::Redis { url, prefix } => (url.clone(), prefix.clone()),
+            #[cfg(feature = "postgres")]
+            Location::Postgres { url, schema } => (url.clone(), schema.clone()),
+            Location::None => unreachable!("no backend"),
+        };
+        vec![
+            ("IDEM_AUDIT4_BACKEND", self.name.to_owned()),
+            ("IDEM_AUDIT4_AT", a),
+            ("IDEM_AUDIT4_UNDER", b),
+        ]
+    }
+
+    /// The location a parent process named in [`Durable::env`]; not removed on drop.
+    pub fn from_env() -> Option<Durable> {
+        let name = std::env::var("IDEM_AUDIT4_BACKEND").ok()?;
+        let a = std::env::var("IDEM_AUDIT4_AT").ok()?;
+        let b = std::env::var("IDEM_AUDIT4_UNDER").ok()?;
+        let _ = (&a, &b);
+        let (name, at) = match name.as_str() {
+            #[cfg(feature = "sqlite")]
+            "sqlite" => ("sqlite", Location::Sqlite(tempfile_dir::Dir::borrowed(a.into()))),
+            #[cfg(feature = "redis")]
+            "redis" => ("redis", Location::Redis { url: a, prefix: b }),
+            #[cfg(feature = "postgres")]
+            "postgres" => ("postgres", Location::Postgres { url: a, schema: b }),
+            _ => return None,
+        };
+        Some(Durable {
+            name,
+            at,
+            owned: false,
+        })
+    }
+}
+
 impl Drop for Durable {
     fn drop(&mut self) {
+        if !self.owned {
+            // A borrowed SQLite directory is not removed either (`Dir::borrowed`).
+            return;
+        }
         match &self.at {
             #[cfg(feature = "redis")]
             Location::Redis { url, prefix } => delete_prefix(url, prefix),
@@ -192,13 +243,16 @@ impl Drop for Durable {
 #[cfg(feature = "sqlite")]
 mod tempfile_dir {
     /// A directory of the test's own under the system temp dir, removed on drop.
-    pub struct Dir(std::path::PathBuf);
+    pub struct Dir(std::path::PathBuf, bool);
     impl Dir {
+        pub fn borrowed(path: std::path::PathBuf) -> Dir {
+            Dir(path, false)
+        }
         pub fn new(name: &str) -> Dir {
             let path = std::env::temp_dir().join(format!("idem-audit4-{name}"));
             let _ = std::fs::remove_dir_all(&path);
             std::fs::create_dir_all(&path).unwrap();
-            Dir(path)
+            Dir(path, true)
         }
         pub fn path(&self) -> &std::path::Path {
             &self.0
@@ -206,7 +260,9 @@ mod tempfile_dir {
     }
     impl Drop for Dir {
         fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
+            if self.1 {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
         }
     }
 }
