@@ -476,3 +476,90 @@ async fn two_reconcilers_record_a_redelivered_effect_once() {
         assert_eq!(ledger.requests(), 3, "{}", d.name);
     }
 }
+
+/// A keyed send whose first answer is lost: the executor retries it with the same key
+/// after a backoff.
+struct KeyedRetry {
+    ledger: Arc<Ledger>,
+    lease: Duration,
+}
+
+impl WriteTool for KeyedRetry {
+    type Args = OrderArgs;
+    type Output = Value;
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("charge")
+            .description("Charges an order.")
+            .downstream(Downstream::Keyed)
+            .timeout(Duration::from_secs(10))
+            .lease(self.lease)
+    }
+    async fn call(&self, ctx: WriteCtx, args: OrderArgs) -> Result<Value, ToolError> {
+        let key = ctx.key().as_str().to_owned();
+        if self.ledger.request(&key) == 1 {
+            self.ledger.effect(&key);
+            return Err(ToolError::unknown("connection reset after sending"));
+        }
+        Ok(json!({"charged": args.order}))
+    }
+}
+
+/// Worker A's keyed retry waits out a backoff several times the lease: the claim is
+/// renewed through the backoff, so worker B, asking meanwhile, is told "in flight" and
+/// neither sends nor reads the record as unknown; A's retry (same key) completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_keyed_retry_backoff_longer_than_the_lease_keeps_the_claim() {
+    let lease = Duration::from_millis(300);
+    for d in durables("audit4_backoff") {
+        let ledger = Arc::new(Ledger::default());
+        let worker = |store: Arc<dyn IdemStore>, policy: RetryPolicy| {
+            Registry::builder()
+                .shared_store(store)
+                .retry_policy(policy)
+                .in_flight_wait(Duration::from_millis(20))
+                .tool(KeyedRetry {
+                    ledger: ledger.clone(),
+                    lease,
+                })
+                .build()
+                .expect("valid tools")
+        };
+        let backoff = lease * 5;
+        let a = worker(
+            d.open().await,
+            RetryPolicy::default()
+                .max_attempts(2)
+                .initial_backoff(backoff)
+                .max_backoff(backoff)
+                .jitter(0.0),
+        );
+        let b_store = d.open().await;
+        let b = worker(b_store.clone(), RetryPolicy::never());
+        let call = ToolCall::new("run-k", "charge", json!({"order": "o-1"}));
+        let first = tokio::spawn({
+            let (a, call) = (a.clone(), call.clone());
+            async move { a.call(call).await }
+        });
+        until("the first send", || ledger.requests() == 1).await;
+        let key = running_keys(&b_store).await.pop().expect("A's claim");
+        let start = std::time::Instant::now();
+        while start.elapsed() < backoff - lease {
+            let again = b.call(call.clone().call_id("toolu_b")).await;
+            assert!(
+                matches!(again.error(), Some(CallError::InFlight { .. })),
+                "{}: {:?}",
+                d.name,
+                again.as_result()
+            );
+            let record = b_store.get(&key).await.unwrap().expect("the record");
+            assert_eq!(record.state, RecordState::Running, "{}: renewed through the backoff", d.name);
+            tokio::time::sleep(lease / 2).await;
+        }
+        let first = first.await.unwrap();
+        assert!(first.is_completed(), "{}: {:?}", d.name, first.as_result());
+        assert_eq!(ledger.requests_of(key.as_str()), 2, "{}: the send and one retry", d.name);
+        assert_eq!(ledger.effects(), 1, "{}", d.name);
+        let replay = b.call(call.clone().call_id("toolu_c")).await;
+        assert!(replay.replayed() && replay.is_completed(), "{}", d.name);
+    }
+}
