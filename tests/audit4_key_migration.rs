@@ -117,7 +117,11 @@ fn build(
 }
 
 fn charge(customer: &str, cents: u64) -> ToolCall {
-    ToolCall::new("run-m", "charge", json!({"customer": customer, "cents": cents}))
+    ToolCall::new(
+        "run-m",
+        "charge",
+        json!({"customer": customer, "cents": cents}),
+    )
 }
 
 fn old() -> KeyMigration {
@@ -149,7 +153,9 @@ async fn a_claim_under_either_format_is_found_under_the_other() {
         while bank.keys_sent_for("acme").is_empty() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let meanwhile = v2_worker.call(charge("acme", 4900).call_id("toolu_2")).await;
+        let meanwhile = v2_worker
+            .call(charge("acme", 4900).call_id("toolu_2"))
+            .await;
         assert!(
             matches!(meanwhile.error(), Some(CallError::InFlight { .. })),
             "{}: {:?}",
@@ -160,14 +166,23 @@ async fn a_claim_under_either_format_is_found_under_the_other() {
         let first = running.await.unwrap();
         assert!(first.is_completed(), "{}", d.name);
         // ... and settled.
-        let replay = v2_worker.call(charge("acme", 4900).call_id("toolu_3")).await;
-        assert!(replay.replayed() && replay.is_completed(), "{}: {:?}", d.name, replay.as_result());
+        let replay = v2_worker
+            .call(charge("acme", 4900).call_id("toolu_3"))
+            .await;
+        assert!(
+            replay.replayed() && replay.is_completed(),
+            "{}: {:?}",
+            d.name,
+            replay.as_result()
+        );
         // Changed parameters against the v1 claim (same customer under an intent id) are refused.
         assert!(v1_worker
             .call(charge("initech", 100).intent("order-9"))
             .await
             .is_completed());
-        let changed = v2_worker.call(charge("initech", 999).intent("order-9")).await;
+        let changed = v2_worker
+            .call(charge("initech", 999).intent("order-9"))
+            .await;
         assert!(
             matches!(changed.error(), Some(CallError::ChangedParams { .. })),
             "{}: {:?}",
@@ -175,14 +190,26 @@ async fn a_claim_under_either_format_is_found_under_the_other() {
             changed.as_result()
         );
         assert_eq!(bank.charges_of("acme"), 1, "{}", d.name);
-        assert_eq!(bank.keys_sent_for("acme").len(), 1, "{}: never sent again", d.name);
+        assert_eq!(
+            bank.keys_sent_for("acme").len(),
+            1,
+            "{}: never sent again",
+            d.name
+        );
         assert_eq!(bank.charges_of("initech"), 1, "{}", d.name);
 
         // Direction 2: claimed under v2 by phase 2, found by phase 1 under v1.
         let v1_phase_one = build(d.open().await, &bank, phase_one(), None, false);
         assert!(v2_worker.call(charge("globex", 100)).await.is_completed());
-        let found = v1_phase_one.call(charge("globex", 100).call_id("toolu_4")).await;
-        assert!(found.replayed() && found.is_completed(), "{}: {:?}", d.name, found.as_result());
+        let found = v1_phase_one
+            .call(charge("globex", 100).call_id("toolu_4"))
+            .await;
+        assert!(
+            found.replayed() && found.is_completed(),
+            "{}: {:?}",
+            d.name,
+            found.as_result()
+        );
         assert_eq!(bank.keys_sent_for("globex").len(), 1, "{}", d.name);
     }
 }
@@ -229,27 +256,52 @@ async fn after_the_migration_ends_nothing_is_lost() {
         let bank = Arc::new(Bank::default());
         let v1 = build(d.open().await, &bank, old(), None, true);
         let lost = v1.call(charge("acme", 4900)).await;
-        assert_eq!(lost.class(), Some(OutcomeClass::Unknown), "{}: {:?}", d.name, lost.as_result());
+        assert_eq!(
+            lost.class(),
+            Some(OutcomeClass::Unknown),
+            "{}: {:?}",
+            d.name,
+            lost.as_result()
+        );
         let v1_key = lost.key().unwrap().clone();
         let p2 = build(d.open().await, &bank, phase_two(), None, false);
         let during = p2.call(charge("globex", 100)).await;
         assert!(during.is_completed(), "{}", d.name);
         let blocked = p2.call(charge("acme", 4900).call_id("toolu_2")).await;
         assert_eq!(blocked.class(), Some(OutcomeClass::Unknown), "{}", d.name);
-        assert_eq!(blocked.key(), Some(&v1_key), "{}: found under the v1 key", d.name);
+        assert_eq!(
+            blocked.key(),
+            Some(&v1_key),
+            "{}: found under the v1 key",
+            d.name
+        );
 
         // The migration ends.
         let now = build(d.open().await, &bank, KeyMigration::none(), None, false);
         let replay = now.call(charge("globex", 100).call_id("toolu_3")).await;
-        assert!(replay.replayed() && replay.is_completed(), "{}: {:?}", d.name, replay.as_result());
+        assert!(
+            replay.replayed() && replay.is_completed(),
+            "{}: {:?}",
+            d.name,
+            replay.as_result()
+        );
         assert_eq!(bank.keys_sent_for("globex").len(), 1, "{}", d.name);
 
         let store = now.store().clone();
-        let record = store.get(&v1_key).await.unwrap().expect("the v1 record is kept");
+        let record = store
+            .get(&v1_key)
+            .await
+            .unwrap()
+            .expect("the v1 record is kept");
         assert_eq!(record.state, RecordState::Unknown, "{}", d.name);
         Reconciler::new(&now).run_all().await.expect("a pass");
         let sent = bank.keys_sent_for("acme");
-        assert_eq!(sent.len(), 2, "{}: the original and one retry: {sent:?}", d.name);
+        assert_eq!(
+            sent.len(),
+            2,
+            "{}: the original and one retry: {sent:?}",
+            d.name
+        );
         assert!(
             sent.iter().all(|k| k == v1_key.as_str()),
             "{}: the retry carried the key first sent: {sent:?}",

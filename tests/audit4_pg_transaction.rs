@@ -128,7 +128,11 @@ impl Fixture {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos();
-        let schema = format!("idem_audit4_tx_{}_{}", std::process::id(), nanos % 1_000_000_000);
+        let schema = format!(
+            "idem_audit4_tx_{}_{}",
+            std::process::id(),
+            nanos % 1_000_000_000
+        );
         let store = PostgresStore::builder(url)
             .schema(schema.clone())
             .max_connections(6)
@@ -184,27 +188,41 @@ impl Fixture {
             .get()
             .await
             .expect("a connection")
-            .query_one(&format!("SELECT count(*) FROM \"{}\".ledger", self.schema), &[])
+            .query_one(
+                &format!("SELECT count(*) FROM \"{}\".ledger", self.schema),
+                &[],
+            )
             .await
             .expect("count the ledger")
             .get(0)
     }
 
     async fn state(&self, key: &IdemKey) -> Option<RecordState> {
-        self.store.get(key).await.expect("the store answers").map(|r| r.state)
+        self.store
+            .get(key)
+            .await
+            .expect("the store answers")
+            .map(|r| r.state)
     }
 
     async fn drop_schema(self) {
         if let Ok(c) = self.store.pool().get().await {
             let _ = c
-                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema))
+                .batch_execute(&format!(
+                    "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+                    self.schema
+                ))
                 .await;
         }
     }
 }
 
 fn credit() -> ToolCall {
-    ToolCall::new("run-tx", "credit", json!({"account": "acc-1", "cents": 4900}))
+    ToolCall::new(
+        "run-tx",
+        "credit",
+        json!({"account": "acc-1", "cents": 4900}),
+    )
 }
 
 /// Calls until the answer is not "in flight" (a rolled-back transaction's lock is released
@@ -232,7 +250,11 @@ async fn a_committed_effect_is_replayed_without_a_second_row() {
     assert_eq!(f.rows().await, 1);
     assert_eq!(f.state(&key).await, Some(RecordState::Completed));
     let record = f.store.get(&key).await.unwrap().unwrap();
-    assert_eq!(record.payload.as_ref(), first.output(), "the record holds the output");
+    assert_eq!(
+        record.payload.as_ref(),
+        first.output(),
+        "the record holds the output"
+    );
 
     // Another worker (a new pool on the same schema) asks again: a replay, no row.
     let again = r.call(credit().call_id("toolu_2")).await;
@@ -251,7 +273,12 @@ async fn a_handler_error_rolls_the_effect_back_and_frees_the_key() {
     let r = f.registry(Duration::from_secs(5), Duration::from_secs(1));
     f.set(Then::Reject);
     let first = r.call(credit()).await;
-    assert_eq!(first.class(), Some(OutcomeClass::Rejected), "{:?}", first.as_result());
+    assert_eq!(
+        first.class(),
+        Some(OutcomeClass::Rejected),
+        "{:?}",
+        first.as_result()
+    );
     let key = first.key().unwrap().clone();
     assert_eq!(f.rows().await, 0, "the row rolled back with the error");
     assert_eq!(f.state(&key).await, None, "the key is free");
@@ -277,14 +304,24 @@ async fn a_panic_inside_the_transaction_keeps_neither() {
     let r = f.registry(Duration::from_secs(5), Duration::from_secs(1));
     f.set(Then::Panic);
     let first = r.call(credit()).await;
-    assert_eq!(first.class(), Some(OutcomeClass::Unknown), "{:?}", first.as_result());
+    assert_eq!(
+        first.class(),
+        Some(OutcomeClass::Unknown),
+        "{:?}",
+        first.as_result()
+    );
     let key = first.key().unwrap().clone();
     assert_eq!(f.rows().await, 0, "the row rolled back with the panic");
     assert_eq!(f.state(&key).await, Some(RecordState::Unknown));
 
     f.set(Then::Commit);
     let again = call_settled(&r, credit().call_id("toolu_2")).await;
-    assert_eq!(again.class(), Some(OutcomeClass::Unknown), "{:?}", again.as_result());
+    assert_eq!(
+        again.class(),
+        Some(OutcomeClass::Unknown),
+        "{:?}",
+        again.as_result()
+    );
     assert!(again.replayed());
     assert_eq!(f.rows().await, 0, "not run again");
     assert_eq!(f.runs.load(Ordering::SeqCst), 1);
@@ -302,12 +339,21 @@ async fn a_transaction_committing_after_the_timeout_settles_completed_once() {
     let r = f.registry(Duration::from_millis(150), Duration::from_millis(20));
     f.set(Then::SleepThenCommit(700));
     let first = r.call(credit()).await;
-    assert_eq!(first.class(), Some(OutcomeClass::Unknown), "{:?}", first.as_result());
+    assert_eq!(
+        first.class(),
+        Some(OutcomeClass::Unknown),
+        "{:?}",
+        first.as_result()
+    );
     let key = first.key().unwrap().clone();
     // Whenever it is looked at, the row and the completed record are there together or
     // not at all.
     let (rows, state) = (f.rows().await, f.state(&key).await);
-    assert_eq!(rows == 1, state == Some(RecordState::Completed), "{rows} {state:?}");
+    assert_eq!(
+        rows == 1,
+        state == Some(RecordState::Completed),
+        "{rows} {state:?}"
+    );
     f.set(Then::Commit);
     let meanwhile = r.call(credit().call_id("toolu_2")).await;
     // In flight while the transaction is open, or a replay of what it committed.
@@ -326,10 +372,18 @@ async fn a_transaction_committing_after_the_timeout_settles_completed_once() {
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    assert_eq!(state, Some(RecordState::Completed), "the late commit settles it");
+    assert_eq!(
+        state,
+        Some(RecordState::Completed),
+        "the late commit settles it"
+    );
     assert_eq!(f.rows().await, 1);
     let again = r.call(credit().call_id("toolu_3")).await;
-    assert!(again.replayed() && again.is_completed(), "{:?}", again.as_result());
+    assert!(
+        again.replayed() && again.is_completed(),
+        "{:?}",
+        again.as_result()
+    );
     assert_eq!(f.rows().await, 1);
     assert_eq!(f.runs.load(Ordering::SeqCst), 1);
     f.drop_schema().await;
@@ -372,7 +426,11 @@ async fn a_connection_killed_inside_the_transaction_keeps_neither() {
 
     f.set(Then::Commit);
     let again = call_settled(&r, credit().call_id("toolu_2")).await;
-    assert!(again.is_completed(), "the key is free: {:?}", again.as_result());
+    assert!(
+        again.is_completed(),
+        "the key is free: {:?}",
+        again.as_result()
+    );
     assert_eq!(f.rows().await, 1);
     let third = r.call(credit().call_id("toolu_3")).await;
     assert!(third.replayed());

@@ -132,7 +132,10 @@ async fn two_processes_racing_the_same_calls_execute_each_once() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let (ledger, go) = (dir.join("ledger"), dir.join("go"));
-        let workers = [spawn_worker(&d, &ledger, &go), spawn_worker(&d, &ledger, &go)];
+        let workers = [
+            spawn_worker(&d, &ledger, &go),
+            spawn_worker(&d, &ledger, &go),
+        ];
         // Both processes have had time to start and open the store.
         tokio::time::sleep(Duration::from_millis(500)).await;
         std::fs::write(&go, "go").unwrap();
@@ -150,7 +153,12 @@ async fn two_processes_racing_the_same_calls_execute_each_once() {
                     .filter_map(|l| l.split_once("ANSWER ").map(|(_, a)| a.to_owned())),
             );
         }
-        assert_eq!(answers.len(), 2 * OPERATIONS * REPEATS, "{}: {answers:?}", d.name);
+        assert_eq!(
+            answers.len(),
+            2 * OPERATIONS * REPEATS,
+            "{}: {answers:?}",
+            d.name
+        );
         assert!(
             answers.iter().all(|a| a == "completed" || a == "replayed"),
             "{}: {answers:?}",
@@ -163,9 +171,17 @@ async fn two_processes_racing_the_same_calls_execute_each_once() {
             d.name
         );
         let lines = std::fs::read_to_string(&ledger).unwrap();
-        let mut orders: Vec<&str> = lines.lines().map(|l| l.split(' ').next().unwrap()).collect();
+        let mut orders: Vec<&str> = lines
+            .lines()
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
         orders.sort();
-        assert_eq!(orders, ["o-0", "o-1", "o-2", "o-3"], "{}: one effect each", d.name);
+        assert_eq!(
+            orders,
+            ["o-0", "o-1", "o-2", "o-3"],
+            "{}: one effect each",
+            d.name
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -115,7 +115,10 @@ async fn the_same_charge_twice_in_one_message_is_one_charge() {
     let requests = billing.requests();
     assert_eq!(requests.len(), 1, "{requests:?}");
     let sent = http.requests();
-    let (a, b) = (tool_answer(&sent[1], "call_1"), tool_answer(&sent[1], "call_2"));
+    let (a, b) = (
+        tool_answer(&sent[1], "call_1"),
+        tool_answer(&sent[1], "call_2"),
+    );
     // Both answers carry the one charge: one ran it, the other waited and got its result.
     assert!(a.contains("ch_1") && b.contains("ch_1"), "{a} / {b}");
 }

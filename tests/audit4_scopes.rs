@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use audit4_common::durables;
 use idem::{
-    CallError, Downstream, IdemStore, MemoryStore, OutcomeClass, Reconciler, RecordState,
-    Registry, RetryPolicy, Scope, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    CallError, Downstream, IdemStore, MemoryStore, OutcomeClass, Reconciler, RecordState, Registry,
+    RetryPolicy, Scope, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
 };
 use serde_json::{json, Value};
 
@@ -34,7 +34,12 @@ impl Ledger {
         self.0.lock().unwrap().len()
     }
     fn scopes(&self) -> Vec<Scope> {
-        self.0.lock().unwrap().iter().map(|(s, ..)| s.clone()).collect()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(s, ..)| s.clone())
+            .collect()
     }
 }
 
@@ -68,7 +73,12 @@ impl WriteTool for Pay {
     }
 }
 
-fn registry(store: Arc<dyn IdemStore>, ledger: &Arc<Ledger>, require: bool, lose: bool) -> Registry {
+fn registry(
+    store: Arc<dyn IdemStore>,
+    ledger: &Arc<Ledger>,
+    require: bool,
+    lose: bool,
+) -> Registry {
     Registry::builder()
         .shared_store(store)
         .require_tenant(require)
@@ -95,14 +105,21 @@ async fn record_count(store: &Arc<dyn IdemStore>) -> usize {
         RecordState::Unknown,
         RecordState::Escalated,
     ] {
-        n += store.list(state, 1000).await.expect("the store lists").len();
+        n += store
+            .list(state, 1000)
+            .await
+            .expect("the store lists")
+            .len();
     }
     n
 }
 
 /// The stores of this run: a fresh memory store, and each durable one (opened twice, so
 /// the second call comes from another worker's handle).
-async fn each_backend(test: &str, mut body: impl AsyncFnMut(&str, Arc<dyn IdemStore>, Arc<dyn IdemStore>)) {
+async fn each_backend(
+    test: &str,
+    mut body: impl AsyncFnMut(&str, Arc<dyn IdemStore>, Arc<dyn IdemStore>),
+) {
     let memory: Arc<dyn IdemStore> = Arc::new(MemoryStore::new());
     body("memory", memory.clone(), memory).await;
     for d in durables(test) {
@@ -124,21 +141,31 @@ async fn tenants_and_principals_keep_saved_results_apart() {
             Scope::run("run-1").with_tenant("acme"),
             Scope::run("run-1").with_tenant("globex"),
             Scope::run("run-1").with_principal("acme"),
-            Scope::run("run-1").with_tenant("acme").with_principal("alice"),
-            Scope::run("run-1").with_tenant("acme").with_principal("bob"),
+            Scope::run("run-1")
+                .with_tenant("acme")
+                .with_principal("alice"),
+            Scope::run("run-1")
+                .with_tenant("acme")
+                .with_principal("bob"),
             Scope::run("run-1").with_tenant(""),
         ];
         let mut keys = Vec::new();
         for s in &scopes {
             let r = wa.call(pay("o-1", 4900).scope(s.clone())).await;
-            assert!(r.is_completed() && !r.replayed(), "{name}: {s:?}: {:?}", r.as_result());
+            assert!(
+                r.is_completed() && !r.replayed(),
+                "{name}: {s:?}: {:?}",
+                r.as_result()
+            );
             assert_eq!(r.output().unwrap()["tenant"], json!(s.tenant()), "{name}");
             keys.push(r.key().unwrap().clone());
         }
         assert_eq!(ledger.len(), scopes.len(), "{name}: each scope ran once");
         // Each scope's repeat, from the other worker, replays its own result.
         for (s, key) in scopes.iter().zip(&keys) {
-            let r = wb.call(pay("o-1", 4900).scope(s.clone()).call_id("toolu_2")).await;
+            let r = wb
+                .call(pay("o-1", 4900).scope(s.clone()).call_id("toolu_2"))
+                .await;
             assert!(r.replayed(), "{name}: {s:?}");
             assert_eq!(r.key(), Some(key), "{name}");
             assert_eq!(r.output().unwrap()["tenant"], json!(s.tenant()), "{name}");
@@ -150,7 +177,12 @@ async fn tenants_and_principals_keep_saved_results_apart() {
         assert_eq!(distinct.len(), scopes.len(), "{name}");
         // The builder form and the scope form name the same scope.
         let r = wb
-            .call(pay("o-1", 4900).tenant("acme").principal("alice").call_id("toolu_3"))
+            .call(
+                pay("o-1", 4900)
+                    .tenant("acme")
+                    .principal("alice")
+                    .call_id("toolu_3"),
+            )
             .await;
         assert!(r.replayed(), "{name}");
         assert_eq!(r.key(), Some(&keys[4]), "{name}");
@@ -169,14 +201,28 @@ async fn the_same_intent_id_in_another_scope_is_another_operation() {
             registry(a, &ledger, false, false),
             registry(b, &ledger, false, false),
         );
-        let first = wa.call(pay("o-1", 4900).tenant("acme").intent("order-1")).await;
+        let first = wa
+            .call(pay("o-1", 4900).tenant("acme").intent("order-1"))
+            .await;
         assert!(first.is_completed(), "{name}");
         // Another tenant, same intent id: other arguments are not "changed parameters"...
-        let other = wb.call(pay("o-2", 100).tenant("globex").intent("order-1")).await;
-        assert!(other.is_completed() && !other.replayed(), "{name}: {:?}", other.as_result());
+        let other = wb
+            .call(pay("o-2", 100).tenant("globex").intent("order-1"))
+            .await;
+        assert!(
+            other.is_completed() && !other.replayed(),
+            "{name}: {:?}",
+            other.as_result()
+        );
         // ... and the same arguments are not a replay.
-        let same = wb.call(pay("o-1", 4900).tenant("initech").intent("order-1")).await;
-        assert!(same.is_completed() && !same.replayed(), "{name}: {:?}", same.as_result());
+        let same = wb
+            .call(pay("o-1", 4900).tenant("initech").intent("order-1"))
+            .await;
+        assert!(
+            same.is_completed() && !same.replayed(),
+            "{name}: {:?}",
+            same.as_result()
+        );
         // Another run id, same tenant and intent: another operation too.
         let run = wb
             .call(
@@ -188,16 +234,23 @@ async fn the_same_intent_id_in_another_scope_is_another_operation() {
         assert!(run.is_completed() && !run.replayed(), "{name}");
         assert_eq!(ledger.len(), 4, "{name}");
         // Within acme's run-1 scope the intent still holds: changed arguments are refused.
-        let changed = wb.call(pay("o-9", 1).tenant("acme").intent("order-1")).await;
+        let changed = wb
+            .call(pay("o-9", 1).tenant("acme").intent("order-1"))
+            .await;
         assert!(
             matches!(changed.error(), Some(CallError::ChangedParams { .. })),
             "{name}: {:?}",
             changed.as_result()
         );
-        let tenants: Vec<_> = ledger.scopes().iter().map(|s| s.tenant().map(str::to_owned)).collect();
+        let tenants: Vec<_> = ledger
+            .scopes()
+            .iter()
+            .map(|s| s.tenant().map(str::to_owned))
+            .collect();
         assert_eq!(
             tenants,
-            [Some("acme"), Some("globex"), Some("initech"), Some("acme")].map(|t| t.map(str::to_owned)),
+            [Some("acme"), Some("globex"), Some("initech"), Some("acme")]
+                .map(|t| t.map(str::to_owned)),
             "{name}"
         );
     })
@@ -241,7 +294,9 @@ async fn the_reconcilers_retry_runs_in_the_operations_scope() {
         let ledger = Arc::new(Ledger::default());
         let wa = registry(a, &ledger, true, true);
         let wb = registry(b, &ledger, true, true);
-        let scope = Scope::run("run-1").with_tenant("acme").with_principal("alice");
+        let scope = Scope::run("run-1")
+            .with_tenant("acme")
+            .with_principal("alice");
         let lost = wa.call(pay("o-1", 4900).scope(scope.clone())).await;
         assert_eq!(lost.class(), Some(OutcomeClass::Unknown), "{name}");
         Reconciler::new(&wb).run_all().await.expect("a pass");
@@ -252,7 +307,11 @@ async fn the_reconcilers_retry_runs_in_the_operations_scope() {
             assert_eq!(Some(key.as_str()), lost.key().map(|k| k.as_str()), "{name}");
         }
         let after = wb.call(pay("o-1", 4900).scope(scope.clone())).await;
-        assert!(after.replayed() && after.is_completed(), "{name}: {:?}", after.as_result());
+        assert!(
+            after.replayed() && after.is_completed(),
+            "{name}: {:?}",
+            after.as_result()
+        );
         assert_eq!(after.output().unwrap()["tenant"], json!("acme"), "{name}");
     })
     .await;

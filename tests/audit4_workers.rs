@@ -45,7 +45,12 @@ impl Ledger {
         *n
     }
     fn effect(&self, key: &str) {
-        *self.effects.lock().unwrap().entry(key.to_owned()).or_default() += 1;
+        *self
+            .effects
+            .lock()
+            .unwrap()
+            .entry(key.to_owned())
+            .or_default() += 1;
     }
     fn requests(&self) -> u32 {
         self.requests.lock().unwrap().values().sum()
@@ -166,7 +171,12 @@ async fn a_handler_outliving_its_lease_keeps_its_claim_and_runs_once() {
                 again.as_result()
             );
             let record = b_store.get(&key).await.unwrap().expect("the record");
-            assert_eq!(record.state, RecordState::Running, "{}: renewed, never lapsed", d.name);
+            assert_eq!(
+                record.state,
+                RecordState::Running,
+                "{}: renewed, never lapsed",
+                d.name
+            );
             tokio::time::sleep(lease / 2).await;
         }
         assert_eq!(ledger.requests(), 1, "{}: B never executed", d.name);
@@ -331,14 +341,24 @@ async fn two_reconcilers_at_once_retry_settle_and_escalate_each_record_once() {
         for tool in ["charge", "refund", "email"] {
             for i in 0..4 {
                 let r = a
-                    .call(ToolCall::new("run-r", tool, json!({"order": format!("o{i}")})))
+                    .call(ToolCall::new(
+                        "run-r",
+                        tool,
+                        json!({"order": format!("o{i}")}),
+                    ))
                     .await;
                 let want = if tool == "refund" {
                     OutcomeClass::Pending
                 } else {
                     OutcomeClass::Unknown
                 };
-                assert_eq!(r.class(), Some(want), "{}: {tool}: {:?}", d.name, r.as_result());
+                assert_eq!(
+                    r.class(),
+                    Some(want),
+                    "{}: {tool}: {:?}",
+                    d.name,
+                    r.as_result()
+                );
                 keys.entry(tool).or_default().push(r.key().unwrap().clone());
             }
         }
@@ -365,7 +385,12 @@ async fn two_reconcilers_at_once_retry_settle_and_escalate_each_record_once() {
             assert_eq!(r.state, RecordState::Completed, "{}", d.name);
         }
         for key in &keys["refund"] {
-            assert_eq!(ledger.requests_of(key.as_str()), 1, "{}: never sent again", d.name);
+            assert_eq!(
+                ledger.requests_of(key.as_str()),
+                1,
+                "{}: never sent again",
+                d.name
+            );
             let r = store.get(key).await.unwrap().expect("the record");
             assert_eq!(r.state, RecordState::Completed, "{}", d.name);
             let found: Vec<_> = r
@@ -373,11 +398,22 @@ async fn two_reconcilers_at_once_retry_settle_and_escalate_each_record_once() {
                 .iter()
                 .filter(|rb| rb.result.contains("found completed"))
                 .collect();
-            assert_eq!(found.len(), 1, "{}: settled once: {:?}", d.name, r.read_backs);
+            assert_eq!(
+                found.len(),
+                1,
+                "{}: settled once: {:?}",
+                d.name,
+                r.read_backs
+            );
         }
         let delivered = escalations.lock().unwrap().clone();
         for key in &keys["email"] {
-            assert_eq!(ledger.requests_of(key.as_str()), 1, "{}: never sent again", d.name);
+            assert_eq!(
+                ledger.requests_of(key.as_str()),
+                1,
+                "{}: never sent again",
+                d.name
+            );
             let r = store.get(key).await.unwrap().expect("the record");
             assert_eq!(r.state, RecordState::Escalated, "{}", d.name);
             let to_person = delivered.iter().filter(|e| &e.key == key).count();
@@ -449,11 +485,25 @@ async fn two_reconcilers_record_a_redelivered_effect_once() {
         let mut keys = Vec::new();
         for i in 0..3 {
             let r = a
-                .call(ToolCall::new("run-u", "notify", json!({"order": format!("o{i}")})))
+                .call(ToolCall::new(
+                    "run-u",
+                    "notify",
+                    json!({"order": format!("o{i}")}),
+                ))
                 .await;
-            assert_eq!(r.class(), Some(OutcomeClass::Unavailable), "{}: {:?}", d.name, r.as_result());
+            assert_eq!(
+                r.class(),
+                Some(OutcomeClass::Unavailable),
+                "{}: {:?}",
+                d.name,
+                r.as_result()
+            );
             let key = r.key().unwrap().clone();
-            assert!(a.store().get(&key).await.unwrap().is_none(), "{}: freed", d.name);
+            assert!(
+                a.store().get(&key).await.unwrap().is_none(),
+                "{}: freed",
+                d.name
+            );
             keys.push(key);
         }
         let (ra, rb) = (Reconciler::new(&a), Reconciler::new(&b));
@@ -465,14 +515,24 @@ async fn two_reconcilers_record_a_redelivered_effect_once() {
         for key in &keys {
             let r = a.store().get(key).await.unwrap().expect("recorded again");
             assert_eq!(r.state, RecordState::Completed, "{}", d.name);
-            assert_eq!(ledger.requests_of(key.as_str()), 1, "{}: not sent again", d.name);
+            assert_eq!(
+                ledger.requests_of(key.as_str()),
+                1,
+                "{}: not sent again",
+                d.name
+            );
             let told = notices.iter().filter(|e| &e.key == key).count();
             assert_eq!(told, 1, "{}: one notice: {notices:?}", d.name);
         }
         let again = b
             .call(ToolCall::new("run-u", "notify", json!({"order": "o0"})))
             .await;
-        assert!(again.replayed() && again.is_completed(), "{}: {:?}", d.name, again.as_result());
+        assert!(
+            again.replayed() && again.is_completed(),
+            "{}: {:?}",
+            d.name,
+            again.as_result()
+        );
         assert_eq!(ledger.requests(), 3, "{}", d.name);
     }
 }
@@ -552,12 +612,22 @@ async fn a_keyed_retry_backoff_longer_than_the_lease_keeps_the_claim() {
                 again.as_result()
             );
             let record = b_store.get(&key).await.unwrap().expect("the record");
-            assert_eq!(record.state, RecordState::Running, "{}: renewed through the backoff", d.name);
+            assert_eq!(
+                record.state,
+                RecordState::Running,
+                "{}: renewed through the backoff",
+                d.name
+            );
             tokio::time::sleep(lease / 2).await;
         }
         let first = first.await.unwrap();
         assert!(first.is_completed(), "{}: {:?}", d.name, first.as_result());
-        assert_eq!(ledger.requests_of(key.as_str()), 2, "{}: the send and one retry", d.name);
+        assert_eq!(
+            ledger.requests_of(key.as_str()),
+            2,
+            "{}: the send and one retry",
+            d.name
+        );
         assert_eq!(ledger.effects(), 1, "{}", d.name);
         let replay = b.call(call.clone().call_id("toolu_c")).await;
         assert!(replay.replayed() && replay.is_completed(), "{}", d.name);

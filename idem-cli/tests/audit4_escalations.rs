@@ -67,7 +67,11 @@ impl Target {
     }
 }
 
-async fn escalations_worked_through_the_cli(name: &str, target: &Target, store: Arc<dyn IdemStore>) {
+async fn escalations_worked_through_the_cli(
+    name: &str,
+    target: &Target,
+    store: Arc<dyn IdemStore>,
+) {
     let sends = Arc::new(AtomicU32::new(0));
     let lose = Arc::new(std::sync::Mutex::new(true));
     let registry = Registry::builder()
@@ -108,7 +112,11 @@ async fn escalations_worked_through_the_cli(name: &str, target: &Target, store: 
         assert!(listed_keys.contains(&k.as_str()), "{name}: {listed_keys:?}");
     }
     let human = target.run(&["list", "--state", "escalated"]);
-    assert!(stdout(&human).contains("no key contract"), "{name}: {}", stdout(&human));
+    assert!(
+        stdout(&human).contains("no key contract"),
+        "{name}: {}",
+        stdout(&human)
+    );
     let shown = target.run(&["show", keys[0].as_str()]);
     assert!(shown.status.success(), "{name}");
     let text = stdout(&shown);
@@ -129,35 +137,147 @@ async fn escalations_worked_through_the_cli(name: &str, target: &Target, store: 
     let absent = format!("idem:{}", "ab".repeat(32));
     let bad: Vec<Vec<&str>> = vec![
         vec!["resolve", k0, "--failed", "declined", "--operator", "ops"],
-        vec!["resolve", k0, "--failed", "declined", "--note", "   ", "--operator", "ops"],
+        vec![
+            "resolve",
+            k0,
+            "--failed",
+            "declined",
+            "--note",
+            "   ",
+            "--operator",
+            "ops",
+        ],
         vec!["resolve", k0, "--note", "no decision", "--operator", "ops"],
-        vec!["resolve", k0, "--completed", "ch_1", "--release", "--note", "both", "--operator", "ops"],
-        vec!["resolve", k0, "--completed", "ch_1", "--failed", "x", "--note", "both", "--operator", "ops"],
-        vec!["resolve", k0, "--completed", "ch_1", "--output", "{not json", "--note", "n", "--operator", "ops"],
-        vec!["resolve", k0, "--release", "--note", "n", "--operator", "bad\u{1b}[31mname"],
-        vec!["resolve", "idem:not-a-key", "--release", "--note", "n", "--operator", "ops"],
-        vec!["resolve", &absent, "--release", "--note", "n", "--operator", "ops"],
-        vec!["resolve", &absent, "--completed", "ch_1", "--note", "n", "--operator", "ops"],
+        vec![
+            "resolve",
+            k0,
+            "--completed",
+            "ch_1",
+            "--release",
+            "--note",
+            "both",
+            "--operator",
+            "ops",
+        ],
+        vec![
+            "resolve",
+            k0,
+            "--completed",
+            "ch_1",
+            "--failed",
+            "x",
+            "--note",
+            "both",
+            "--operator",
+            "ops",
+        ],
+        vec![
+            "resolve",
+            k0,
+            "--completed",
+            "ch_1",
+            "--output",
+            "{not json",
+            "--note",
+            "n",
+            "--operator",
+            "ops",
+        ],
+        vec![
+            "resolve",
+            k0,
+            "--release",
+            "--note",
+            "n",
+            "--operator",
+            "bad\u{1b}[31mname",
+        ],
+        vec![
+            "resolve",
+            "idem:not-a-key",
+            "--release",
+            "--note",
+            "n",
+            "--operator",
+            "ops",
+        ],
+        vec![
+            "resolve",
+            &absent,
+            "--release",
+            "--note",
+            "n",
+            "--operator",
+            "ops",
+        ],
+        vec![
+            "resolve",
+            &absent,
+            "--completed",
+            "ch_1",
+            "--note",
+            "n",
+            "--operator",
+            "ops",
+        ],
         vec!["list", "--state", "escalatedd"],
         vec!["list", "--state", "escalated", "--after", "yesterday"],
         vec!["list", "--state", "escalated", "--limit", "0"],
         vec!["show", "idem:short"],
-        vec!["resolve", k0, "--completed", "", "--note", "n", "--operator", "ops"],
-        vec!["resolve", k0, "--failed", "  ", "--note", "n", "--operator", "ops"],
+        vec![
+            "resolve",
+            k0,
+            "--completed",
+            "",
+            "--note",
+            "n",
+            "--operator",
+            "ops",
+        ],
+        vec![
+            "resolve",
+            k0,
+            "--failed",
+            "  ",
+            "--note",
+            "n",
+            "--operator",
+            "ops",
+        ],
     ];
     for args in &bad {
         let out = target.run(args);
-        assert!(!out.status.success(), "{name}: {args:?} was accepted: {}", stdout(&out));
+        assert!(
+            !out.status.success(),
+            "{name}: {args:?} was accepted: {}",
+            stdout(&out)
+        );
         assert!(!stderr(&out).trim().is_empty(), "{name}: {args:?} says why");
     }
     for (k, was) in keys.iter().zip(&before) {
         assert_eq!(&store.get(k).await.unwrap(), was, "{name}: unchanged");
     }
-    assert!(store.get(&IdemKey::parse(&absent).unwrap()).await.unwrap().is_none(), "{name}");
+    assert!(
+        store
+            .get(&IdemKey::parse(&absent).unwrap())
+            .await
+            .unwrap()
+            .is_none(),
+        "{name}"
+    );
     assert_eq!(sends.load(Ordering::SeqCst), 3, "{name}");
 
     // Failed: repeats replay the failure.
-    let out = target.run(&["resolve", k0, "--failed", "card declined", "--note", "bank says so", "--operator", "ops"]);
+    let out = target.run(&[
+        "resolve",
+        k0,
+        "--failed",
+        "card declined",
+        "--note",
+        "bank says so",
+        "--operator",
+        "ops",
+    ]);
     assert!(out.status.success(), "{name}: {}", stderr(&out));
     let r = store.get(&keys[0]).await.unwrap().unwrap();
     assert_eq!(r.state, RecordState::Failed, "{name}");
@@ -167,29 +287,65 @@ async fn escalations_worked_through_the_cli(name: &str, target: &Target, store: 
 
     // Completed with an output: repeats replay it.
     let out = target.run(&[
-        "resolve", keys[1].as_str(), "--completed", "msg_7", "--output", r#"{"sent":"o-done","id":"msg_7"}"#,
-        "--note", "found in the outbox", "--operator", "ops",
+        "resolve",
+        keys[1].as_str(),
+        "--completed",
+        "msg_7",
+        "--output",
+        r#"{"sent":"o-done","id":"msg_7"}"#,
+        "--note",
+        "found in the outbox",
+        "--operator",
+        "ops",
     ]);
     assert!(out.status.success(), "{name}: {}", stderr(&out));
     let again = registry.call(call("o-done")).await;
     assert!(again.replayed() && again.is_completed(), "{name}");
-    assert_eq!(again.output(), Some(&json!({"sent": "o-done", "id": "msg_7"})), "{name}");
+    assert_eq!(
+        again.output(),
+        Some(&json!({"sent": "o-done", "id": "msg_7"})),
+        "{name}"
+    );
 
     // Released: listed as released, and the next call runs once.
-    let out = target.run(&["resolve", keys[2].as_str(), "--release", "--note", "never arrived", "--operator", "ops"]);
+    let out = target.run(&[
+        "resolve",
+        keys[2].as_str(),
+        "--release",
+        "--note",
+        "never arrived",
+        "--operator",
+        "ops",
+    ]);
     assert!(out.status.success(), "{name}: {}", stderr(&out));
     assert!(store.get(&keys[2]).await.unwrap().is_none(), "{name}");
     let released = target.run(&["--json", "list", "--released"]);
-    assert!(stdout(&released).contains(keys[2].as_str()), "{name}: {}", stdout(&released));
+    assert!(
+        stdout(&released).contains(keys[2].as_str()),
+        "{name}: {}",
+        stdout(&released)
+    );
     let rerun = registry.call(call("o-free")).await;
     assert!(rerun.is_completed() && !rerun.replayed(), "{name}");
     let again = registry.call(call("o-free")).await;
     assert!(again.replayed(), "{name}");
-    assert_eq!(sends.load(Ordering::SeqCst), 4, "{name}: only the released one ran again");
+    assert_eq!(
+        sends.load(Ordering::SeqCst),
+        4,
+        "{name}: only the released one ran again"
+    );
 
     // Settled records are not a person's to change: refused, unchanged.
     let settled = store.get(&keys[0]).await.unwrap();
-    let out = target.run(&["resolve", k0, "--release", "--note", "undo", "--operator", "ops"]);
+    let out = target.run(&[
+        "resolve",
+        k0,
+        "--release",
+        "--note",
+        "undo",
+        "--operator",
+        "ops",
+    ]);
     assert!(!out.status.success(), "{name}");
     assert_eq!(store.get(&keys[0]).await.unwrap(), settled, "{name}");
 }

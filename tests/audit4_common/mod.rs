@@ -109,13 +109,20 @@ impl Durable {
                     .expect("the Redis store connects"),
             ),
             #[cfg(feature = "postgres")]
-            Location::Postgres { url, schema } => Arc::new(self.postgres_with(url, schema, retention).await),
+            Location::Postgres { url, schema } => {
+                Arc::new(self.postgres_with(url, schema, retention).await)
+            }
             Location::None => unreachable!("no backend"),
         }
     }
 
     #[cfg(feature = "postgres")]
-    async fn postgres_with(&self, url: &str, schema: &str, retention: Retention) -> idem::PostgresStore {
+    async fn postgres_with(
+        &self,
+        url: &str,
+        schema: &str,
+        retention: Retention,
+    ) -> idem::PostgresStore {
         idem::PostgresStore::builder(url.to_owned())
             .schema(schema.to_owned())
             .retention(retention)
@@ -184,7 +191,10 @@ impl Durable {
         let _ = (&a, &b);
         let (name, at) = match name.as_str() {
             #[cfg(feature = "sqlite")]
-            "sqlite" => ("sqlite", Location::Sqlite(tempfile_dir::Dir::borrowed(a.into()))),
+            "sqlite" => (
+                "sqlite",
+                Location::Sqlite(tempfile_dir::Dir::borrowed(a.into())),
+            ),
             #[cfg(feature = "redis")]
             "redis" => ("redis", Location::Redis { url: a, prefix: b }),
             #[cfg(feature = "postgres")]
@@ -228,7 +238,9 @@ impl Drop for Durable {
                         };
                         if let Ok(client) = store.pool().get().await {
                             let _ = client
-                                .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                                .batch_execute(&format!(
+                                    "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                                ))
                                 .await;
                         }
                     });
@@ -279,7 +291,8 @@ fn delete_prefix(url: &str, prefix: &str) {
     let Ok(mut s) = std::net::TcpStream::connect(addr) else {
         return;
     };
-    let script = "for _,k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
+    let script =
+        "for _,k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
     let pattern = format!("{prefix}*");
     let args = ["EVAL", script, "0", pattern.as_str()];
     let mut cmd = format!("*{}\r\n", args.len());
