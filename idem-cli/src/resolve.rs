@@ -41,6 +41,14 @@ impl Request {
             Some(Ok(v)) => Some(v),
             Some(Err(e)) => return Err(format!("--output is not valid JSON: {e}")),
         };
+        // An empty id or reason is a slip (an unset shell variable), not a decision: the
+        // record would be settled for good with nothing a later reader can check.
+        if completed.as_deref().is_some_and(|r| r.trim().is_empty()) {
+            return Err("--completed needs the downstream's id for the effect".into());
+        }
+        if failed.as_deref().is_some_and(|r| r.trim().is_empty()) {
+            return Err("--failed needs the reason the effect failed".into());
+        }
         let resolution = match (completed, failed, release) {
             (Some(downstream_ref), None, false) => Resolution::Completed {
                 downstream_ref,

@@ -23,6 +23,10 @@ impl PostgresStore {
     ///   transactional before the effect started, the store knows nothing can have happened
     ///   and frees the key as soon as the transaction is gone (a repeat runs it again)
     ///   instead of blocking it as *unknown*.
+    /// - a panic inside `f` rolls the transaction back as well (no effect, the record not
+    ///   completed), but the executor records every panic as *unknown*, since it cannot tell
+    ///   where the handler panicked: the key stays blocked until a read-back, the reconciler
+    ///   or a person settles it. Return an error from `f` rather than panic.
     ///
     /// Never half. The executor's own settle afterwards finds the record already completed
     /// by the same token and only adds its attempt evidence.
