@@ -404,7 +404,7 @@ impl DynTool {
 
     pub(crate) fn decode<'a>(&self, args: impl Into<RawArgs<'a>>) -> Result<Decoded, DecodeError> {
         self.inner
-            .local()
+            .any()
             .decode(args.into(), &self.key_fields, self.kind == ToolKind::Write)
     }
 

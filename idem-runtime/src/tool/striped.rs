@@ -59,6 +59,12 @@ impl<T: ?Sized> Striped<T> {
         }
     }
 
+    /// A copy to borrow, not clone: reading it writes nothing, so any copy serves every
+    /// thread (and no thread-local lookup is needed).
+    pub(crate) fn any(&self) -> &T {
+        &self.stripes[0]
+    }
+
     /// The copy this thread clones.
     pub(crate) fn local(&self) -> &Arc<T> {
         &self.stripes[this_threads_stripe() % self.stripes.len()]
