@@ -1,5 +1,5 @@
-//! The real-process crash harness of `tests/crash_*.rs`: a worker is this very test binary,
-//! re-executed to run only its `crash_worker` test with [`ROLE`] set; the parent waits until
+//! The real-process crash harness of `tests/crash/`: a worker is this very test binary,
+//! re-executed to run only a `crash_worker` test with [`ROLE`] set; the parent waits until
 //! the worker's handler has written its effect to a file, then `kill -9`s it.
 
 use std::ffi::OsStr;

@@ -1,7 +1,7 @@
 //! An in-process payment service with a Stripe-v1-like idempotency contract, and a proxy in
 //! front of it that can delay or drop requests and responses.
 //!
-//! The contract (each clause has a test in `tests/matrix.rs`, `stub_contract`):
+//! The contract (each clause has a test in `tests/matrix/in_process.rs`, `stub_contract`):
 //! - **(A)** a repeat with the same key and the same request gets the saved response — server
 //!   errors included, once execution had started;
 //! - **(B)** a request with a key whose first request is still executing gets `409`, and

@@ -117,14 +117,12 @@ fn backends(test: &str) -> Vec<Backend> {
     });
     #[cfg(feature = "sqlite")]
     {
-        let dir = std::env::temp_dir().join(format!("idem-backends-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("idem.sqlite3");
+        // The directory goes when the last opener (the backend) is dropped.
+        let dir = Arc::new(idem_test::stores::TempDir::new(&format!("backends_{test}")));
         out.push(Backend {
             name: "sqlite",
             open: Arc::new(move |retention| {
-                let path = path.clone();
+                let path = dir.path().join("idem.sqlite3");
                 Box::pin(async move {
                     let store = idem::SqliteStore::builder(path)
                         .retention(retention)
@@ -138,43 +136,32 @@ fn backends(test: &str) -> Vec<Backend> {
         });
     }
     #[cfg(feature = "redis")]
-    if let Some(url) =
-        idem::store::conformance::backend_url("IDEM_REDIS_URL", "backend checks on Redis")
+    if let Some(prefix) =
+        idem_test::stores::RedisPrefix::new(&format!("backends-{test}"), "backend checks on Redis")
     {
-        let prefix = format!("idem-backends-{test}-{}-{}:", std::process::id(), nonce());
+        let prefix = Arc::new(prefix);
         out.push(Backend {
             name: "redis",
             open: Arc::new(move |retention| {
-                let (url, prefix) = (url.clone(), prefix.clone());
-                Box::pin(async move {
-                    let store = idem::RedisStore::builder(url)
-                        .prefix(prefix)
-                        .retention(retention)
-                        .connect()
-                        .await
-                        .expect("the Redis store connects");
-                    Arc::new(store) as Arc<dyn IdemStore>
-                })
+                let prefix = prefix.clone();
+                Box::pin(
+                    async move { Arc::new(prefix.open(retention).await) as Arc<dyn IdemStore> },
+                )
             }),
         });
     }
     #[cfg(feature = "postgres")]
-    if let Some(url) =
-        idem::store::conformance::backend_url("IDEM_POSTGRES_URL", "backend checks on Postgres")
-    {
-        let schema = format!("idem_backends_{test}_{}_{}", std::process::id(), nonce());
+    if let Some(schema) = idem_test::stores::PostgresSchema::new(
+        &format!("backends_{test}"),
+        "backend checks on Postgres",
+    ) {
+        let schema = Arc::new(schema);
         out.push(Backend {
             name: "postgres",
             open: Arc::new(move |retention| {
-                let (url, schema) = (url.clone(), schema.clone());
+                let schema = schema.clone();
                 Box::pin(async move {
-                    let store = idem::PostgresStore::builder(url)
-                        .schema(schema)
-                        .retention(retention)
-                        .max_connections(4)
-                        .connect()
-                        .await
-                        .expect("the Postgres store connects");
+                    let store = schema.open(4, None, retention).await;
                     store.purge_expired().await.expect("the purge runs");
                     Arc::new(store) as Arc<dyn IdemStore>
                 })
@@ -182,14 +169,6 @@ fn backends(test: &str) -> Vec<Backend> {
         });
     }
     out
-}
-
-#[cfg(any(feature = "redis", feature = "postgres"))]
-fn nonce() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
 }
 
 struct Process {

@@ -10,7 +10,7 @@
 //!    settle: the effect and the completed record are both there, and the next call
 //!    replays it. Never half.
 //! 4. An ordinary handler's worker killed between claim and handler start, and after the
-//!    handler returned but before the settle was stored (see `support::crash::CrashPoint`).
+//!    handler returned but before the settle was stored (see `idem_test::crash::CrashPoint`).
 //!
 //! These prove a worker process crash, not a power loss of the database host.
 //!

@@ -11,7 +11,7 @@
 //!    it does not prove power loss (the killed server's writes are still in the OS page
 //!    cache, so it passes whatever `appendfsync` is).
 //! 3. A worker killed between claim and handler start, and after its handler returned but
-//!    before the settle was stored (see `support::crash::CrashPoint`).
+//!    before the settle was stored (see `idem_test::crash::CrashPoint`).
 //!
 //! 1 and 3 run on a Redis Cluster too (`IDEM_REDIS_CLUSTER_URLS`, the masters' URLs
 //! separated by commas), with the store spread over it in three partitions.

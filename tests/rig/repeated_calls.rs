@@ -1,5 +1,5 @@
 //! idem write tools inside rig agents, where the agent loop re-issues a call in ways
-//! `tests/rig_agent.rs` does not script: the model sends the same charge twice in *one*
+//! `agent.rs` does not script: the model sends the same charge twice in *one*
 //! assistant message (rig runs both calls); a resumed agent run (same run id, a new agent
 //! run on a store that outlived the first process) asks again; the first answer is lost
 //! (unknown) and the model asks again; the model asks again with a changed amount. The

@@ -3,7 +3,7 @@
 //! it returns, a panic inside the transaction, a timeout with the transaction still open,
 //! the transaction's connection killed under it; a second worker asking meanwhile; and a
 //! repeat replays without a second effect row. (A `kill -9` of the worker is
-//! `tests/crash_postgres.rs`.)
+//! `tests/crash/postgres.rs`.)
 //!
 //! Needs `IDEM_POSTGRES_URL` (skipped with the reason printed otherwise, failed when
 //! `IDEM_REQUIRE_BACKENDS=1`). Assertions are on the ledger table and the store's record.
