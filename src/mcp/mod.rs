@@ -78,7 +78,10 @@ use rmcp::transport::IntoTransport;
 use rmcp::ServiceExt;
 
 pub use http::{McpHttp, DEFAULT_HTTP_ADDR, MCP_PATH};
-pub use meta::{INTENT_KEY, KEY_KEY, OUTCOME_KEY, REPLAYED_KEY, RUN_KEY};
+pub use meta::{
+    IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_KEY_META, INTENT_KEY, KEY_KEY, MAX_CALL_ID_BYTES,
+    MAX_INTENT_BYTES, MAX_RUN_BYTES, OUTCOME_KEY, REPLAYED_KEY, RUN_KEY,
+};
 pub use server::{to_call_tool_result, McpCaller, McpHandler, McpServer};
 
 /// The rmcp idem is built with, for transports and types beyond these helpers.

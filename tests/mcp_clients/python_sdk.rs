@@ -10,28 +10,17 @@
 //! The server is this test binary re-executed as the example (`harness = false`, so its
 //! stdout is the MCP stream and nothing else).
 
-#[allow(dead_code)] // its `main` is what a child runs
-#[path = "../examples/mcp_server.rs"]
-mod example;
-mod support_mcp;
-
 use std::path::PathBuf;
 use std::process::Command;
 
-fn main() {
-    if support_mcp::asked_to_run_example() {
-        if let Err(e) = example::main() {
-            eprintln!("mcp_server: {e}");
-            std::process::exit(1);
-        }
-        return;
-    }
-    let mut tally = support_mcp::Tally::default();
+use crate::support::Tally;
+
+/// Runs this module's checks.
+pub fn run(tally: &mut Tally) {
     tally.run(
         "the_official_python_client_sees_one_charge_per_call",
         the_official_python_client_sees_one_charge_per_call,
     );
-    tally.finish();
 }
 
 fn the_official_python_client_sees_one_charge_per_call() {
@@ -55,7 +44,7 @@ fn the_official_python_client_sees_one_charge_per_call() {
         let hint = "python3 -m venv target/mcp-venv && target/mcp-venv/bin/pip install -r \
                     tests/mcp_client/requirements.txt && export IDEM_MCP_PYTHON=$PWD/target/mcp-venv/bin/python";
         assert!(
-            !support_mcp::require_backends(),
+            !crate::support::require_backends(),
             "IDEM_REQUIRE_BACKENDS=1, but {why}; {hint}"
         );
         eprintln!("skipping: {why}; {hint}");
@@ -68,7 +57,7 @@ fn the_official_python_client_sees_one_charge_per_call() {
     let out = Command::new(&python)
         .arg(&script)
         .arg(&server)
-        .env(support_mcp::RUN_EXAMPLE, "1")
+        .env(crate::support::RUN_EXAMPLE, "1")
         .output()
         .expect("the check script runs");
     println!("{}", String::from_utf8_lossy(&out.stdout));
