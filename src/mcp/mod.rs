@@ -77,7 +77,10 @@ use rmcp::service::{RoleServer, RunningService, ServerInitializeError};
 use rmcp::transport::IntoTransport;
 use rmcp::ServiceExt;
 
-pub use http::{McpHttp, DEFAULT_HTTP_ADDR, MCP_PATH};
+pub use http::{
+    McpHttp, McpHttpGuard, McpHttpResponse, McpHttpService, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_HTTP_ADDR, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SESSIONS, MCP_PATH,
+};
 pub use meta::{
     IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_KEY_META, INTENT_KEY, KEY_KEY, MAX_CALL_ID_BYTES,
     MAX_INTENT_BYTES, MAX_RUN_BYTES, OUTCOME_KEY, REPLAYED_KEY, RUN_KEY,

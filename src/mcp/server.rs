@@ -83,7 +83,7 @@ enum Callers {
 /// keys of their calls are scoped to ([`McpServer::caller`]).
 ///
 /// An authentication layer in front of the HTTP service
-/// ([`McpHttpLayer::authenticate`](super::McpHttpLayer::authenticate)) puts the caller it
+/// ([`McpHttpGuard::authenticate`](super::McpHttpGuard::authenticate)) puts the caller it
 /// established in the request's extensions; the server uses it when no
 /// [`McpServer::caller`] hook is set, and a hook may read it there.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -207,7 +207,7 @@ impl McpServer {
     ///
     /// `identify` gets the request's head over streamable HTTP (`http::request::Parts`: its
     /// headers, and what an authentication layer in front put in its extensions, such as
-    /// the [`McpCaller`] of [`McpHttpLayer::authenticate`](super::McpHttpLayer::authenticate)),
+    /// the [`McpCaller`] of [`McpHttpGuard::authenticate`](super::McpHttpGuard::authenticate)),
     /// and `None` over stdio and other transports. An `Err(reason)` refuses the call before
     /// anything runs (a JSON-RPC error with `reason`); read tools are refused too, since
     /// they answer for a caller as well. Needed to serve a registry built with

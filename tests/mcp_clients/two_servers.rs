@@ -64,29 +64,27 @@ async fn charges_made(store_url: &str, namespace: &str) -> usize {
     a.initialize().await;
     b.initialize().await;
 
-    // The agent run's id travels with the call: each server has sessions of its own.
-    let meta = json!({"idem/run": unique("run")});
+    // A standard client: no idem `_meta`. Both servers serve one caller (whoever started
+    // them), and their store is shared, so the call is one operation on either.
     let args = json!({"customer": "acme", "cents": 4900});
     let (ia, ib) = (a.id(), b.id());
     a.send(&crate::support::call_message(
         &ia,
         "charge",
         args.clone(),
-        Some(meta.clone()),
+        None,
     ))
     .await;
     b.send(&crate::support::call_message(
         &ib,
         "charge",
         args.clone(),
-        Some(meta.clone()),
+        None,
     ))
     .await;
     let (ra, rb) = (a.reply_to(&ia).await, b.reply_to(&ib).await);
-    let again_a = a
-        .call_tool("charge", args.clone(), Some(meta.clone()))
-        .await;
-    let again_b = b.call_tool("charge", args, Some(meta)).await;
+    let again_a = a.call_tool("charge", args.clone(), None).await;
+    let again_b = b.call_tool("charge", args, None).await;
     for reply in [&ra, &rb, &again_a, &again_b] {
         if !is_error(reply) {
             assert_eq!(result(reply)["structuredContent"]["id"], json!("ch_0001"));
