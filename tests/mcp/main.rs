@@ -6,6 +6,7 @@ mod caller_scope;
 mod calls;
 mod destructive_ranges_escalations;
 mod http_client;
+mod http_guard;
 mod idempotency_keys;
 mod idempotent_hint;
 mod result_schema;
