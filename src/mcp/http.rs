@@ -21,6 +21,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::ServerHandler;
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::Semaphore;
 
@@ -145,14 +146,27 @@ impl McpHttpGuard {
 /// `tower::Service` over `http::Request`, for idem's accept loop or a host's own router
 /// (axum: `Router::new().nest_service("/mcp", service)`). It serves whatever path it is
 /// mounted at.
-#[derive(Clone)]
-pub struct McpHttpService {
-    inner: StreamableHttpService<McpHandler, LocalSessionManager>,
+///
+/// A host with an rmcp handler of its own (its tools joined with idem's through
+/// [`McpServer::join_router`]) puts it behind the same guard with
+/// [`McpHttpGuard::serve_handler`].
+pub struct McpHttpService<H = McpHandler> {
+    inner: StreamableHttpService<H, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
     guard: McpHttpGuard,
 }
 
-impl std::fmt::Debug for McpHttpService {
+impl<H> Clone for McpHttpService<H> {
+    fn clone(&self) -> Self {
+        McpHttpService {
+            inner: self.inner.clone(),
+            sessions: self.sessions.clone(),
+            guard: self.guard.clone(),
+        }
+    }
+}
+
+impl<H> std::fmt::Debug for McpHttpService<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpHttpService")
             .field("guard", &self.guard)
@@ -172,24 +186,33 @@ impl McpServer {
         guard: McpHttpGuard,
         config: StreamableHttpServerConfig,
     ) -> McpHttpService {
+        let server = self.clone();
+        guard.serve_handler(move || Ok(server.handler()), config)
+    }
+}
+
+impl McpHttpGuard {
+    /// The streamable HTTP service of any rmcp handler `factory` makes (one per session)
+    /// behind this guard, with rmcp's transport `config`. The guard's origins replace the
+    /// config's `allowed_origins`.
+    pub fn serve_handler<H: ServerHandler + Send + 'static>(
+        self,
+        factory: impl Fn() -> Result<H, io::Error> + Send + Sync + 'static,
+        config: StreamableHttpServerConfig,
+    ) -> McpHttpService<H> {
         let mut origins: Vec<String> = LOOPBACK_ORIGINS.iter().map(|o| (*o).to_owned()).collect();
-        origins.extend(guard.origins.iter().cloned());
+        origins.extend(self.origins.iter().cloned());
         let config = config.with_allowed_origins(origins);
         let sessions = Arc::new(LocalSessionManager::default());
-        let server = self.clone();
         McpHttpService {
-            inner: StreamableHttpService::new(
-                move || Ok(server.handler()),
-                sessions.clone(),
-                config,
-            ),
+            inner: StreamableHttpService::new(factory, sessions.clone(), config),
             sessions,
-            guard,
+            guard: self,
         }
     }
 }
 
-impl McpHttpService {
+impl<H: ServerHandler + Send + 'static> McpHttpService<H> {
     /// Answers one request: the guard's checks, then rmcp.
     pub async fn handle<B>(&self, request: Request<B>) -> McpHttpResponse
     where
@@ -225,8 +248,9 @@ impl McpHttpService {
     }
 }
 
-impl<B> tower_service::Service<Request<B>> for McpHttpService
+impl<H, B> tower_service::Service<Request<B>> for McpHttpService<H>
 where
+    H: ServerHandler + Send + 'static,
     B: Body + Send + 'static,
     B::Error: Display,
     B::Data: Send,

@@ -69,6 +69,7 @@
 
 mod http;
 mod meta;
+mod router;
 mod server;
 
 use std::io;
@@ -85,6 +86,7 @@ pub use meta::{
     IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_KEY_META, INTENT_KEY, KEY_KEY, MAX_CALL_ID_BYTES,
     MAX_INTENT_BYTES, MAX_RUN_BYTES, OUTCOME_KEY, REPLAYED_KEY, RUN_KEY,
 };
+pub use router::JoinError;
 pub use server::{to_call_tool_result, McpCaller, McpHandler, McpServer};
 
 /// The rmcp idem is built with, for transports and types beyond these helpers.

@@ -283,6 +283,15 @@ impl McpServer {
             .map_err(|message| ErrorData::internal_error(message, None))
     }
 
+    /// The tools as routes list them: one listing for every transport, so the hint only
+    /// where every transport can scope writes.
+    pub(crate) fn routed_tools(&self) -> Result<Vec<Tool>, String> {
+        match self.shared.callers {
+            Callers::Unnamed => self.shared.tools.plain.clone(),
+            Callers::Single | Callers::Hook(_) => self.shared.tools.hinted.clone(),
+        }
+    }
+
     /// False where writes are refused for want of a caller: over HTTP, with no hook, no
     /// single caller declared and no caller an authentication layer named.
     fn scopes_writes(&self, head: Option<&http::request::Parts>) -> bool {

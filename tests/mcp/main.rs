@@ -10,4 +10,5 @@ mod http_guard;
 mod idempotency_keys;
 mod idempotent_hint;
 mod result_schema;
+mod router;
 mod support;
