@@ -11,7 +11,9 @@ mod example;
 mod support;
 
 mod python_sdk;
+mod stores;
 mod two_servers;
+mod typescript_sdk;
 
 fn main() {
     if support::asked_to_run_example() {
@@ -24,5 +26,6 @@ fn main() {
     let mut tally = support::Tally::default();
     two_servers::run(&mut tally);
     python_sdk::run(&mut tally);
+    typescript_sdk::run(&mut tally);
     tally.finish();
 }
