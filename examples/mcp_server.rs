@@ -74,7 +74,8 @@ struct Billing {
 
 #[toolbox]
 impl Billing {
-    /// Charge a customer's card. Safe to repeat: the same charge in the same run is made once.
+    /// Charge a customer's card. Safe to repeat: the same charge by the same caller is made
+    /// once, across reconnects and, on a durable store, restarts.
     #[tool(write, timeout = "10s")]
     async fn charge(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<Charge, ToolError> {
         let mut charges = self.charges.lock().unwrap_or_else(|e| e.into_inner());

@@ -315,7 +315,7 @@ impl McpServer {
     }
 
     /// Carries out one `tools/call`: what [`McpHandler`] and the routes of
-    /// [`McpServer::join_router`](crate::mcp::McpServer::join_router) answer.
+    /// [`McpServer::join_router`] answer.
     pub(crate) async fn call_tool(
         &self,
         request: CallToolRequestParams,
