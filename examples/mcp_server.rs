@@ -161,8 +161,11 @@ async fn store_from_env() -> Result<Option<Arc<dyn IdemStore>>, Box<dyn std::err
     Err(format!("IDEM_STORE_URL={url}: unsupported (or its store's feature is off)").into())
 }
 
+/// A principal and the bearer token that authenticates it.
+type Token = (String, String);
+
 /// `IDEM_MCP_TOKENS` as (principal, token) pairs.
-fn tokens_from_env() -> Result<Option<Vec<(String, String)>>, Box<dyn std::error::Error>> {
+fn tokens_from_env() -> Result<Option<Vec<Token>>, Box<dyn std::error::Error>> {
     let Ok(spec) = std::env::var("IDEM_MCP_TOKENS") else {
         return Ok(None);
     };
@@ -200,10 +203,9 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match http {
         None => server.serve_stdio().await?,
         Some(addr) => {
-            let guard = match tokens {
-                // A local demo: one caller, whoever reaches the port.
-                None => None,
-                Some(tokens) => Some(McpHttpGuard::new().authenticate(move |head| {
+            // Without tokens, a local demo: one caller, whoever reaches the port.
+            let guard = tokens.map(|tokens| {
+                McpHttpGuard::new().authenticate(move |head| {
                     let token = head
                         .headers
                         .get("authorization")
@@ -214,8 +216,8 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         .find(|(_, t)| Some(t.as_str()) == token)
                         .map(|(who, _)| McpCaller::default().principal(who.clone()))
                         .ok_or_else(|| "send Authorization: Bearer <token>".to_owned())
-                })),
-            };
+                })
+            });
             let server = if guard.is_some() {
                 server
             } else {

@@ -85,7 +85,7 @@ fn a_tool_both_define_is_an_error_naming_it() {
             .next()
             .unwrap(),
     );
-    let err = server.join_router(clashing).err().expect("a clash");
+    let err = server.join_router(clashing).expect_err("a clash");
     assert_eq!(
         err,
         JoinError::NameClash {
