@@ -14,7 +14,7 @@
 // Prints one line per check and a closing "N passed, N failed"; exits non-zero on a failure.
 
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, existsSync } from "node:fs";
+import { mkdtempSync, readFileSync, existsSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -164,5 +164,6 @@ for (const [name, step] of [["stdio", stdioChecks], ["http", httpChecks], ["call
     check(`${name}: ran to the end`, false, String(e?.stack ?? e));
   }
 }
+rmSync(dir, { recursive: true, force: true });
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed || !passed ? 1 : 0);

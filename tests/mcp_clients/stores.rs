@@ -8,6 +8,16 @@ use crate::support::{require_backends, unique};
 pub struct Store {
     pub url: String,
     pub namespace: String,
+    /// The SQLite file's directory, removed with the store.
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// The store `backend` (`sqlite`, `redis`, `postgres`), fresh for one check; `None` (after
@@ -35,6 +45,7 @@ pub fn store(backend: &str) -> Option<Store> {
         return Some(Store {
             url: format!("sqlite://{}", dir.join("idem.db").display()),
             namespace: String::new(),
+            dir: Some(dir),
         });
     };
     match std::env::var(env).ok().filter(|u| !u.is_empty()) {
@@ -47,6 +58,7 @@ pub fn store(backend: &str) -> Option<Store> {
                 "redis" => format!("{}:", unique("idem-mcp-clients")),
                 _ => unique("idem_mcp_clients").replace('-', "_"),
             },
+            dir: None,
         }),
     }
 }
