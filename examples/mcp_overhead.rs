@@ -178,6 +178,7 @@ impl Client {
             .await
             .expect("write");
         let mut length = 0;
+        let mut chunked = false;
         loop {
             let mut line = String::new();
             self.stream.read_line(&mut line).await.expect("read");
@@ -189,13 +190,42 @@ impl Client {
                 match name.to_ascii_lowercase().as_str() {
                     "content-length" => length = value.trim().parse().expect("a length"),
                     "mcp-session-id" => self.session = Some(value.trim().to_owned()),
+                    "transfer-encoding" => chunked = value.contains("chunked"),
                     _ => {}
                 }
             }
         }
-        let mut body = vec![0; length];
-        self.stream.read_exact(&mut body).await.expect("body");
-        serde_json::from_slice(&body).unwrap_or(Value::Null)
+        let body = if chunked {
+            self.read_chunks().await
+        } else {
+            let mut body = vec![0; length];
+            self.stream.read_exact(&mut body).await.expect("body");
+            body
+        };
+        serde_json::from_slice(&body).unwrap_or_else(|_| {
+            // An event stream: the last `data:` line holding a reply.
+            String::from_utf8_lossy(&body)
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                .rfind(|v| v.get("id").is_some())
+                .unwrap_or(Value::Null)
+        })
+    }
+
+    async fn read_chunks(&mut self) -> Vec<u8> {
+        let mut body = Vec::new();
+        loop {
+            let mut size = String::new();
+            self.stream.read_line(&mut size).await.expect("chunk size");
+            let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+            let mut chunk = vec![0; size + 2];
+            self.stream.read_exact(&mut chunk).await.expect("chunk");
+            if size == 0 {
+                return body;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
     }
 
     async fn initialize(&mut self) {
