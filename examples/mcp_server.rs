@@ -16,13 +16,20 @@
 //! - `IDEM_STORE_URL`: the idempotency store, `sqlite://PATH` (feature `sqlite`),
 //!   `redis://…` (`redis`) or `postgres://…` (`postgres`); default: in memory. Servers that
 //!   share a store share their claims: behind a load balancer, one call is one charge;
-//! - `IDEM_STORE_NAMESPACE`: the Redis key prefix or Postgres schema (default: the store's).
+//! - `IDEM_STORE_NAMESPACE`: the Redis key prefix or Postgres schema (default: the store's);
+//! - `IDEM_MCP_TOKENS=alice:TOKEN_A,bob:TOKEN_B` (HTTP): require `Authorization: Bearer
+//!   TOKEN` on every request (`401` otherwise, before any session), each token's caller a
+//!   principal of its own. Without it the demo declares a single caller: whoever can reach
+//!   its loopback port (or started it over stdio) is the one caller, so a call re-sent
+//!   after a reconnect or a restart (on a durable store) is one charge.
+//!
+//! Browsers' requests from pages not on this machine are refused (`Origin` checked).
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use idem::mcp::McpServer;
+use idem::mcp::{McpCaller, McpHttpGuard, McpServer};
 use idem::{toolbox, IdemStore, ReadCtx, Registry, ToolError, WriteCtx};
 
 /// Arguments of `charge`.
@@ -67,7 +74,8 @@ struct Billing {
 
 #[toolbox]
 impl Billing {
-    /// Charge a customer's card. Safe to repeat: the same charge in the same run is made once.
+    /// Charge a customer's card. Safe to repeat: the same charge by the same caller is made
+    /// once, across reconnects and, on a durable store, restarts.
     #[tool(write, timeout = "10s")]
     async fn charge(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<Charge, ToolError> {
         let mut charges = self.charges.lock().unwrap_or_else(|e| e.into_inner());
@@ -153,7 +161,26 @@ async fn store_from_env() -> Result<Option<Arc<dyn IdemStore>>, Box<dyn std::err
     Err(format!("IDEM_STORE_URL={url}: unsupported (or its store's feature is off)").into())
 }
 
-// `pub`: the tests run this very `main` as their server (`tests/mcp_python_client.rs`).
+/// A principal and the bearer token that authenticates it.
+type Token = (String, String);
+
+/// `IDEM_MCP_TOKENS` as (principal, token) pairs.
+fn tokens_from_env() -> Result<Option<Vec<Token>>, Box<dyn std::error::Error>> {
+    let Ok(spec) = std::env::var("IDEM_MCP_TOKENS") else {
+        return Ok(None);
+    };
+    let mut tokens = Vec::new();
+    for pair in spec.split(',').filter(|p| !p.is_empty()) {
+        let (who, token) = pair
+            .split_once(':')
+            .filter(|(w, t)| !w.is_empty() && !t.is_empty())
+            .ok_or("IDEM_MCP_TOKENS: expected principal:token[,principal:token...]")?;
+        tokens.push((who.to_owned(), token.to_owned()));
+    }
+    Ok(Some(tokens))
+}
+
+// `pub`: the tests run this very `main` as their server (`tests/mcp_clients/`).
 #[tokio::main]
 pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -172,10 +199,34 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let server =
         McpServer::new(builder.build()?).named("idem-billing-demo", env!("CARGO_PKG_VERSION"));
+    let tokens = tokens_from_env()?;
     match http {
         None => server.serve_stdio().await?,
         Some(addr) => {
-            let endpoint = server.bind_http(addr).await?;
+            // Without tokens, a local demo: one caller, whoever reaches the port.
+            let guard = tokens.map(|tokens| {
+                McpHttpGuard::new().authenticate(move |head| {
+                    let token = head
+                        .headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.strip_prefix("Bearer "));
+                    tokens
+                        .iter()
+                        .find(|(_, t)| Some(t.as_str()) == token)
+                        .map(|(who, _)| McpCaller::default().principal(who.clone()))
+                        .ok_or_else(|| "send Authorization: Bearer <token>".to_owned())
+                })
+            });
+            let server = if guard.is_some() {
+                server
+            } else {
+                server.single_caller()
+            };
+            let mut endpoint = server.bind_http(addr).await?;
+            if let Some(guard) = guard {
+                endpoint = endpoint.guard(guard);
+            }
             // On stderr, so a supervisor (or a test) can read the port picked for `:0`.
             eprintln!("listening on http://{}/mcp", endpoint.local_addr()?);
             endpoint.serve().await?;

@@ -53,8 +53,8 @@ pub use store::PostgresStore;
 #[cfg(feature = "redis")]
 pub use store::RedisStore;
 pub use store::{
-    Clock, IdemStore, ManualClock, MemoryStore, Record, RecordState, StoreError, SystemClock,
-    Timestamp, TokioClock,
+    Clock, Durability, IdemStore, ManualClock, MemoryStore, Record, RecordState, StoreError,
+    SystemClock, Timestamp, TokioClock,
 };
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, SqliteSync};

@@ -6,8 +6,13 @@
 //! // stdio: what an MCP host starts as a subprocess.
 //! McpServer::new(registry.clone()).serve_stdio().await?;
 //!
-//! // Streamable HTTP on loopback, at http://127.0.0.1:8000/mcp.
-//! McpServer::new(registry).bind_http(idem::mcp::DEFAULT_HTTP_ADDR).await?.serve().await?;
+//! // Streamable HTTP on loopback, at http://127.0.0.1:8000/mcp, for one caller.
+//! McpServer::new(registry)
+//!     .single_caller()
+//!     .bind_http(idem::mcp::DEFAULT_HTTP_ADDR)
+//!     .await?
+//!     .serve()
+//!     .await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -15,8 +20,11 @@
 //!
 //! - `tools/list`: the registry's [`Format::Mcp`](crate::Format::Mcp) definitions. The
 //!   hints hold because the executor enforces them: `readOnlyHint` for reads,
-//!   `idempotentHint: true` for every write (a repeat replays), `destructiveHint` as the
-//!   tool declares it.
+//!   `destructiveHint` as the tool declares it, and `idempotentHint: true` on writes only
+//!   where a repeat after a reconnect or a restart reaches the saved record: the store
+//!   outlives the process ([`IdemStore::durability`](crate::IdemStore::durability)) and the
+//!   server can scope the write to its caller (below). Elsewhere the hint is left out, since
+//!   clients read it when deciding that re-sending an unanswered call is safe.
 //! - `tools/call`: carried out by [`Registry::call`](crate::Registry::call). The result's
 //!   text is [`ToolResult::text`](crate::ToolResult::text); `isError` is set for every call
 //!   that did not complete — refused, rejected, failed, pending, unknown, escalated — so an
@@ -38,37 +46,68 @@
 //!   answer, as in the other official SDKs); over HTTP either is a `4xx`. A request before
 //!   `initialize` gets a JSON-RPC error (stdio) or a `4xx` (HTTP). The connection stays up.
 //!
-//! # Which run a call belongs to
+//! # Which calls are one operation
 //!
-//! The key of a write is derived from its run, its tool and its arguments (or intent id), so
-//! the run decides which calls are repeats of one another. In order:
+//! The key of a write is derived from its **caller** (tenant, principal), its tool and its
+//! arguments (or an intent id), never from the connection or the session: a client that
+//! re-sends a write after reconnecting — to the same process, or to another one on the same
+//! durable store — gets the saved result. Equal-argument writes by one caller are one
+//! operation for as long as the record is kept (the result 24 h, its tombstone 30 days by
+//! default); a tool author keeps deliberate repeats apart with what tells them apart in the
+//! arguments (a `key(..)` field: an order id, a date), a client with an idempotency key.
 //!
-//! 1. `_meta["idem/run"]` ([`RUN_KEY`]) on the request, when the client sends one: the
-//!    agent run's own id, which outlives a session (a resumed run, a second server behind a
-//!    load balancer).
-//! 2. The MCP session: the streamable HTTP session (its `Mcp-Session-Id`, hashed), or the
-//!    connection for stdio and other session-less transports.
-//! 3. Outside any session over HTTP (stateless mode, or the per-request protocol revision):
-//!    [`McpServer::sessionless_run`] when set; otherwise a write is refused with a text that
-//!    asks for `idem/run` (a read runs).
+//! **The caller** is the host's to name, never the client's:
 //!
-//! A run names calls, not callers: on a server shared by several tenants or users, scope
-//! every call to who is calling with [`McpServer::caller`] (from the HTTP request's head,
-//! or fixed for a stdio server), so that two callers naming one run never share a key or a
-//! saved result.
+//! - [`McpServer::caller`]: a hook that reads it from the HTTP request's head (or names it
+//!   for stdio); an `Err` refuses the call.
+//! - [`McpHttpGuard::authenticate`]: the HTTP service answers `401` before any session
+//!   unless the hook names the caller, which then scopes the request's calls.
+//! - [`McpServer::single_caller`]: everyone who reaches the endpoint is one caller.
+//! - Otherwise a stdio (or in-process) server serves one caller, whoever started it; an
+//!   HTTP server cannot tell callers apart, so it runs reads and refuses writes with a text
+//!   saying how to identify callers. Both protocol revisions are served the same way (with
+//!   sessions, and the sessionless 2026-07-28).
 //!
-//! `_meta["idem/intent"]` ([`INTENT_KEY`]) sets an explicit intent id: the key comes from
-//! it instead of the arguments, so the same intent sent again with other arguments is
-//! refused.
+//! **What a client may send** (none of it is needed for a repeat to replay):
+//!
+//! - an idempotency key, as an intent id scoped by the caller: the `Idempotency-Key` HTTP
+//!   header of a `tools/call` POST ([`IDEMPOTENCY_KEY_HEADER`]), `_meta["idempotencyKey"]`
+//!   ([`IDEMPOTENCY_KEY_META`]) or `_meta["idem/intent"]` ([`INTENT_KEY`]); at most
+//!   [`MAX_INTENT_BYTES`]. The key comes from it instead of the arguments, so two actions
+//!   with equal arguments stay two and the same key with other arguments is refused. Two
+//!   spellings that disagree are refused with nothing run.
+//! - `_meta["idem/run"]` ([`RUN_KEY`], at most [`MAX_RUN_BYTES`]), only where the host
+//!   turned [`McpServer::client_runs`] on (refused elsewhere): a run the client names lives
+//!   in a namespace of its own, apart from the run of unnamed calls, and within the
+//!   caller's scope, so naming another caller's run reaches nothing of theirs.
+//!
+//! Oversized values, and JSON-RPC ids over [`MAX_CALL_ID_BYTES`], are refused before they
+//! reach a span or a log.
 //!
 //! ```json
 //! {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
 //!   "name": "charge", "arguments": {"customer": "acme", "cents": 4900},
-//!   "_meta": {"idem/run": "run-2026-11-30-17", "idem/intent": "order-1234-charge"}}}
+//!   "_meta": {"idempotencyKey": "order-1234-charge"}}}
 //! ```
+//!
+//! # Over HTTP
+//!
+//! [`McpServer::http_service`] is a `tower::Service` (mount it with axum's `nest_service`)
+//! behind an [`McpHttpGuard`]: `Origin` checked (`403`, no session, for a page not on this
+//! machine unless listed), authentication (`401` before `initialize`), a cap on live
+//! sessions. [`McpServer::bind_http`] serves it from idem's own accept loop, which adds a
+//! header-read timeout and a cap on connections.
+//!
+//! # Inside an existing rmcp server
+//!
+//! [`McpServer::join_router`] adds the registry's tools to a host's own rmcp `ToolRouter`, so
+//! the host keeps its `ServerHandler` (prompts, resources, plain tools), with the same
+//! promise; a tool name both define is a [`JoinError`], not a silent replacement.
+//! [`McpHttpGuard::serve_handler`] puts such a handler behind the same guard.
 
 mod http;
 mod meta;
+mod router;
 mod server;
 
 use std::io;
@@ -77,8 +116,15 @@ use rmcp::service::{RoleServer, RunningService, ServerInitializeError};
 use rmcp::transport::IntoTransport;
 use rmcp::ServiceExt;
 
-pub use http::{McpHttp, DEFAULT_HTTP_ADDR, MCP_PATH};
-pub use meta::{INTENT_KEY, KEY_KEY, OUTCOME_KEY, REPLAYED_KEY, RUN_KEY};
+pub use http::{
+    McpHttp, McpHttpGuard, McpHttpResponse, McpHttpService, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_HTTP_ADDR, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_SESSIONS, MCP_PATH,
+};
+pub use meta::{
+    IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_KEY_META, INTENT_KEY, KEY_KEY, MAX_CALL_ID_BYTES,
+    MAX_INTENT_BYTES, MAX_RUN_BYTES, OUTCOME_KEY, REPLAYED_KEY, RUN_KEY,
+};
+pub use router::JoinError;
 pub use server::{to_call_tool_result, McpCaller, McpHandler, McpServer};
 
 /// The rmcp idem is built with, for transports and types beyond these helpers.

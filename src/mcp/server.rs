@@ -15,7 +15,11 @@ use serde_json::Value;
 
 use super::meta::{self, CallMeta};
 use crate::definitions::{mcp_output_schema, mcp_structured_content};
-use crate::{CallError, Format, OutcomeClass, Registry, ToolCall, ToolKind, ToolResult, ToolSpec};
+use crate::store::Durability;
+use crate::{
+    CallError, DefinitionOptions, Format, OutcomeClass, Registry, ToolCall, ToolKind, ToolResult,
+    ToolSpec,
+};
 
 /// Serves a [`Registry`] as an MCP server.
 ///
@@ -29,9 +33,10 @@ use crate::{CallError, Format, OutcomeClass, Registry, ToolCall, ToolKind, ToolR
 /// ```
 ///
 /// Every tool keeps the registry's guarantees: a client that re-sends a `tools/call` (a new
-/// JSON-RPC id, the same arguments, the same run) gets the saved result, not a second
-/// effect. The run is the MCP session unless the request's `_meta` names one
-/// ([`meta::RUN_KEY`]); see the [module docs](crate::mcp).
+/// JSON-RPC id, the same arguments) gets the saved result, not a second effect, across
+/// reconnects and server restarts on a durable store. The scope of a call is its caller
+/// ([`McpServer::caller`], [`McpServer::single_caller`]), never the connection or the
+/// session; see the [module docs](crate::mcp).
 #[derive(Clone, Debug)]
 pub struct McpServer {
     shared: Arc<Shared>,
@@ -40,20 +45,47 @@ pub struct McpServer {
 #[derive(Debug)]
 struct Shared {
     registry: Registry,
-    /// The registry's `Format::Mcp` definitions, converted once (an `Err` names the tool
-    /// whose definition rmcp could not read; `tools/list` reports it).
-    tools: Result<Vec<Tool>, String>,
+    /// The registry's `Format::Mcp` definitions, converted once, with `idempotentHint` on
+    /// writes (listed where the hint holds) and without it (an `Err` names the tool whose
+    /// definition rmcp could not read; `tools/list` reports it).
+    tools: Listing,
     /// Each tool's outputSchema, compiled once, by tool name.
     output_schemas: HashMap<String, OutputSchema>,
     info: Implementation,
     instructions: Option<String>,
-    sessionless_run: Option<String>,
-    caller: Option<CallerHook>,
+    callers: Callers,
+    client_runs: bool,
+}
+
+/// The tool listings a server may send.
+#[derive(Clone, Debug)]
+struct Listing {
+    /// Writes advertised with `idempotentHint: true`: only over a durable store.
+    hinted: Result<Vec<Tool>, String>,
+    /// Writes without the hint.
+    plain: Result<Vec<Tool>, String>,
+}
+
+/// How a server tells its callers apart.
+#[derive(Clone, Debug)]
+enum Callers {
+    /// Nothing said: stdio serves whoever started it; over HTTP, writes are refused unless
+    /// an authentication layer named the caller.
+    Unnamed,
+    /// The host declared that every call comes from one caller.
+    Single,
+    /// The host's hook names the caller of each request.
+    Hook(CallerHook),
 }
 
 /// Who is calling, as the server established it (an `Authorization` header, a client
 /// certificate, the process that started a stdio server): the tenant and principal the
 /// keys of their calls are scoped to ([`McpServer::caller`]).
+///
+/// An authentication layer in front of the HTTP service
+/// ([`McpHttpGuard::authenticate`](super::McpHttpGuard::authenticate)) puts the caller it
+/// established in the request's extensions; the server uses it when no
+/// [`McpServer::caller`] hook is set, and a hook may read it there.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct McpCaller {
     /// The tenant, when one server serves several ([`ToolCall::tenant`]).
@@ -91,18 +123,31 @@ impl std::fmt::Debug for CallerHook {
     }
 }
 
+fn listing(registry: &Registry, hint: bool) -> Result<Vec<Tool>, String> {
+    let options = DefinitionOptions::default().idempotent_hint(hint);
+    registry
+        .definitions_with(Format::Mcp, &options)
+        .into_iter()
+        .map(|def| {
+            let name = def.get("name").cloned().unwrap_or_default();
+            serde_json::from_value::<Tool>(def)
+                .map_err(|e| format!("tool {name}: its definition is not an MCP Tool: {e}"))
+        })
+        .collect()
+}
+
 impl McpServer {
     /// A server for `registry`, named after this crate until [`McpServer::named`].
     pub fn new(registry: Registry) -> McpServer {
-        let tools = registry
-            .definitions(Format::Mcp)
-            .into_iter()
-            .map(|def| {
-                let name = def.get("name").cloned().unwrap_or_default();
-                serde_json::from_value::<Tool>(def)
-                    .map_err(|e| format!("tool {name}: its definition is not an MCP Tool: {e}"))
-            })
-            .collect();
+        // A repeat after a restart reaches its record only if the store outlived the
+        // process; otherwise the hint would tell clients a replay is safe when it is not.
+        let durable = registry.store().durability() == Durability::Durable;
+        let plain = listing(&registry, false);
+        let hinted = if durable {
+            listing(&registry, true)
+        } else {
+            plain.clone()
+        };
         let output_schemas = registry
             .tools()
             .filter_map(|tool| {
@@ -113,12 +158,12 @@ impl McpServer {
         McpServer {
             shared: Arc::new(Shared {
                 registry,
-                tools,
+                tools: Listing { hinted, plain },
                 output_schemas,
                 info: Implementation::new("idem", env!("CARGO_PKG_VERSION")),
                 instructions: None,
-                sessionless_run: None,
-                caller: None,
+                callers: Callers::Unnamed,
+                client_runs: false,
             }),
         }
     }
@@ -134,24 +179,36 @@ impl McpServer {
         self.with(|s| s.instructions = Some(instructions))
     }
 
-    /// The run of write calls that arrive outside any session and name no run in `_meta`:
-    /// streamable HTTP in stateless mode, and clients of the sessionless protocol revision
-    /// (2026-07-28) over HTTP. Without it such calls are refused (nothing runs): a run per
-    /// request would make every retry a new operation. Set it only when one endpoint serves
-    /// one agent run (a sidecar per agent); otherwise have clients send
-    /// [`meta::RUN_KEY`].
-    pub fn sessionless_run(self, run_id: impl Into<String>) -> McpServer {
-        let run_id = run_id.into();
-        self.with(|s| s.sessionless_run = Some(run_id))
+    /// Declares that every call this server gets comes from one caller (a local demo, a
+    /// sidecar serving one agent, an endpoint only one user can reach): over HTTP, writes
+    /// run without a [`McpServer::caller`] hook, all in that one caller's scope, so a write
+    /// re-sent on any session, before or after a restart, replays. A stdio server serves one
+    /// caller without being told. Replaces a [`McpServer::caller`] hook.
+    pub fn single_caller(self) -> McpServer {
+        self.with(|s| s.callers = Callers::Single)
+    }
+
+    /// Lets clients name the run a call belongs to (`_meta["idem/run"]`,
+    /// [`meta::RUN_KEY`]); off by default, when a call naming one is refused.
+    ///
+    /// A named run narrows what repeats one another: calls with equal arguments in two
+    /// named runs are two operations. It stays within the caller's scope (a run another
+    /// caller named reaches nothing of theirs) and in a namespace of its own, apart from the
+    /// run the server gives unnamed calls. Turn it on for agent harnesses that checkpoint
+    /// a run id and send it with every call.
+    pub fn client_runs(self, on: bool) -> McpServer {
+        self.with(|s| s.client_runs = on)
     }
 
     /// Scopes every call to the caller `identify` names, so that saved results never cross
-    /// tenants or principals: two callers that name one run (`_meta["idem/run"]`) and send
-    /// the same arguments are two operations, each replayed only to its own caller.
+    /// tenants or principals: two callers that send the same arguments are two operations,
+    /// each replayed only to its own caller; one caller's repeats are one operation on any
+    /// connection or session.
     ///
     /// `identify` gets the request's head over streamable HTTP (`http::request::Parts`: its
-    /// headers, and what an authentication layer in front put in its extensions), and
-    /// `None` over stdio and other transports. An `Err(reason)` refuses the call before
+    /// headers, and what an authentication layer in front put in its extensions, such as
+    /// the [`McpCaller`] of [`McpHttpGuard::authenticate`](super::McpHttpGuard::authenticate)),
+    /// and `None` over stdio and other transports. An `Err(reason)` refuses the call before
     /// anything runs (a JSON-RPC error with `reason`); read tools are refused too, since
     /// they answer for a caller as well. Needed to serve a registry built with
     /// [`RegistryBuilder::require_tenant`](crate::RegistryBuilder::require_tenant).
@@ -177,7 +234,7 @@ impl McpServer {
             + 'static,
     ) -> McpServer {
         let hook = CallerHook(Arc::new(identify));
-        self.with(|s| s.caller = Some(hook))
+        self.with(|s| s.callers = Callers::Hook(hook))
     }
 
     fn with(self, change: impl FnOnce(&mut Shared)) -> McpServer {
@@ -187,8 +244,8 @@ impl McpServer {
             output_schemas: shared.output_schemas.clone(),
             info: shared.info.clone(),
             instructions: shared.instructions.clone(),
-            sessionless_run: shared.sessionless_run.clone(),
-            caller: shared.caller.clone(),
+            callers: shared.callers.clone(),
+            client_runs: shared.client_runs,
         });
         change(&mut shared);
         McpServer {
@@ -201,91 +258,80 @@ impl McpServer {
         &self.shared.registry
     }
 
-    /// A handler for one connection or session, with a run of its own. Give each
-    /// connection a new one (rmcp's `serve` consumes it).
+    /// A handler for one connection or session (rmcp's `serve` consumes it). Handlers hold
+    /// no run of their own: every call's scope is its caller's.
     pub fn handler(&self) -> McpHandler {
         McpHandler {
-            shared: self.shared.clone(),
-            connection_run: meta::connection_run(),
+            server: self.clone(),
         }
     }
-}
 
-/// The rmcp [`ServerHandler`] of one connection: made by [`McpServer::handler`], served by
-/// rmcp (`rmcp::ServiceExt::serve` on any transport).
-#[derive(Debug)]
-pub struct McpHandler {
-    shared: Arc<Shared>,
-    /// The run of calls on this connection when neither `_meta` nor an HTTP session names
-    /// one.
-    connection_run: String,
-}
-
-/// Where a call's run comes from.
-enum Run {
-    /// Named by the call, a session, the connection or the server.
-    Known(String),
-    /// A request over HTTP outside any session, with no run named anywhere.
-    Sessionless,
-}
-
-impl McpHandler {
-    /// The run of calls on this connection that name none (stdio and in-memory transports).
-    pub fn connection_run(&self) -> &str {
-        &self.connection_run
-    }
-
-    fn run_of(&self, named: Option<String>, context: &RequestContext<RoleServer>) -> Run {
-        if let Some(run) = named {
-            return Run::Known(run);
-        }
-        // Over streamable HTTP rmcp hands over the request's head. One handler may serve a
-        // session that moved between server instances, so the session id, not the handler,
-        // names the run.
-        match context.extensions.get::<http::request::Parts>() {
-            None => Run::Known(self.connection_run.clone()),
-            Some(parts) => match parts
-                .headers
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-            {
-                Some(session) => Run::Known(meta::session_run(session)),
-                None => match &self.shared.sessionless_run {
-                    Some(run) => Run::Known(run.clone()),
-                    None => Run::Sessionless,
-                },
-            },
-        }
-    }
-}
-
-impl ServerHandler for McpHandler {
-    fn get_info(&self) -> InitializeResult {
-        let capabilities = ServerCapabilities::builder().enable_tools().build();
-        let mut info =
-            InitializeResult::new(capabilities).with_server_info(self.shared.info.clone());
-        if let Some(instructions) = &self.shared.instructions {
-            info = info.with_instructions(instructions.clone());
-        }
-        info
-    }
-
-    async fn list_tools(
+    /// The tools as listed to the request of `context`: writes carry `idempotentHint` only
+    /// over a durable store and where the server can scope them.
+    pub(crate) fn tools_for(
         &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        match &self.shared.tools {
-            Ok(tools) => Ok(ListToolsResult::with_all_items(tools.clone())),
-            Err(message) => Err(ErrorData::internal_error(message.clone(), None)),
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Vec<Tool>, ErrorData> {
+        let head = context.extensions.get::<http::request::Parts>();
+        let listing = if self.scopes_writes(head) {
+            &self.shared.tools.hinted
+        } else {
+            &self.shared.tools.plain
+        };
+        listing
+            .clone()
+            .map_err(|message| ErrorData::internal_error(message, None))
+    }
+
+    /// The tools as routes list them: one listing for every transport, so the hint only
+    /// where every transport can scope writes.
+    pub(crate) fn routed_tools(&self) -> Result<Vec<Tool>, String> {
+        match self.shared.callers {
+            Callers::Unnamed => self.shared.tools.plain.clone(),
+            Callers::Single | Callers::Hook(_) => self.shared.tools.hinted.clone(),
         }
     }
 
-    async fn call_tool(
+    /// False where writes are refused for want of a caller: over HTTP, with no hook, no
+    /// single caller declared and no caller an authentication layer named.
+    fn scopes_writes(&self, head: Option<&http::request::Parts>) -> bool {
+        match (&self.shared.callers, head) {
+            (Callers::Unnamed, Some(head)) => head.extensions.get::<McpCaller>().is_some(),
+            _ => true,
+        }
+    }
+
+    /// The caller of a request: `Ok(None)` when the server cannot tell (writes are refused),
+    /// `Err` when the hook refused it.
+    fn caller_of(&self, head: Option<&http::request::Parts>) -> Result<Option<McpCaller>, String> {
+        let authenticated = head.and_then(|h| h.extensions.get::<McpCaller>()).cloned();
+        match &self.shared.callers {
+            Callers::Hook(CallerHook(identify)) => identify(head).map(Some),
+            Callers::Single => Ok(Some(authenticated.unwrap_or_default())),
+            // No head: stdio or an in-process transport, whose caller is whoever started it.
+            Callers::Unnamed if head.is_none() => Ok(Some(McpCaller::default())),
+            Callers::Unnamed => Ok(authenticated),
+        }
+    }
+
+    /// Carries out one `tools/call`: what [`McpHandler`] and the routes of
+    /// [`McpServer::join_router`] answer.
+    pub(crate) async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        // Bounded before anything reaches a span or a log: the id becomes the call id.
+        let call_id = format!("jsonrpc:{}", context.id);
+        if call_id.len() > meta::MAX_CALL_ID_BYTES + "jsonrpc:".len() {
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "the request id is longer than {} bytes; nothing was run",
+                    meta::MAX_CALL_ID_BYTES
+                ),
+                None,
+            ));
+        }
         // rmcp moves the request's `_meta` into the context; read both in case a caller
         // builds the params by hand.
         let mut fields = JsonObject::new();
@@ -293,15 +339,26 @@ impl ServerHandler for McpHandler {
             fields.extend(m.0 .0.clone());
         }
         fields.extend(context.meta.0 .0.clone());
-        let asked = CallMeta::read(&fields).map_err(|m| ErrorData::invalid_params(m, None))?;
-
-        let caller = match &self.shared.caller {
-            None => McpCaller::default(),
-            Some(CallerHook(identify)) => {
-                identify(context.extensions.get::<http::request::Parts>())
-                    .map_err(|reason| ErrorData::invalid_request(cut(&reason, 512), None))?
-            }
-        };
+        let head = context.extensions.get::<http::request::Parts>();
+        // Who is calling comes first: a caller the host refuses learns nothing else.
+        let caller = self
+            .caller_of(head)
+            .map_err(|reason| ErrorData::invalid_request(cut(&reason, 512), None))?;
+        let header = head.and_then(|h| h.headers.get(meta::IDEMPOTENCY_KEY_HEADER));
+        let asked = CallMeta::read(&fields, header.map(|v| v.as_bytes()))
+            .map_err(|m| ErrorData::invalid_params(m, None))?;
+        if asked.run.is_some() && !self.shared.client_runs {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "this server does not take client-named runs (_meta[\"{}\"]); nothing was \
+                     run. Leave it out: repeats by one caller are one operation on any \
+                     connection; send _meta[\"{}\"] to keep two equal calls apart.",
+                    meta::RUN_KEY,
+                    meta::IDEMPOTENCY_KEY_META
+                ),
+                None,
+            ));
+        }
         let registry = &self.shared.registry;
         // An unknown tool is a protocol error (the request names nothing this server has);
         // everything about the arguments is the model's to correct, so it is a tool result.
@@ -311,17 +368,20 @@ impl ServerHandler for McpHandler {
             };
             return Err(ErrorData::invalid_params(refused.to_string(), None));
         };
-        let run = match self.run_of(asked.run, &context) {
-            Run::Known(run) => run,
-            // A read has no key: any run will do.
-            Run::Sessionless if tool.kind() == ToolKind::Read => meta::connection_run(),
-            Run::Sessionless => return Ok(sessionless_refusal().into()),
+        let caller = match caller {
+            Some(caller) => caller,
+            // A read has no key: it answers for nobody in particular.
+            None if tool.kind() == ToolKind::Read => McpCaller::default(),
+            None => return Ok(unscoped_refusal()),
+        };
+        let run = match &asked.run {
+            Some(name) => meta::client_run(name),
+            None => meta::CALLER_RUN.to_owned(),
         };
         // `arguments` is optional in MCP: left out, it is an empty object (which a tool
         // without arguments takes too), not `null`, which a struct of optional fields refuses.
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let mut call = ToolCall::new(run, request.name.to_string(), args)
-            .call_id(cut(&format!("jsonrpc:{}", context.id), 128));
+        let mut call = ToolCall::new(run, request.name.to_string(), args).call_id(call_id);
         if let Some(intent) = asked.intent {
             call = call.intent(intent);
         }
@@ -341,7 +401,44 @@ impl ServerHandler for McpHandler {
             .await
             .map_err(|e| ErrorData::internal_error(format!("the call's task failed: {e}"), None))?;
         let schema = self.shared.output_schemas.get(tool.spec().name());
-        Ok(call_tool_result(tool.spec(), &result, schema).into())
+        Ok(call_tool_result(tool.spec(), &result, schema))
+    }
+}
+
+/// The rmcp [`ServerHandler`] of one connection: made by [`McpServer::handler`], served by
+/// rmcp (`rmcp::ServiceExt::serve` on any transport).
+#[derive(Debug)]
+pub struct McpHandler {
+    server: McpServer,
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> InitializeResult {
+        let capabilities = ServerCapabilities::builder().enable_tools().build();
+        let shared = &self.server.shared;
+        let mut info = InitializeResult::new(capabilities).with_server_info(shared.info.clone());
+        if let Some(instructions) = &shared.instructions {
+            info = info.with_instructions(instructions.clone());
+        }
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            self.server.tools_for(&context)?,
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Ok(self.server.call_tool(request, &context).await?.into())
     }
 }
 
@@ -358,12 +455,12 @@ fn cut(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
-fn sessionless_refusal() -> CallToolResult {
-    let text = format!(
-        "refused: this request belongs to no MCP session and names no run; nothing was done. \
-         Send the agent run's id in the request's _meta as \"{}\".",
-        meta::RUN_KEY
-    );
+/// A write over HTTP whose caller the server cannot tell.
+fn unscoped_refusal() -> CallToolResult {
+    let text = "refused: this server cannot tell its HTTP callers apart, so it cannot keep one \
+                caller's repeats from another's; nothing was done. The server's host must \
+                identify callers (McpServer::caller, or an authentication layer), or declare \
+                that it serves one (McpServer::single_caller).";
     let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
     let mut m = MetaObject::new();
     m.0.insert(meta::OUTCOME_KEY.to_owned(), Value::from("refused"));

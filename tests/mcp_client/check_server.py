@@ -7,12 +7,18 @@ streamable HTTP, and checks what must hold, on the server's ledger rather than i
   the structured content of completed calls validates against it: the SDK itself checks it
   on every `call_tool` (and raises otherwise; shown not to be vacuous by handing it a
   result that breaks the schema), and so does this script;
-- a write called twice (the client lost the first reply) is one charge;
+- a write called twice (the client lost the first reply) is one charge; `idempotentHint` is
+  listed on it exactly when the store outlives the process (IDEM_STORE_URL set);
+- a write re-sent after reconnecting to a new server process on the same store (stdio), or
+  on a new session and after a server restart (HTTP), is one charge, replayed;
 - bad input gets a protocol answer and changes nothing: an unknown tool, arguments of the
   wrong type or shape, oversized arguments, malformed JSON-RPC, a call before `initialize`;
   and the server keeps serving afterwards;
-- over HTTP: two sessions naming one run in `_meta` are one charge; a sessionless client
-  (protocol 2026-07-28) is refused a write that names no run, and charged once when it does.
+- over HTTP: a sessionless client (protocol 2026-07-28) sending a write twice is charged
+  once; a request from a foreign `Origin` is refused (403), nothing charged.
+
+The steps share one store (and, the example serving one caller, one scope): each charges
+customers of its own.
 
 Usage: python3 check_server.py PATH/TO/mcp_server
 Prints one line per check and a closing "N passed, N failed"; exits non-zero on a failure.
@@ -29,7 +35,6 @@ import tempfile
 import traceback
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,13 @@ SCHEMAS = {
 # Generous bound for one step on a busy CI machine; only a hang runs into it.
 STEP_TIMEOUT = 60.0
 CHARGE = {"customer": "acme", "cents": 4900}
+# Whether the servers' store outlives them (the example's in-memory store does not).
+DURABLE = bool(os.environ.get("IDEM_STORE_URL"))
+
+
+def charge_of(label: str) -> dict[str, Any]:
+    """A charge no other step makes."""
+    return {"customer": f"acme-{label}", "cents": 4900}
 
 
 class Checks:
@@ -108,16 +120,17 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
         c.check(f"{label}: tool {tool.name} is a valid MCP {version} Tool", not errors, errors)
     hints = {t.name: t.annotations for t in tools}
     c.check(
-        f"{label}: hints (charge idempotent, ledger read-only)",
-        hints["charge"].idempotent_hint is True
+        f"{label}: hints (charge idempotent exactly on a durable store, ledger read-only)",
+        bool(hints["charge"].idempotent_hint) is DURABLE
         and hints["charge"].read_only_hint is False
         and hints["ledger"].read_only_hint is True,
         hints,
     )
 
     before = ledger_lines(ledger)
-    first = await client.call_tool("charge", CHARGE)
-    again = await client.call_tool("charge", CHARGE)
+    charge = charge_of(label)
+    first = await client.call_tool("charge", charge)
+    again = await client.call_tool("charge", charge)
     c.check(
         f"{label}: the same call twice is one charge",
         ledger_lines(ledger) == before + 1 and await ledger_count(client) == 1,
@@ -152,7 +165,7 @@ async def common_checks(c: Checks, client: Client, ledger: Path, label: str, ver
     c.check(f"{label}: 2 MiB of arguments are refused", reply.is_error is True, outcome(reply))
     c.check(f"{label}: bad input charged nothing", ledger_lines(ledger) == before + 1, ledger_lines(ledger) - before)
 
-    other = await client.call_tool("charge", {"customer": "globex", "cents": 100})
+    other = await client.call_tool("charge", {"customer": f"globex-{label}", "cents": 100})
     c.check(
         f"{label}: still serving: a new charge runs once",
         not other.is_error and ledger_lines(ledger) == before + 2,
@@ -187,7 +200,7 @@ async def output_schema_checks(c: Checks, client: Client, tools: list[Any], char
         )
     c.check(
         f"{label}: customers lists who was charged",
-        customers.structured_content == {"result": ["acme"]},
+        customers.structured_content == {"result": [charge.structured_content["customer"]]},
         wire(customers),
     )
     # The SDK's own check is live: the same result with its structured content broken, or
@@ -219,7 +232,7 @@ async def raw_stdio_checks(c: Checks, server: str, ledger: Path) -> None:
 
     try:
         before = ledger_lines(ledger)
-        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "charge", "arguments": CHARGE}}
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "charge", "arguments": charge_of("raw")}}
         await send(json.dumps(call))
         reply = await recv()
         c.check("stdio raw: a call before initialize is a JSON-RPC error", reply.get("id") == 1 and "error" in reply, reply)
@@ -253,13 +266,11 @@ async def raw_stdio_checks(c: Checks, server: str, ledger: Path) -> None:
             proc.kill()
 
 
-def post(url: str, body: bytes, content_type: str = "application/json") -> int:
-    request = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={"Content-Type": content_type, "Accept": "application/json, text/event-stream"},
-    )
+def post(url: str, body: bytes, content_type: str = "application/json", origin: str | None = None) -> int:
+    headers = {"Content-Type": content_type, "Accept": "application/json, text/event-stream"}
+    if origin:
+        headers["Origin"] = origin
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=STEP_TIMEOUT) as response:
             return response.status
@@ -289,33 +300,35 @@ async def http_checks(c: Checks, server: str, ledger: Path) -> None:
         c.check("http: a body that is not JSON is a 4xx", 400 <= status < 500, status)
         c.check("http: none of it charged", ledger_lines(ledger) == before, ledger_lines(ledger) - before)
 
-        # Two sessions (two servers behind a balancer would be the same) naming one run.
-        run = {"idem/run": f"run-{uuid.uuid4()}"}
+        # A foreign page's request: refused before any session, nothing charged.
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "page", "version": "0"}}}
+        status = post(url, json.dumps(init).encode(), origin="http://evil.example")
+        c.check("http: a foreign Origin is a 403", status == 403, status)
+
+        # Two sessions of one caller (the example declares a single caller), no _meta.
         args = {"customer": "initech", "cents": 700}
         before = ledger_lines(ledger)
         async with Client(url, mode="legacy") as one, Client(url, mode="legacy") as two:
-            await one.call_tool("charge", args, meta=run)
-            await two.call_tool("charge", args, meta=run)
-        c.check("http: two sessions, one run in _meta: one charge", ledger_lines(ledger) == before + 1, ledger_lines(ledger) - before)
+            await one.call_tool("charge", args)
+            again = await two.call_tool("charge", args)
+        c.check(
+            "http: two sessions, no _meta: one charge, replayed",
+            ledger_lines(ledger) == before + 1 and (again.meta or {}).get("idem/replayed") is True,
+            (ledger_lines(ledger) - before, wire(again)),
+        )
 
-        # The sessionless protocol revision: a write must name its run.
+        # The sessionless protocol revision: scoped by caller too.
         async with Client(url, mode="2026-07-28") as modern:
             tools = (await modern.list_tools()).tools
             validator = tool_validator("2026-07-28")
             errors = [e.message for t in tools for e in validator.iter_errors(wire(t))]
             c.check("http (2026-07-28): tools are valid MCP 2026-07-28 Tools", not errors, errors)
             before = ledger_lines(ledger)
-            refused = await modern.call_tool("charge", {"customer": "umbrella", "cents": 1})
+            first = await modern.call_tool("charge", {"customer": "umbrella", "cents": 1})
+            again = await modern.call_tool("charge", {"customer": "umbrella", "cents": 1})
             c.check(
-                "http (2026-07-28): a write naming no run is refused, nothing charged",
-                refused.is_error is True and outcome(refused) == "refused" and ledger_lines(ledger) == before,
-                wire(refused),
-            )
-            run = {"idem/run": f"run-{uuid.uuid4()}"}
-            first = await modern.call_tool("charge", {"customer": "umbrella", "cents": 1}, meta=run)
-            again = await modern.call_tool("charge", {"customer": "umbrella", "cents": 1}, meta=run)
-            c.check(
-                "http (2026-07-28): with idem/run, twice is one charge",
+                "http (2026-07-28): a write sent twice, no _meta: one charge",
                 not first.is_error and not again.is_error and ledger_lines(ledger) == before + 1,
                 (wire(first), wire(again)),
             )
@@ -328,6 +341,40 @@ async def http_checks(c: Checks, server: str, ledger: Path) -> None:
             proc.kill()
 
 
+async def restart_checks(c: Checks, server: str, ledger: Path) -> None:
+    """A write re-sent after the connection ended, to a new server process on the same store."""
+    if not DURABLE:
+        return
+    charge = charge_of("restart")
+    params = StdioServerParameters(command=server, env=server_env(IDEM_MCP_LEDGER=str(ledger)))
+    async with Client(params, mode="legacy") as client:
+        await client.call_tool("charge", charge)
+    async with Client(params, mode="legacy") as client:
+        again = await client.call_tool("charge", charge)
+    c.check(
+        "stdio: re-sent to a new process on the same store: one charge, replayed",
+        ledger_lines(ledger) == 1 and (again.meta or {}).get("idem/replayed") is True,
+        (ledger_lines(ledger), wire(again)),
+    )
+    http_charge = charge_of("restart-http")
+    for attempt in range(2):
+        env = dict(os.environ, **server_env(IDEM_MCP_LEDGER=str(ledger)))
+        proc = subprocess.Popen([server, "--http", "127.0.0.1:0"], stderr=subprocess.PIPE, env=env, text=True)
+        try:
+            assert proc.stderr
+            url = proc.stderr.readline().strip().removeprefix("listening on ")
+            async with Client(url, mode="legacy") as client:
+                again = await client.call_tool("charge", http_charge)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=STEP_TIMEOUT)
+    c.check(
+        "http: re-sent to a restarted server on the same store: one charge, replayed",
+        ledger_lines(ledger) == 2 and (again.meta or {}).get("idem/replayed") is True,
+        (ledger_lines(ledger), wire(again)),
+    )
+
+
 async def main(server: str) -> int:
     c = Checks()
     with tempfile.TemporaryDirectory(prefix="idem-mcp-py-") as tmp:
@@ -335,6 +382,7 @@ async def main(server: str) -> int:
             ("stdio", lambda: stdio_checks(c, server, Path(tmp) / "stdio.jsonl")),
             ("stdio raw", lambda: raw_stdio_checks(c, server, Path(tmp) / "raw.jsonl")),
             ("http", lambda: http_checks(c, server, Path(tmp) / "http.jsonl")),
+            ("restart", lambda: restart_checks(c, server, Path(tmp) / "restart.jsonl")),
         ]
         for name, step in steps:
             try:

@@ -48,12 +48,26 @@ pub struct DefinitionOptions {
     /// with `"strict": false` and its schema as it is. Used by both OpenAI formats; ignored
     /// by the others.
     pub strict: bool,
+    /// MCP: leave `idempotentHint` out of write tools' annotations. The hint tells a client
+    /// that re-sending a call has no further effect, which holds only where the repeat
+    /// reaches the saved record: the call's scope must outlive the connection and the store
+    /// must outlive the process ([`Durability`](crate::store::Durability)). A host that
+    /// serves the definitions where that fails (an in-memory store, calls it cannot scope)
+    /// sets this; idem's MCP server decides it per server. Ignored by the other formats.
+    pub without_idempotent_hint: bool,
 }
 
 impl DefinitionOptions {
     /// Sets OpenAI strict mode (see [`DefinitionOptions::strict`](#structfield.strict)).
     pub fn strict(mut self, on: bool) -> Self {
         self.strict = on;
+        self
+    }
+
+    /// Whether MCP write definitions carry `idempotentHint: true` (the default); see
+    /// [`DefinitionOptions::without_idempotent_hint`](#structfield.without_idempotent_hint).
+    pub fn idempotent_hint(mut self, on: bool) -> Self {
+        self.without_idempotent_hint = !on;
         self
     }
 }
@@ -92,7 +106,12 @@ pub fn definition(tool: &DynTool, format: Format, options: &DefinitionOptions) -
                     "destructiveHint": false,
                     "idempotentHint": true,
                 }),
-                // Every idem write is idempotent: repeats with the same key replay.
+                // A repeat with the same key replays, but only while the repeat reaches the
+                // record: the host says when it cannot (see `without_idempotent_hint`).
+                ToolKind::Write if options.without_idempotent_hint => json!({
+                    "readOnlyHint": false,
+                    "destructiveHint": spec.is_destructive(),
+                }),
                 ToolKind::Write => json!({
                     "readOnlyHint": false,
                     "destructiveHint": spec.is_destructive(),

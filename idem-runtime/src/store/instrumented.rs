@@ -477,6 +477,10 @@ impl IdemStore for Instrumented {
         self.backend
     }
 
+    fn durability(&self) -> super::Durability {
+        self.inner.durability()
+    }
+
     fn wait_settled<'life0, 'life1, 'async_trait>(
         &'life0 self,
         key: &'life1 IdemKey,

@@ -559,6 +559,9 @@ impl IdemStore for MemoryStore {
     fn backend_name(&self) -> &'static str {
         "memory"
     }
+    fn durability(&self) -> super::Durability {
+        super::Durability::Process
+    }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

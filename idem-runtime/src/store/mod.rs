@@ -224,6 +224,21 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// Whether a store's records outlive the process that wrote them ([`IdemStore::durability`]).
+///
+/// A repeat is replayed only while its record is kept: a store of [`Durability::Process`]
+/// forgets every claim and saved result when the process ends, so a call re-sent to a
+/// restarted server runs again. Hosts read this before promising more (idem's MCP server
+/// advertises `idempotentHint` only over a [`Durability::Durable`] store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Records live in this process's memory and end with it.
+    Process,
+    /// Records live outside the process (a file, a database, a server) and survive it.
+    Durable,
+}
+
 /// The store contract. One atomic claim, a fenced settle, and listing for the reconciler.
 ///
 /// Implementations must pass the conformance suite (`idem_runtime::store::conformance`, with
@@ -408,6 +423,14 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
         "custom"
     }
 
+    /// Whether this store's records outlive the process. The default is
+    /// [`Durability::Process`], the claim that never over-promises; a store whose records
+    /// survive a restart returns [`Durability::Durable`], and a store that wraps another
+    /// returns the inner one's.
+    fn durability(&self) -> Durability {
+        Durability::Process
+    }
+
     /// Waits up to `timeout` for `key`'s record to leave `Running`; returns it as last seen.
     ///
     /// The default polls [`IdemStore::get`] with backoff; backends that can push a
@@ -442,6 +465,9 @@ impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
     }
     fn backend_name(&self) -> &'static str {
         (**self).backend_name()
+    }
+    fn durability(&self) -> Durability {
+        (**self).durability()
     }
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         (**self).claim(req).await

@@ -1327,6 +1327,9 @@ impl IdemStore for PostgresStore {
     fn backend_name(&self) -> &'static str {
         "postgres"
     }
+    fn durability(&self) -> crate::store::Durability {
+        crate::store::Durability::Durable
+    }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

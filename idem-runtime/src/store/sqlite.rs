@@ -1426,6 +1426,9 @@ impl IdemStore for SqliteStore {
     fn backend_name(&self) -> &'static str {
         "sqlite"
     }
+    fn durability(&self) -> crate::store::Durability {
+        crate::store::Durability::Durable
+    }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

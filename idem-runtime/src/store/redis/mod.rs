@@ -1135,6 +1135,9 @@ impl IdemStore for RedisStore {
     fn backend_name(&self) -> &'static str {
         "redis"
     }
+    fn durability(&self) -> crate::store::Durability {
+        crate::store::Durability::Durable
+    }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

@@ -1,18 +1,15 @@
 //! The MCP server keeps the exactly-once promise whatever the client does: re-sends,
-//! concurrent duplicates, changed parameters, a handler past its timeout, bad input, and two
-//! server processes sharing one store. Every test asserts on the billing ledger (what the
-//! handlers did), not on what the server replied. (Two server processes sharing a store:
-//! `tests/mcp_two_servers.rs`.)
-
-mod support_mcp;
+//! concurrent duplicates, changed parameters, a handler past its timeout, bad input and
+//! reconnects. Every test asserts on the billing ledger (what the handlers did), not on what
+//! the server replied. (Two server processes sharing a store: `tests/mcp_clients/`.)
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{is_error, outcome, result, LineClient};
 use idem::mcp::{McpCaller, McpServer};
 use idem::{toolbox, ReadCtx, Registry, ToolError, WriteCtx};
 use serde_json::{json, Value};
-use support_mcp::{is_error, outcome, result, LineClient};
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
 
 #[idem::args]
@@ -203,30 +200,36 @@ async fn a_resent_call_is_one_charge() {
     );
     assert_eq!(result(&again)["_meta"]["idem/replayed"], json!(true));
 
-    // A new connection is a new run: the same arguments are a new operation...
+    // A reconnect is the same caller: the same arguments are the same operation...
     let mut other = initialized(&server).await;
-    other.call_tool("charge", args.clone(), None).await;
-    assert_eq!(billing.charges().len(), 2);
+    let after_reconnect = other.call_tool("charge", args.clone(), None).await;
+    assert_eq!(
+        result(&after_reconnect)["_meta"]["idem/replayed"],
+        json!(true)
+    );
+    assert_eq!(billing.charges().len(), 1);
 
-    // ...unless both name the agent run in `_meta`: then a reconnect is a repeat too.
+    // ...and on a server that takes client-named runs, two named runs are two operations,
+    // each one operation on any connection.
+    let server = McpServer::new(registry(&billing, None)).client_runs(true);
+    let mut a = initialized(&server).await;
+    let mut b = initialized(&server).await;
     let run = json!({"idem/run": "run-7"});
-    client
-        .call_tool("charge", args.clone(), Some(run.clone()))
-        .await;
-    other
-        .call_tool("charge", args.clone(), Some(run.clone()))
-        .await;
+    a.call_tool("charge", args.clone(), Some(run.clone())).await;
+    b.call_tool("charge", args.clone(), Some(run.clone())).await;
     let mut third = initialized(&server).await;
-    third.call_tool("charge", args, Some(run)).await;
+    third
+        .call_tool("charge", args, Some(json!({"idem/run": "run-8"})))
+        .await;
     assert_eq!(billing.charges().len(), 3);
 }
 
-/// Two callers that name the same run and send the same arguments are two operations once
-/// the server scopes calls to who is calling: neither is replayed the other's result. A
+/// Two callers that send the same arguments (naming the same run, where the server takes
+/// client-named runs) are two operations: neither is replayed the other's result. A
 /// caller the hook refuses gets a protocol error and nothing runs, and a registry that
 /// requires a tenant is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn callers_of_one_run_never_share_a_result() {
+async fn callers_never_share_a_result() {
     let billing = Arc::new(Billing::default());
     let registry = Registry::builder()
         .toolbox(billing.clone())
@@ -235,14 +238,18 @@ async fn callers_of_one_run_never_share_a_result() {
         .unwrap();
     // Over stdio (and these in-memory pipes) there is no request head: each server is
     // one tenant's, as a stdio server started for that tenant would be.
-    let acme = McpServer::new(registry.clone()).caller(|head| {
-        assert!(head.is_none(), "no HTTP head over a pipe");
-        Ok(McpCaller::tenant("acme").principal("ops-bot"))
-    });
-    let globex = McpServer::new(registry.clone()).caller(|_| Ok(McpCaller::tenant("globex")));
+    let acme = McpServer::new(registry.clone())
+        .client_runs(true)
+        .caller(|head| {
+            assert!(head.is_none(), "no HTTP head over a pipe");
+            Ok(McpCaller::tenant("acme").principal("ops-bot"))
+        });
+    let globex = McpServer::new(registry.clone())
+        .client_runs(true)
+        .caller(|_| Ok(McpCaller::tenant("globex")));
     let nobody = McpServer::new(registry.clone())
         .caller(|_| Err("who are you? this server serves authenticated callers".to_owned()));
-    let unscoped = McpServer::new(registry);
+    let unscoped = McpServer::new(registry).client_runs(true);
     let args = json!({"customer": "acme", "cents": 4900});
     let run = json!({"idem/run": "run-shared"});
 
@@ -306,19 +313,18 @@ async fn concurrent_duplicates_are_one_charge() {
     // Eight copies in flight at once on one connection (rmcp runs each on its own task)...
     let ids: Vec<Value> = (0..8).map(|_| client.id()).collect();
     for id in &ids {
-        let message = support_mcp::call_message(id, "charge", args.clone(), None);
+        let message = crate::support::call_message(id, "charge", args.clone(), None);
         client.send(&message).await;
     }
-    // ...and eight more on eight connections of one run.
+    // ...and eight more on eight connections of the same caller.
     let mut others = Vec::new();
     for _ in 0..8 {
         others.push(initialized(&server).await);
     }
-    let run = json!({"idem/run": "run-concurrent"});
     let mut sent = Vec::new();
     for other in &mut others {
         let id = other.id();
-        let message = support_mcp::call_message(&id, "charge", args.clone(), Some(run.clone()));
+        let message = crate::support::call_message(&id, "charge", args.clone(), None);
         other.send(&message).await;
         sent.push(id);
     }
@@ -329,8 +335,8 @@ async fn concurrent_duplicates_are_one_charge() {
     for (other, id) in others.iter_mut().zip(&sent) {
         replies.push(other.reply_to(id).await);
     }
-    // One charge per run: the connection's and run-concurrent.
-    assert_eq!(billing.charges().len(), 2, "{:?}", billing.charges());
+    // One caller, one operation, one charge.
+    assert_eq!(billing.charges().len(), 1, "{:?}", billing.charges());
     // No duplicate was told it completed unless it was given the one charge's result.
     for reply in &replies {
         if !is_error(reply) {
@@ -492,9 +498,15 @@ async fn tools_list_has_the_registrys_definitions_and_hints() {
     let mut client = initialized(&server).await;
     let reply = client.request("tools/list", json!({})).await;
     let tools = result(&reply)["tools"].as_array().unwrap().clone();
-    assert_eq!(tools, registry.definitions(idem::Format::Mcp));
+    // An in-memory store forgets every record with the process: a repeat sent to a
+    // restarted server would run again, so no write is listed as idempotent.
+    let unhinted = idem::DefinitionOptions::default().idempotent_hint(false);
+    assert_eq!(
+        tools,
+        registry.definitions_with(idem::Format::Mcp, &unhinted)
+    );
     let charge = tools.iter().find(|t| t["name"] == "charge").unwrap();
-    assert_eq!(charge["annotations"]["idempotentHint"], json!(true));
+    assert_eq!(charge["annotations"].get("idempotentHint"), None);
     assert_eq!(charge["annotations"]["readOnlyHint"], json!(false));
     let echo = tools.iter().find(|t| t["name"] == "echo").unwrap();
     assert_eq!(echo["annotations"]["readOnlyHint"], json!(true));
@@ -544,28 +556,27 @@ async fn every_outcome_but_completed_is_an_error() {
 async fn a_client_that_hangs_up_mid_call_does_not_abandon_the_charge() {
     let billing = Arc::new(Billing::default());
     let server = McpServer::new(registry(&billing, None));
-    let run = json!({"idem/run": "run-hangup"});
     let args = json!({"customer": "acme", "cents": 4900});
 
     // The client sends the call and hangs up before the reply.
     let mut client = initialized(&server).await;
     let id = client.id();
     client
-        .send(&support_mcp::call_message(
+        .send(&crate::support::call_message(
             &id,
             "unhurried_charge",
             args.clone(),
-            Some(run.clone()),
+            None,
         ))
         .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(client);
 
-    // It reconnects and asks again in the same run: the charge it started was completed and
+    // It reconnects and asks again: the charge it started was completed and
     // saved, so it gets that one back.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut again = initialized(&server).await;
-    let reply = again.call_tool("unhurried_charge", args, Some(run)).await;
+    let reply = again.call_tool("unhurried_charge", args, None).await;
     assert_eq!(billing.slow_starts(), 1);
     assert_eq!(billing.charges().len(), 1);
     assert_eq!(

@@ -4,14 +4,12 @@
 //! asked for. Each call's effect is checked on the ledger too: a result that validates but
 //! ran twice would still be wrong.
 
-mod support_mcp;
-
 use std::sync::{Arc, Mutex};
 
+use crate::support::{is_error, outcome, result, LineClient};
 use idem::mcp::McpServer;
 use idem::{toolbox, ReadCtx, Registry, ToolError, WriteCtx};
 use serde_json::{json, Value};
-use support_mcp::{is_error, outcome, result, LineClient};
 
 #[idem::args]
 struct SettleArgs {
@@ -256,11 +254,8 @@ async fn a_completion_resolved_by_a_person_keeps_the_output_schema_promise() {
     assert_eq!(output_schema["type"], "object", "{list}");
     let output_valid = jsonschema::validator_for(&output_schema).unwrap();
 
-    let run = json!({"idem/run": "run-resolve"});
     let args = json!({"customer": "acme", "cents": 4900});
-    let first = client
-        .call_tool("charge", args.clone(), Some(run.clone()))
-        .await;
+    let first = client.call_tool("charge", args.clone(), None).await;
     assert_eq!(outcome(&first), "unknown", "{first}");
     let key = idem::IdemKey::parse(result(&first)["_meta"]["idem/key"].as_str().unwrap()).unwrap();
 
@@ -276,7 +271,7 @@ async fn a_completion_resolved_by_a_person_keeps_the_output_schema_promise() {
     .await
     .unwrap();
 
-    let again = client.call_tool("charge", args, Some(run)).await;
+    let again = client.call_tool("charge", args, None).await;
     assert_valid(&validator("CallToolResult"), &again);
     assert_eq!(outcome(&again), "completed", "{again}");
     assert_eq!(*flaky.runs.lock().unwrap(), 1, "not run again");

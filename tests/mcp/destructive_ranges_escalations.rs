@@ -3,15 +3,13 @@
 //! the call, nothing run), and an escalation a person resolves, as the next `tools/call`
 //! sees it. Every check is on the ledger or the store's record.
 
-mod support_mcp;
-
 use std::sync::{Arc, Mutex};
 
+use crate::support::{is_error, outcome, result, LineClient};
 use idem::mcp::McpServer;
 use idem::reconcile::{resolve, Resolution};
 use idem::{toolbox, IdemStore, ReadCtx, Reconciler, RecordState, Registry, ToolError, WriteCtx};
 use serde_json::{json, Value};
-use support_mcp::{is_error, outcome, result, LineClient};
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
 
 #[idem::args]
@@ -89,6 +87,8 @@ fn bank() -> (Arc<Bank>, Registry) {
     (bank, registry)
 }
 
+/// On an in-memory store no write is listed `idempotentHint` (a restart forgets its record;
+/// `idempotent_hint` has the durable case).
 #[tokio::test]
 async fn hints_say_what_each_tool_does() {
     let (_, registry) = bank();
@@ -104,11 +104,11 @@ async fn hints_say_what_each_tool_does() {
     };
     assert_eq!(
         hints("close"),
-        json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true})
+        json!({"readOnlyHint": false, "destructiveHint": true})
     );
     assert_eq!(
         hints("transfer"),
-        json!({"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true})
+        json!({"readOnlyHint": false, "destructiveHint": false})
     );
     assert_eq!(
         hints("balance"),
@@ -132,7 +132,6 @@ async fn an_out_of_range_integer_is_refused_by_the_listed_schema_and_the_server(
         .unwrap()["inputSchema"]
         .clone();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let run = json!({"idem/run": "run-1"});
 
     for delta in [
         json!(3e9),
@@ -141,9 +140,7 @@ async fn an_out_of_range_integer_is_refused_by_the_listed_schema_and_the_server(
     ] {
         let args = json!({"account": "acc_1", "delta": delta});
         assert!(!validator.is_valid(&args), "the schema refuses {args}");
-        let reply = client
-            .call_tool("transfer", args.clone(), Some(run.clone()))
-            .await;
+        let reply = client.call_tool("transfer", args.clone(), None).await;
         assert!(is_error(&reply), "{reply}");
         assert_eq!(outcome(&reply), "refused", "{reply}");
         let text = result(&reply)["content"][0]["text"].as_str().unwrap();
@@ -153,10 +150,8 @@ async fn an_out_of_range_integer_is_refused_by_the_listed_schema_and_the_server(
 
     let args = json!({"account": "acc_1", "delta": 2_147_483_647});
     assert!(validator.is_valid(&args));
-    let first = client
-        .call_tool("transfer", args.clone(), Some(run.clone()))
-        .await;
-    let again = client.call_tool("transfer", args, Some(run)).await;
+    let first = client.call_tool("transfer", args.clone(), None).await;
+    let again = client.call_tool("transfer", args, None).await;
     assert!(!is_error(&first) && !is_error(&again), "{first} {again}");
     assert_eq!(result(&again)["_meta"]["idem/replayed"], json!(true));
     assert_eq!(bank.ledger(), ["transfer acc_1 2147483647"]);
@@ -169,12 +164,9 @@ async fn an_out_of_range_integer_is_refused_by_the_listed_schema_and_the_server(
 async fn a_person_resolves_an_escalation_and_the_next_tools_call_sees_it() {
     let (bank, registry) = bank();
     let mut client = client(&McpServer::new(registry.clone())).await;
-    let run = json!({"idem/run": "run-9"});
     let args = json!({"account": "acc_9"});
 
-    let first = client
-        .call_tool("close", args.clone(), Some(run.clone()))
-        .await;
+    let first = client.call_tool("close", args.clone(), None).await;
     assert_eq!(outcome(&first), "unknown", "{first}");
     let key = idem::IdemKey::parse(result(&first)["_meta"]["idem/key"].as_str().unwrap()).unwrap();
     Reconciler::new(&registry).run_all().await.unwrap();
@@ -184,9 +176,7 @@ async fn a_person_resolves_an_escalation_and_the_next_tools_call_sees_it() {
         RecordState::Escalated
     );
 
-    let escalated = client
-        .call_tool("close", args.clone(), Some(run.clone()))
-        .await;
+    let escalated = client.call_tool("close", args.clone(), None).await;
     assert!(is_error(&escalated));
     assert_eq!(outcome(&escalated), "escalated", "{escalated}");
     let text = result(&escalated)["content"][0]["text"].as_str().unwrap();
@@ -203,7 +193,7 @@ async fn a_person_resolves_an_escalation_and_the_next_tools_call_sees_it() {
     )
     .await
     .unwrap();
-    let after = client.call_tool("close", args, Some(run)).await;
+    let after = client.call_tool("close", args, None).await;
     assert!(!is_error(&after), "{after}");
     assert_eq!(outcome(&after), "completed");
     assert_eq!(result(&after)["_meta"]["idem/replayed"], json!(true));

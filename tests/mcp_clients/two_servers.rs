@@ -6,38 +6,25 @@
 //! The servers are this test binary re-executed as the example (`harness = false`, so its
 //! stdout is the MCP stream and nothing else).
 
-#[allow(dead_code)] // its `main` is what a child runs
-#[path = "../examples/mcp_server.rs"]
-mod example;
-mod support_mcp;
-
 use std::path::Path;
 use std::process::Stdio;
 
+use crate::support::{is_error, result, unique, LineClient, Tally};
 use serde_json::json;
-use support_mcp::{is_error, result, unique, LineClient, Tally};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 type ChildClient = LineClient<ChildStdout, ChildStdin>;
 
-fn main() {
-    if support_mcp::asked_to_run_example() {
-        if let Err(e) = example::main() {
-            eprintln!("mcp_server: {e}");
-            std::process::exit(1);
-        }
-        return;
-    }
-    let mut tally = Tally::default();
+/// Runs this module's checks.
+pub fn run(tally: &mut Tally) {
     tally.run("two_servers::sharing_a_sqlite_file", sharing_a_sqlite_file);
     tally.run("two_servers::sharing_a_redis", sharing_a_redis);
     tally.run("two_servers::sharing_a_postgres", sharing_a_postgres);
-    tally.finish();
 }
 
 fn skip(why: &str) {
     assert!(
-        !support_mcp::require_backends(),
+        !crate::support::require_backends(),
         "IDEM_REQUIRE_BACKENDS=1, but {why}"
     );
     eprintln!("skipping: {why}");
@@ -53,7 +40,7 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 }
 
 fn spawn(store_url: &str, namespace: &str, ledger: &Path) -> (Child, ChildClient) {
-    let mut child = Command::from(support_mcp::example_command())
+    let mut child = Command::from(crate::support::example_command())
         .env("IDEM_STORE_URL", store_url)
         .env("IDEM_STORE_NAMESPACE", namespace)
         .env("IDEM_MCP_LEDGER", ledger)
@@ -77,29 +64,27 @@ async fn charges_made(store_url: &str, namespace: &str) -> usize {
     a.initialize().await;
     b.initialize().await;
 
-    // The agent run's id travels with the call: each server has sessions of its own.
-    let meta = json!({"idem/run": unique("run")});
+    // A standard client: no idem `_meta`. Both servers serve one caller (whoever started
+    // them), and their store is shared, so the call is one operation on either.
     let args = json!({"customer": "acme", "cents": 4900});
     let (ia, ib) = (a.id(), b.id());
-    a.send(&support_mcp::call_message(
+    a.send(&crate::support::call_message(
         &ia,
         "charge",
         args.clone(),
-        Some(meta.clone()),
+        None,
     ))
     .await;
-    b.send(&support_mcp::call_message(
+    b.send(&crate::support::call_message(
         &ib,
         "charge",
         args.clone(),
-        Some(meta.clone()),
+        None,
     ))
     .await;
     let (ra, rb) = (a.reply_to(&ia).await, b.reply_to(&ib).await);
-    let again_a = a
-        .call_tool("charge", args.clone(), Some(meta.clone()))
-        .await;
-    let again_b = b.call_tool("charge", args, Some(meta)).await;
+    let again_a = a.call_tool("charge", args.clone(), None).await;
+    let again_b = b.call_tool("charge", args, None).await;
     for reply in [&ra, &rb, &again_a, &again_b] {
         if !is_error(reply) {
             assert_eq!(result(reply)["structuredContent"]["id"], json!("ch_0001"));

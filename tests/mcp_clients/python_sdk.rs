@@ -1,40 +1,32 @@
 //! The `mcp_server` example driven by a client nobody here wrote: the official MCP Python
 //! SDK, over stdio and streamable HTTP (`tests/mcp_client/check_server.py`; what it checks
-//! is listed at its top).
+//! is listed at its top), on the in-memory store and on each durable one.
 //!
 //! Needs a Python with the `mcp` and `jsonschema` packages: `IDEM_MCP_PYTHON` names it
 //! (`.ci/run` installs `tests/mcp_client/requirements.txt` into `target/mcp-venv`), else
 //! `python3`. Without one the check prints why it skipped; under `IDEM_REQUIRE_BACKENDS=1`
 //! it fails instead.
 //!
-//! The server is this test binary re-executed as the example (`harness = false`, so its
-//! stdout is the MCP stream and nothing else).
-
-#[allow(dead_code)] // its `main` is what a child runs
-#[path = "../examples/mcp_server.rs"]
-mod example;
-mod support_mcp;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-fn main() {
-    if support_mcp::asked_to_run_example() {
-        if let Err(e) = example::main() {
-            eprintln!("mcp_server: {e}");
-            std::process::exit(1);
-        }
-        return;
+use crate::support::Tally;
+
+/// Runs this module's checks: on the example's in-memory store, then on each durable one.
+pub fn run(tally: &mut Tally) {
+    tally.run("python_sdk::one_charge_per_call_in_memory", || {
+        checks_on(None)
+    });
+    for backend in ["sqlite", "redis", "postgres"] {
+        tally.run(
+            &format!("python_sdk::one_charge_per_call_across_restarts_on_{backend}"),
+            move || checks_on(Some(backend)),
+        );
     }
-    let mut tally = support_mcp::Tally::default();
-    tally.run(
-        "the_official_python_client_sees_one_charge_per_call",
-        the_official_python_client_sees_one_charge_per_call,
-    );
-    tally.finish();
 }
 
-fn the_official_python_client_sees_one_charge_per_call() {
+fn checks_on(backend: Option<&str>) {
     let python = std::env::var_os("IDEM_MCP_PYTHON").unwrap_or_else(|| "python3".into());
     let probe = Command::new(&python)
         .args(["-c", "import mcp, jsonschema"])
@@ -55,22 +47,34 @@ fn the_official_python_client_sees_one_charge_per_call() {
         let hint = "python3 -m venv target/mcp-venv && target/mcp-venv/bin/pip install -r \
                     tests/mcp_client/requirements.txt && export IDEM_MCP_PYTHON=$PWD/target/mcp-venv/bin/python";
         assert!(
-            !support_mcp::require_backends(),
+            !crate::support::require_backends(),
             "IDEM_REQUIRE_BACKENDS=1, but {why}; {hint}"
         );
         eprintln!("skipping: {why}; {hint}");
         return;
     }
 
+    let store = match backend {
+        None => None,
+        Some(backend) => match crate::stores::store(backend) {
+            Some(store) => Some(store),
+            None => return,
+        },
+    };
     let server = std::env::current_exe().expect("the test binary");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client/check_server.py");
     // The script passes IDEM_* variables on to the servers it starts.
-    let out = Command::new(&python)
+    let mut command = Command::new(&python);
+    command
         .arg(&script)
         .arg(&server)
-        .env(support_mcp::RUN_EXAMPLE, "1")
-        .output()
-        .expect("the check script runs");
+        .env(crate::support::RUN_EXAMPLE, "1");
+    if let Some(store) = &store {
+        command
+            .env("IDEM_STORE_URL", &store.url)
+            .env("IDEM_STORE_NAMESPACE", &store.namespace);
+    }
+    let out = command.output().expect("the check script runs");
     println!("{}", String::from_utf8_lossy(&out.stdout));
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the Python client's checks failed");
