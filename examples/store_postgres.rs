@@ -12,7 +12,7 @@
 
 #[cfg(feature = "postgres")]
 mod demo {
-    use idem::store::PostgresStore;
+    use idem::PostgresStore;
     use idem::tool::{ToolSpec, WriteTool};
     use idem::{Registry, ToolCall, ToolError, WriteCtx};
     use serde::{Deserialize, Serialize};

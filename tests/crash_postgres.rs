@@ -27,7 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::store::conformance::backend_url;
-use idem::store::{Clock, IdemStore, ManualClock, PostgresStore, SystemClock};
+use idem::store::{Clock, IdemStore, ManualClock, SystemClock};
+use idem::PostgresStore;
 use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
 use idem::{CallError, RecordState, Registry, ToolCall};
 use serde_json::json;

@@ -18,7 +18,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::store::{Clock, ManualClock, SqliteStore, SystemClock};
+use idem::store::{Clock, ManualClock, SystemClock};
+use idem::SqliteStore;
 use idem::{Outcome, Registry, ToolCall};
 use serde_json::json;
 use support::crash::{

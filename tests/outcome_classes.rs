@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::reconcile::CallbackSink;
+use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, Clock, ListCursor, ReleaseNote, ReleaseRecord,
-    Settlement, StoreError, Timestamp, TokioClock,
+    ClaimToken, Clock, ListCursor, ReleaseNote, ReleaseRecord, StoreError, Timestamp, TokioClock,
 };
 use idem::{
     toolbox, CallError, Escalation, IdemKey, IdemStore, MemoryStore, Outcome, OutcomeClass,

@@ -366,7 +366,7 @@ async fn redis() {
         return;
     };
     let prefix = format!("{}:", unique("idem-audit4-cli"));
-    let store = idem_runtime::store::RedisStore::builder(url.clone())
+    let store = idem_redis::RedisStore::builder(url.clone())
         .prefix(prefix.clone())
         .connect()
         .await
@@ -406,7 +406,7 @@ async fn postgres() {
         return;
     };
     let schema = unique("idem_audit4_cli").replace('-', "_");
-    let store = idem_runtime::store::PostgresStore::builder(url.clone())
+    let store = idem_postgres::PostgresStore::builder(url.clone())
         .schema(schema.clone())
         .connect()
         .await

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use idem_runtime::identity::KeyMaterial;
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, IdemStore, MemoryStore, Settlement};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::{IdemStore, MemoryStore};
 use idem_runtime::{Fingerprint, IdemKey, RecordState, Scope};
 use serde_json::json;
 

@@ -380,7 +380,7 @@ async fn escalated_records_are_reported_and_not_run() {
         .settle(
             key,
             token,
-            idem_runtime::store::Settlement::new(RecordState::Escalated)
+            idem_runtime::store::backend::Settlement::new(RecordState::Escalated)
                 .message("no key contract and no read-back"),
         )
         .await
@@ -483,10 +483,10 @@ struct WatchClaims {
 impl IdemStore for WatchClaims {
     async fn claim(
         &self,
-        req: &idem_runtime::store::ClaimRequest,
-    ) -> Result<idem_runtime::store::ClaimOutcome, idem_runtime::StoreError> {
+        req: &idem_runtime::store::backend::ClaimRequest,
+    ) -> Result<idem_runtime::store::backend::ClaimOutcome, idem_runtime::StoreError> {
         let outcome = self.inner.claim(req).await;
-        if let Ok(idem_runtime::store::ClaimOutcome::Existing(r)) = &outcome {
+        if let Ok(idem_runtime::store::backend::ClaimOutcome::Existing(r)) = &outcome {
             if r.state == RecordState::Running
                 && self.held.fetch_add(1, Ordering::SeqCst) + 1 == self.expected
             {
@@ -507,7 +507,7 @@ impl IdemStore for WatchClaims {
         &self,
         key: &idem_runtime::IdemKey,
         token: idem_runtime::store::ClaimToken,
-        settlement: idem_runtime::store::Settlement,
+        settlement: idem_runtime::store::backend::Settlement,
     ) -> Result<(), idem_runtime::StoreError> {
         self.inner.settle(key, token, settlement).await
     }

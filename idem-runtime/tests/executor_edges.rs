@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::reconcile::Action;
-use idem_runtime::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, Record, Settlement, StoreError, Timestamp, TokioClock,
-};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::{ClaimToken, Record, StoreError, Timestamp, TokioClock};
 use idem_runtime::{
     Downstream, IdemKey, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
     RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,

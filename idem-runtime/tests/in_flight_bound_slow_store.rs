@@ -8,10 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, ListCursor, Record, Settlement, StoreError, Timestamp,
-    TokioClock,
-};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::{ClaimToken, ListCursor, Record, StoreError, Timestamp, TokioClock};
 use idem_runtime::{
     Clock, IdemKey, IdemStore, MemoryStore, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec,
     WriteCtx, WriteTool,

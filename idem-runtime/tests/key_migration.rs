@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::identity::canonical::to_canonical_vec;
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, ClaimToken, Record, Settlement, StoreError};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::{ClaimToken, Record, StoreError};
 use idem_runtime::{
     CallError, IdemKey, IdemStore, KeyFormat, KeyMigration, MemoryStore, OutcomeClass, RecordState,
     Registry, Scope, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_runtime::identity::CanonicalJson;
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, ClaimToken, Settlement};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::ClaimToken;
 use idem_runtime::{
     CallbackSink, Escalation, IdemKey, IdemStore, MemoryStore, Record, RecordState, Registry,
     StoreError, ToolCall, ToolError, ToolSpec, WriteCtx,

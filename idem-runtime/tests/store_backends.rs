@@ -20,11 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::identity::Scope;
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::conformance;
 use idem_runtime::store::{
-    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
-    ListCursor, ManualClock, Operation, PostgresStore, ReadBackRecord, Record, RecordState,
-    RedisStore, Retention, Settlement, SqliteStore, StoreError, Timestamp,
+    AttemptKind, AttemptRecord, ClaimToken, Clock, IdemStore, ListCursor, ManualClock, Operation,
+    PostgresStore, ReadBackRecord, Record, RecordState, RedisStore, Retention, SqliteStore,
+    StoreError, Timestamp,
 };
 use idem_runtime::{IdemKey, OutcomeClass};
 use serde_json::{json, Value};

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::identity::KeyMaterial;
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, ListCursor, ManualClock, RecordState,
-    Settlement, StoreError, Timestamp,
+    ClaimToken, IdemStore, ListCursor, ManualClock, RecordState, StoreError, Timestamp,
 };
 use idem_runtime::{Fingerprint, IdemKey, Scope};
 use proptest::prelude::*;

@@ -35,10 +35,10 @@ async fn run_all_passes() {
 mod default_list_after {
     use std::time::Duration;
 
+    use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
     use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
     use idem_runtime::store::{
-        ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, MemoryStore, Record, RecordState,
-        Settlement, StoreError,
+        ClaimToken, IdemStore, MemoryStore, Record, RecordState, StoreError,
     };
     use idem_runtime::IdemKey;
 
@@ -119,10 +119,11 @@ mod bounds {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
     use idem_runtime::store::conformance;
     use idem_runtime::store::{
-        ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, ManualClock, MemoryStore, RecordState,
-        Retention, Settlement, StoreError, DEFAULT_CAPACITY,
+        ClaimToken, IdemStore, ManualClock, MemoryStore, RecordState, Retention, StoreError,
+        DEFAULT_CAPACITY,
     };
 
     const RETENTION: Retention = Retention {
@@ -386,10 +387,10 @@ mod shared_records {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
     use idem_runtime::store::conformance::{fingerprint, key};
     use idem_runtime::store::{
-        ClaimOutcome, ClaimRequest, IdemStore, ManualClock, MemoryStore, RecordState, Retention,
-        Settlement, Timestamp,
+        IdemStore, ManualClock, MemoryStore, RecordState, Retention, Timestamp,
     };
     use serde_json::json;
 

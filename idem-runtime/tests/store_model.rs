@@ -27,10 +27,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::identity::{Fingerprint, KeyMaterial};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::{
-    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
-    ListCursor, ManualClock, MemoryStore, Operation, ReadBackRecord, Record, RecordState,
-    Retention, Settlement, StoreError, Timestamp,
+    AttemptKind, AttemptRecord, ClaimToken, Clock, IdemStore, ListCursor, ManualClock, MemoryStore,
+    Operation, ReadBackRecord, Record, RecordState, Retention, StoreError, Timestamp,
 };
 use idem_runtime::{IdemKey, OutcomeClass, Scope};
 use proptest::prelude::*;

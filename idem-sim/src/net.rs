@@ -22,9 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use idem::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, ListCursor, ReleaseNote, ReleaseRecord, Settlement,
-};
+use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem::store::{ClaimToken, ListCursor, ReleaseNote, ReleaseRecord};
 use idem::{Clock, IdemKey, IdemStore, Record, RecordState, StoreError, Timestamp};
 
 /// Which networked store.

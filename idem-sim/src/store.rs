@@ -6,9 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, ListCursor, ReleaseNote, ReleaseRecord, Settlement,
-};
+use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem::store::{ClaimToken, ListCursor, ReleaseNote, ReleaseRecord};
 use idem::{Clock, IdemKey, IdemStore, Record, RecordState, StoreError};
 
 use crate::faults::Fault;

@@ -287,8 +287,8 @@ struct HangOnSettle<S> {
 impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
     async fn claim(
         &self,
-        req: &idem::store::ClaimRequest,
-    ) -> Result<idem::store::ClaimOutcome, idem::StoreError> {
+        req: &idem::store::backend::ClaimRequest,
+    ) -> Result<idem::store::backend::ClaimOutcome, idem::StoreError> {
         self.inner.claim(req).await
     }
     async fn renew(
@@ -303,7 +303,7 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
         &self,
         _key: &idem::IdemKey,
         _token: idem::store::ClaimToken,
-        _settlement: idem::store::Settlement,
+        _settlement: idem::store::backend::Settlement,
     ) -> Result<(), idem::StoreError> {
         append_synced(&self.marker, "settling\n").expect("write the marker");
         std::future::pending::<()>().await;

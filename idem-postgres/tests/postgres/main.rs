@@ -1,0 +1,7 @@
+//! `PostgresStore` against the store contract and beyond it: the conformance suite, the
+//! store's own behaviour, the upgrade of older layouts, and TLS.
+
+mod store;
+mod support;
+mod tls;
+mod upgrade;
