@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use idem::store::conformance::backend_url;
 use idem::store::{Clock, IdemStore, ManualClock, SystemClock};
-use idem::PostgresStore;
 use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::PostgresStore;
 use idem::{CallError, RecordState, Registry, ToolCall};
 use serde_json::json;
 use support::crash::{

@@ -31,11 +31,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem::redis::RedisStoreBuilder;
 use idem::store::backend::{ClaimOutcome, ClaimRequest};
 use idem::store::conformance::{backend_url, skip};
 use idem::store::{Clock, IdemStore, ManualClock, SystemClock};
 use idem::RedisStore;
-use idem::redis::RedisStoreBuilder;
 use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
 use serde_json::json;
 use support::crash::{

@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use idem_runtime::reconcile::Action;
-use idem_runtime::{IdemStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler, RecordState, Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem_runtime::{
+    IdemStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler, RecordState, Registry, ToolCall,
+    ToolError, ToolSpec, WriteCtx, WriteTool,
+};
 use idem_sqlite::SqliteStore;
 use serde_json::{json, Value};
 

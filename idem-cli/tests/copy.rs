@@ -9,10 +9,10 @@ mod support;
 
 use std::time::Duration;
 
+use idem_redis::RedisStore;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest};
 use idem_runtime::store::conformance::backend_url;
 use idem_runtime::{Fingerprint, IdemKey, IdemStore, Scope};
-use idem_redis::RedisStore;
 use support::{idem, stderr, stdout, unique, unknown_record, RecordText};
 
 /// `idem … list --state unknown --json`'s keys.

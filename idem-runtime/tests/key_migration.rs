@@ -589,34 +589,6 @@ fn a_repeat_in_another_scope_is_still_another_operation() {
     assert_ne!(a, c);
 }
 
-#[cfg(feature = "sqlite")]
-#[tokio::test]
-async fn an_upgrade_across_a_restart_finds_the_records_of_the_old_build() {
-    use idem_runtime::SqliteStore;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("idem.db");
-    let ledger = Ledger::default();
-    {
-        let store: Arc<dyn IdemStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
-        let old = old_build(store, &ledger);
-        assert!(old.call(charge("run-1", "acme", 4900)).await.is_completed());
-        assert!(old
-            .call(charge("run-1", "globex", 100).intent("order-7"))
-            .await
-            .is_completed());
-    }
-    // The process restarts on the new build, over the same database.
-    let store: Arc<dyn IdemStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
-    let new = new_build(store, &ledger);
-    let acme = new.call(charge("run-1", "acme", 4900)).await;
-    let globex = new
-        .call(charge("run-1", "globex", 100).intent("order-7"))
-        .await;
-    assert!(acme.replayed() && globex.replayed());
-    assert_eq!(ledger.charges_of("acme"), 1);
-    assert_eq!(ledger.charges_of("globex"), 1);
-}
-
 /// The format-v1 vectors of `docs/keys.md` (section 6.2): each is one of section 5's
 /// vectors under v1, recomputed here by the library and by the layout without it.
 #[test]

@@ -65,6 +65,30 @@ impl StoreFactory for Postgres {
             .await
     }
 
+    fn keeps_nul(&self) -> bool {
+        false
+    }
+
+    fn corruptions(&self) -> &'static [&'static str] {
+        crate::durable::SQL_CORRUPTIONS
+    }
+
+    async fn break_record(&self, at: &Schema, _: &PostgresStore, key: &IdemKey, how: &str) {
+        let rows = crate::durable::PostgresRows {
+            sql: at.sql().await,
+            at,
+        };
+        rows.corrupt(key, how).await;
+    }
+
+    async fn raw_record(&self, at: &Schema, _: &PostgresStore, key: &IdemKey) -> Option<String> {
+        let rows = crate::durable::PostgresRows {
+            sql: at.sql().await,
+            at,
+        };
+        rows.raw(key).await
+    }
+
     async fn corrupt(&self, at: &Schema, key: &IdemKey) -> Result<bool, StoreError> {
         // A running row whose fingerprint does not decode: the cheap one-statement paths
         // (renew, settle) must notice it as well as the locked ones.

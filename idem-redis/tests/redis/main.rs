@@ -4,8 +4,12 @@
 
 mod cluster;
 mod copy;
+mod decode_fuzz;
+mod durable;
 mod read_first;
+mod reconcilers;
 mod store;
 mod support;
 mod tls;
 mod tls_cluster;
+mod transport;

@@ -2,7 +2,11 @@
 //! store's own behaviour (durability modes, handles on one file, busy files), the upgrade of
 //! older files, and the database file's permissions.
 
+mod decode_fuzz;
+mod durable;
 mod files;
+mod key_migration;
+mod reconcilers;
 mod store;
 mod support;
 mod upgrade;

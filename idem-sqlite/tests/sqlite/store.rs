@@ -7,6 +7,7 @@ use std::time::Duration;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{IdemStore, ManualClock, RecordState, Retention, StoreError};
+use idem_runtime::IdemKey;
 use idem_sqlite::{SqliteStore, SqliteSync};
 use serde_json::json;
 use tempfile::TempDir;
@@ -36,6 +37,18 @@ impl StoreFactory for Sqlite {
             .retention(options.retention)
             .open()
             .await
+    }
+
+    fn corruptions(&self) -> &'static [&'static str] {
+        crate::durable::SQL_CORRUPTIONS
+    }
+
+    async fn break_record(&self, at: &TempDir, _: &SqliteStore, key: &IdemKey, how: &str) {
+        crate::durable::SqliteRows(db(at)).corrupt(key, how).await;
+    }
+
+    async fn raw_record(&self, at: &TempDir, _: &SqliteStore, key: &IdemKey) -> Option<String> {
+        crate::durable::SqliteRows(db(at)).raw(key).await
     }
 
     async fn corrupt(&self, at: &TempDir, key: &idem_runtime::IdemKey) -> Result<bool, StoreError> {

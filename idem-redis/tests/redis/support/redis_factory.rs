@@ -101,6 +101,26 @@ impl StoreFactory for Redis {
             .await
     }
 
+    fn corruptions(&self) -> &'static [&'static str] {
+        crate::durable::CORRUPTIONS
+    }
+
+    async fn break_record(&self, at: &Prefix, store: &RedisStore, key: &IdemKey, how: &str) {
+        let rows = crate::durable::RedisRows {
+            url: &at.url,
+            store,
+        };
+        rows.corrupt(key, how).await;
+    }
+
+    async fn raw_record(&self, at: &Prefix, store: &RedisStore, key: &IdemKey) -> Option<String> {
+        let rows = crate::durable::RedisRows {
+            url: &at.url,
+            store,
+        };
+        rows.raw(key).await
+    }
+
     async fn corrupt(&self, at: &Prefix, key: &IdemKey) -> Result<bool, StoreError> {
         let client =
             redis::Client::open(at.url.as_str()).map_err(|e| StoreError::Backend(e.to_string()))?;

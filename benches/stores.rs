@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! IDEM_REDIS_URL=redis://127.0.0.1:6379/ IDEM_POSTGRES_URL=postgres://… \
-//!     cargo bench -p idem-runtime --all-features --bench stores
+//!     cargo bench -p idem-rs --features sqlite,redis,postgres --bench stores
 //! ```
 //!
 //! MemoryStore and SQLite (both sync modes, on a temp file) always run; Redis and Postgres
@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use idem_runtime::identity::KeyMaterial;
-use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
-use idem_runtime::store::{IdemStore, MemoryStore};
-use idem_runtime::{Fingerprint, IdemKey, RecordState, Scope};
+use idem::identity::KeyMaterial;
+use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem::store::{IdemStore, MemoryStore};
+use idem::{Fingerprint, IdemKey, RecordState, Scope};
 use serde_json::json;
 
 fn request(n: u64, run: &str) -> ClaimRequest {
@@ -80,11 +80,11 @@ fn stores(c: &mut Criterion) {
     // SQLite on a temp file, once per sync mode (FULL fsyncs every commit, NORMAL does not).
     #[cfg(feature = "sqlite")]
     for (name, sync) in [
-        ("sqlite_full", idem_runtime::store::SqliteSync::Full),
-        ("sqlite_normal", idem_runtime::store::SqliteSync::Normal),
+        ("sqlite_full", idem::SqliteSync::Full),
+        ("sqlite_normal", idem::SqliteSync::Normal),
     ] {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let store = idem_runtime::store::SqliteStore::builder(dir.path().join("idem.db"))
+        let store = idem::SqliteStore::builder(dir.path().join("idem.db"))
             .sync(sync)
             .open_blocking()
             .expect("open SQLite");
@@ -97,7 +97,7 @@ fn stores(c: &mut Criterion) {
             let prefix = format!("idem-bench:{}:", std::process::id());
             let store = rt
                 .block_on(
-                    idem_runtime::store::RedisStore::builder(url)
+                    idem::RedisStore::builder(url)
                         .prefix(prefix)
                         .connect(),
                 )
@@ -112,7 +112,7 @@ fn stores(c: &mut Criterion) {
             let schema = format!("idem_bench_{}", std::process::id());
             let store = rt
                 .block_on(
-                    idem_runtime::store::PostgresStore::builder(url)
+                    idem::PostgresStore::builder(url)
                         .schema(schema)
                         .connect(),
                 )

@@ -4,11 +4,9 @@
 //! kind of error, and never a claim granted over a record the store reports corrupt.
 //!
 //! The decoders are private, so this goes through the stores: SQLite rows are rewritten with
-//! rusqlite, Redis hashes with redis-rs (under a key prefix of its own, removed afterwards;
-//! only when `IDEM_REDIS_URL` is set, failing under `IDEM_REQUIRE_BACKENDS=1` without it).
+//! rusqlite.
 //! Then every operation runs against the damaged key. 128 cases per backend by default;
 //! `PROPTEST_CASES=N` raises it.
-#![cfg(any(feature = "sqlite", feature = "redis"))]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -214,10 +212,9 @@ where
     );
 }
 
-#[cfg(feature = "sqlite")]
 mod sqlite {
     use super::*;
-    use idem_runtime::store::SqliteStore;
+    use idem_sqlite::SqliteStore;
 
     /// A column and what to put in it (STRICT tables: text columns take text, possibly
     /// invalid UTF-8; integer columns take any integer).
@@ -297,195 +294,4 @@ mod sqlite {
             })
         });
     }
-}
-
-#[cfg(feature = "redis")]
-mod redis_backend {
-    use super::*;
-    use idem_runtime::store::RedisStore;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    const VAR: &str = "IDEM_REDIS_URL";
-
-    fn url() -> Option<String> {
-        if let Some(url) = std::env::var(VAR).ok().filter(|s| !s.trim().is_empty()) {
-            return Some(url);
-        }
-        let why = format!(
-            "{VAR} not set; export it (or source .ci/services.sh) to run the Redis decoding fuzz"
-        );
-        assert!(
-            std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() != Ok("1"),
-            "IDEM_REQUIRE_BACKENDS=1, but {why}"
-        );
-        eprintln!("skipped: {why}");
-        None
-    }
-
-    /// Deletes everything under the prefix when dropped.
-    struct Prefix(redis::Client, String);
-
-    impl Drop for Prefix {
-        fn drop(&mut self) {
-            if let Ok(mut conn) = self.0.get_connection() {
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(format!("{}*", self.1))
-                    .query(&mut conn)
-                    .unwrap_or_default();
-                if !keys.is_empty() {
-                    let _: Result<(), _> = redis::cmd("DEL").arg(keys).query(&mut conn);
-                }
-            }
-        }
-    }
-
-    #[derive(Clone, Debug)]
-    enum Damage {
-        Set(&'static str, Vec<u8>),
-        Delete(&'static str),
-        /// The record key holds another Redis type.
-        WrongType,
-    }
-
-    fn damage() -> impl Strategy<Value = Damage> {
-        let field = prop::sample::select(vec![
-            "v", "k", "fp", "tool", "st", "tok", "lease", "ca", "ua", "rx", "att", "rb", "op",
-            "pl", "msg", "ref",
-        ]);
-        prop_oneof![
-            6 => (field.clone(), garbage_bytes()).prop_map(|(f, b)| Damage::Set(f, b)),
-            2 => field.prop_map(Damage::Delete),
-            1 => Just(Damage::WrongType),
-        ]
-    }
-
-    /// Brings a record under a fresh prefix to `stage`, damages it, and runs every
-    /// operation on it.
-    async fn damaged(url: &str, stage: Stage, damage: &Damage) -> Result<(), TestCaseError> {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let client = redis::Client::open(url).expect("client");
-        let prefix = Prefix(
-            client.clone(),
-            format!(
-                "idem-decode:{}-{}:",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ),
-        );
-        let clock = ManualClock::starting_now();
-        let store = RedisStore::builder(url)
-            .prefix(prefix.1.as_str())
-            .clock(Arc::new(clock.clone()))
-            .connect()
-            .await
-            .expect("connect");
-        let token = prepare(&store, stage).await;
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect");
-        let rk = format!("{}r:{}", prefix.1, key().as_str());
-        let r: redis::RedisResult<()> = match damage {
-            Damage::Set(f, b) => {
-                redis::cmd("HSET")
-                    .arg(&rk)
-                    .arg(*f)
-                    .arg(b.as_slice())
-                    .query_async(&mut conn)
-                    .await
-            }
-            Damage::Delete(f) => {
-                redis::cmd("HDEL")
-                    .arg(&rk)
-                    .arg(*f)
-                    .query_async(&mut conn)
-                    .await
-            }
-            Damage::WrongType => {
-                redis::pipe()
-                    .del(&rk)
-                    .rpush(&rk, "x")
-                    .query_async(&mut conn)
-                    .await
-            }
-        };
-        r.expect("damage the record");
-        exercise(&store, &clock, token).await
-    }
-
-    #[test]
-    fn damaged_redis_records_are_corrupt_never_a_panic() {
-        let Some(url) = url() else { return };
-        let rt = runtime();
-        run("Redis records", (stage(), damage()), |(stage, damage)| {
-            rt.block_on(damaged(&url, stage, &damage))
-        });
-    }
-
-    /// Found by the fuzz above: Lua's `tonumber` reads `nan`, `inf` and `1e999` as numbers,
-    /// so a time field holding one passed the script's checks and a settle failed halfway,
-    /// at `ZADD`, with `Backend("… value is not a valid float")` instead of `Corrupt`.
-    #[test]
-    fn times_that_are_not_whole_numbers_are_corrupt() {
-        let Some(url) = url() else { return };
-        let rt = runtime();
-        for stage in [Stage::Running, Stage::Completed, Stage::Unknown] {
-            for field in ["ca", "ua", "lease"] {
-                for value in ["nan", "-nan", "inf", "-inf", "1e999", "-1", "1.5", "0x10"] {
-                    let damage = Damage::Set(field, value.as_bytes().to_vec());
-                    if let Err(e) = rt.block_on(damaged(&url, stage, &damage)) {
-                        panic!("{stage:?}, {field} = {value}: {e}");
-                    }
-                }
-            }
-        }
-    }
-}
-/// Found by the fuzz above: a record whose version or state field held bytes that are not
-/// UTF-8 failed every operation with `Backend("redis: parse error …")` instead of `Corrupt`,
-/// because the script quoted the raw value in its error reply.
-#[cfg(feature = "redis")]
-#[test]
-fn non_utf8_version_or_state_is_corrupt_in_redis() {
-    let Ok(url) = std::env::var("IDEM_REDIS_URL") else {
-        assert!(
-            std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() != Ok("1"),
-            "IDEM_REQUIRE_BACKENDS=1, but IDEM_REDIS_URL is not set"
-        );
-        eprintln!("skipped: IDEM_REDIS_URL not set");
-        return;
-    };
-    runtime().block_on(async {
-        for field in ["v", "st"] {
-            let prefix = format!("idem-decode-utf8:{}-{field}:", std::process::id());
-            let clock = ManualClock::starting_now();
-            let store = idem_runtime::store::RedisStore::builder(url.as_str())
-                .prefix(prefix.as_str())
-                .clock(Arc::new(clock.clone()))
-                .connect()
-                .await
-                .expect("connect");
-            prepare(&store, Stage::Completed).await;
-            let client = redis::Client::open(url.as_str()).unwrap();
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-            let rk = format!("{prefix}r:{}", key().as_str());
-            redis::cmd("HSET")
-                .arg(&rk)
-                .arg(field)
-                .arg(b"\x80\xff".as_slice())
-                .query_async::<()>(&mut conn)
-                .await
-                .unwrap();
-            let got = store.get(&key()).await;
-            redis::cmd("DEL")
-                .arg(&rk)
-                .query_async::<()>(&mut conn)
-                .await
-                .unwrap();
-            assert!(
-                matches!(got, Err(StoreError::Corrupt { .. })),
-                "field `{field}` not UTF-8: {got:?}"
-            );
-        }
-    });
 }

@@ -58,6 +58,17 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+mod durable;
+mod model;
+
+pub use durable::{
+    corruption_never_frees_a_key, every_state_round_trips_a_reopen,
+    huge_lease_and_forever_retention, late_settle_races_takeover_across_handles,
+    paging_while_settling_across_handles, skewed_workers_fence_each_other,
+    wait_settled_sees_lease_expiry,
+};
+pub use model::store_follows_the_model;
+
 use super::{
     rules, AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
     ListCursor, ManualClock, OperationDraft, ReadBackRecord, Record, RecordState, ReleaseNote,
@@ -73,12 +84,36 @@ pub struct StoreOptions {
     pub clock: ManualClock,
     /// The retention windows the store must apply.
     pub retention: Retention,
+    /// Set by the checks that count the store's reads of the time.
+    watched: Option<durable::WatchedClock>,
 }
 
 impl StoreOptions {
-    /// The clock as the `Arc<dyn Clock>` store builders take.
+    /// Options with `clock` and `retention`.
+    pub fn new(clock: ManualClock, retention: Retention) -> StoreOptions {
+        StoreOptions {
+            clock,
+            retention,
+            watched: None,
+        }
+    }
+
+    /// Options whose [`clock`](StoreOptions::clock) counts the store's reads of `watched`.
+    fn watched(watched: &durable::WatchedClock, retention: Retention) -> StoreOptions {
+        StoreOptions {
+            clock: watched.clock.clone(),
+            retention,
+            watched: Some(watched.clone()),
+        }
+    }
+
+    /// The clock as the `Arc<dyn Clock>` store builders take. Open stores with this rather
+    /// than the `clock` field: some checks count how often the store reads the time.
     pub fn clock(&self) -> Arc<dyn Clock> {
-        Arc::new(self.clock.clone())
+        match &self.watched {
+            Some(watched) => Arc::new(watched.clone()),
+            None => Arc::new(self.clock.clone()),
+        }
     }
 }
 
@@ -128,6 +163,44 @@ pub trait StoreFactory: Send + Sync {
         let _ = (location, key);
         async { Ok(false) }
     }
+
+    /// False when the backend cannot keep a NUL character in text and stores it replaced
+    /// (Postgres): [`every_state_round_trips_a_reopen`] then writes none. The default is true.
+    fn keeps_nul(&self) -> bool {
+        true
+    }
+
+    /// The ways [`StoreFactory::break_record`] can break a stored running record (names of
+    /// the factory's choosing: a column, a field, a type). Empty (the default) skips
+    /// [`corruption_never_frees_a_key`].
+    fn corruptions(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Breaks the stored record of `key` at `location` (`store` is a handle on it) the way
+    /// `how` names, below the store API (as another process would). Panics when it cannot.
+    fn break_record(
+        &self,
+        location: &Self::Location,
+        store: &Self::Store,
+        key: &IdemKey,
+        how: &str,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = (location, store, key, how);
+        async {}
+    }
+
+    /// The stored record of `key` at `location` exactly as the backend holds it, rendered
+    /// as text (`None`: absent): what shows whether an operation touched it.
+    fn raw_record(
+        &self,
+        location: &Self::Location,
+        store: &Self::Store,
+        key: &IdemKey,
+    ) -> impl Future<Output = Option<String>> + Send {
+        let _ = (location, store, key);
+        async { None }
+    }
 }
 
 /// Generates one `#[tokio::test]` (multi-thread runtime) per conformance check, each named
@@ -170,7 +243,20 @@ macro_rules! store_conformance_tests {
             wait_settled_sees_settlement,
             survives_reopen,
             corrupt_records_are_errors,
+            skewed_workers_fence_each_other,
+            late_settle_races_takeover_across_handles,
+            every_state_round_trips_a_reopen,
+            wait_settled_sees_lease_expiry,
+            paging_while_settling_across_handles,
+            huge_lease_and_forever_retention,
+            corruption_never_frees_a_key,
         );
+
+        #[test]
+        fn store_follows_the_model() {
+            let factory = $factory;
+            $crate::store::conformance::store_follows_the_model(&factory);
+        }
     };
     (@each $factory:expr; $($check:ident),+ $(,)?) => {
         $(
@@ -213,6 +299,13 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     wait_settled_sees_settlement(f).await;
     survives_reopen(f).await;
     corrupt_records_are_errors(f).await;
+    skewed_workers_fence_each_other(f).await;
+    late_settle_races_takeover_across_handles(f).await;
+    every_state_round_trips_a_reopen(f).await;
+    wait_settled_sees_lease_expiry(f).await;
+    paging_while_settling_across_handles(f).await;
+    huge_lease_and_forever_retention(f).await;
+    corruption_never_frees_a_key(f).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -262,10 +355,7 @@ async fn harness_with<F: StoreFactory>(
         return None;
     }
     let clock = ManualClock::starting_now();
-    let options = StoreOptions {
-        clock: clock.clone(),
-        retention,
-    };
+    let options = StoreOptions::new(clock.clone(), retention);
     let location = f
         .location()
         .await
@@ -333,7 +423,8 @@ pub fn fingerprint(name: &str) -> Fingerprint {
     Fingerprint::of_canonical(name.as_bytes())
 }
 
-fn request(name: &str) -> ClaimRequest {
+/// A claim request for the key and fingerprint of `name`, with the suite's lease.
+pub fn request(name: &str) -> ClaimRequest {
     ClaimRequest {
         key: key(name),
         fingerprint: fingerprint("args"),
@@ -343,42 +434,48 @@ fn request(name: &str) -> ClaimRequest {
     }
 }
 
-async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
+/// Claims `req`, which must be granted (panics otherwise).
+pub async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
     match store.claim(req).await {
         Ok(ClaimOutcome::Claimed(t)) => t,
         other => panic!("claiming a free key must grant it, got {other:?}"),
     }
 }
 
-async fn claim_finds(store: &impl IdemStore, req: &ClaimRequest) -> Record {
+/// Claims `req`, which must find a record with the same fingerprint (panics otherwise).
+pub async fn claim_finds(store: &impl IdemStore, req: &ClaimRequest) -> Record {
     match store.claim(req).await {
         Ok(ClaimOutcome::Existing(r)) => Record::clone(&r),
         other => panic!("claiming a held key must report its record, got {other:?}"),
     }
 }
 
-async fn get(store: &impl IdemStore, key: &IdemKey) -> Record {
+/// The record of `key`, which must exist (panics otherwise).
+pub async fn get(store: &impl IdemStore, key: &IdemKey) -> Record {
     match store.get(key).await {
         Ok(Some(r)) => r,
         other => panic!("get({key}) must find the record, got {other:?}"),
     }
 }
 
-async fn settle(store: &impl IdemStore, key: &IdemKey, token: ClaimToken, s: Settlement) {
+/// Settles `key` with `token`, which must succeed (panics otherwise).
+pub async fn settle(store: &impl IdemStore, key: &IdemKey, token: ClaimToken, s: Settlement) {
     store
         .settle(key, token, s)
         .await
         .unwrap_or_else(|e| panic!("settling {key} with its own token must succeed: {e}"));
 }
 
-fn assert_stale<T: std::fmt::Debug>(what: &str, r: Result<T, StoreError>) {
+/// Asserts that `r` is [`StoreError::StaleToken`]; `what` names the operation.
+pub fn assert_stale<T: std::fmt::Debug>(what: &str, r: Result<T, StoreError>) {
     match r {
         Err(StoreError::StaleToken { .. }) => {}
         other => panic!("{what}: must be refused with StoreError::StaleToken, got {other:?}"),
     }
 }
 
-fn attempt(n: u32, class: OutcomeClass, at: &ManualClock) -> AttemptRecord {
+/// Attempt `n`, ending in `class`, stamped by `at`.
+pub fn attempt(n: u32, class: OutcomeClass, at: &ManualClock) -> AttemptRecord {
     let now = at.now();
     AttemptRecord::new(
         n,
@@ -390,7 +487,8 @@ fn attempt(n: u32, class: OutcomeClass, at: &ManualClock) -> AttemptRecord {
     )
 }
 
-fn completed(output: Value) -> Settlement {
+/// A completed settlement with `output`.
+pub fn completed(output: Value) -> Settlement {
     Settlement::new(RecordState::Completed).payload(output)
 }
 

@@ -14,10 +14,8 @@
 //! tombstones that outlive them; tombstones expiring last; unknown, pending and escalated
 //! records never expiring.
 //!
-//! Backends: `MemoryStore` always, `SqliteStore` (a temp file per case) with the `sqlite`
-//! feature, Redis and Postgres when `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL` are set (a key
-//! prefix or schema of their own per case, removed afterwards). Without them those tests
-//! print why they skip, and fail under `IDEM_REQUIRE_BACKENDS=1`.
+//! Every backend runs it through its [`StoreFactory`]: a fresh location per case, and on a
+//! durable store a handle of its own per client.
 //!
 //! Cases per backend: 64 by default (the whole file runs well under a minute in a debug
 //! build); `PROPTEST_CASES=N` raises it. A failure prints the shrunk operation sequence.
@@ -26,16 +24,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::identity::{Fingerprint, KeyMaterial};
-use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
-use idem_runtime::store::{
-    AttemptKind, AttemptRecord, ClaimToken, Clock, IdemStore, ListCursor, ManualClock, MemoryStore,
-    Operation, ReadBackRecord, Record, RecordState, Retention, StoreError, Timestamp,
-};
-use idem_runtime::{IdemKey, OutcomeClass, Scope};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use serde_json::{json, Value};
+
+use super::{skip, StoreFactory, StoreOptions};
+use crate::identity::{Fingerprint, IdemKey, KeyMaterial, Scope};
+use crate::outcome::OutcomeClass;
+use crate::store::{
+    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
+    ListCursor, ManualClock, Operation, ReadBackRecord, Record, RecordState, Retention, Settlement,
+    StoreError, Timestamp,
+};
 
 const KEYS: usize = 3;
 const CLIENTS: usize = 3;
@@ -1125,194 +1125,58 @@ fn run<B: Backend>(name: &str, backend: B) {
     }
 }
 
-/// Prints why a backend's test is skipped, or fails when `IDEM_REQUIRE_BACKENDS=1`.
-#[allow(dead_code)]
-fn url_or_skip(var: &str, test: &str) -> Option<String> {
-    if let Some(url) = std::env::var(var).ok().filter(|s| !s.trim().is_empty()) {
-        return Some(url);
-    }
-    let why = format!("{var} not set; export it (or source .ci/services.sh) to run `{test}`");
-    assert!(
-        std::env::var("IDEM_REQUIRE_BACKENDS").as_deref() != Ok("1"),
-        "IDEM_REQUIRE_BACKENDS=1, but {why}"
-    );
-    eprintln!("{test} skipped: {why}");
-    None
-}
+/// The model's stores opened through a [`StoreFactory`].
+struct ThroughFactory<'f, F>(&'f F);
 
-struct Memory;
-
-impl Backend for Memory {
+impl<F: StoreFactory> Backend for ThroughFactory<'_, F>
+where
+    F::Location: 'static,
+{
     async fn open(&self, clock: &ManualClock, retention: Retention) -> Stores {
-        let clock: Arc<dyn Clock> = Arc::new(clock.clone());
-        let store = MemoryStore::with_clock(clock).retention(retention);
+        let f = self.0;
+        let at = f
+            .location()
+            .await
+            .unwrap_or_else(|e| panic!("creating a fresh location failed: {e}"));
+        let options = StoreOptions::new(clock.clone(), retention);
+        let mut clients: Vec<Arc<dyn IdemStore>> = Vec::new();
+        for i in 0..CLIENTS {
+            // A store that is not durable has one handle, shared by every client.
+            if i > 0 && !f.durable() {
+                clients.push(clients[0].clone());
+                continue;
+            }
+            let store = f
+                .open(&at, &options)
+                .await
+                .unwrap_or_else(|e| panic!("opening the store failed: {e}"));
+            clients.push(Arc::new(store));
+        }
         Stores {
-            clients: (0..CLIENTS)
-                .map(|_| Arc::new(store.clone()) as Arc<dyn IdemStore>)
-                .collect(),
-            _keep: Box::new(()),
+            clients,
+            _keep: Box::new(at),
         }
+    }
+
+    fn nul_as_replacement(&self) -> bool {
+        !self.0.keeps_nul()
     }
 }
 
-#[test]
-fn memory_store_follows_the_model() {
-    run("MemoryStore", Memory);
-}
-
-#[cfg(feature = "sqlite")]
-mod sqlite {
-    use super::*;
-    use idem_runtime::store::SqliteStore;
-
-    struct Sqlite;
-
-    impl Backend for Sqlite {
-        async fn open(&self, clock: &ManualClock, retention: Retention) -> Stores {
-            let dir = tempfile::tempdir().expect("a temp dir");
-            let path = dir.path().join("idem.sqlite3");
-            let mut clients: Vec<Arc<dyn IdemStore>> = Vec::new();
-            for _ in 0..CLIENTS {
-                let store = SqliteStore::builder(&path)
-                    .clock(Arc::new(clock.clone()))
-                    .retention(retention)
-                    .open()
-                    .await
-                    .expect("open the SQLite store");
-                clients.push(Arc::new(store));
-            }
-            Stores {
-                clients,
-                _keep: Box::new(dir),
-            }
-        }
+/// The store against a reference model of the contract: random sequences of claims (one
+/// client, or every client at once), renewals, settlements, releases, takeovers, reads,
+/// listings and moves of the clock, by several clients on a few keys, each answer and
+/// every record compared with what the model says (see the module docs). A failure panics
+/// with the shrunk operation sequence. 64 cases; `PROPTEST_CASES=N` sets another number.
+///
+/// Builds a runtime of its own: call it from a plain `#[test]`, not from inside a runtime.
+pub fn store_follows_the_model<F: StoreFactory>(f: &F)
+where
+    F::Location: 'static,
+{
+    if let Some(reason) = f.unavailable() {
+        skip("conformance check `store_follows_the_model`", &reason);
+        return;
     }
-
-    #[test]
-    fn sqlite_store_follows_the_model() {
-        run("SqliteStore", Sqlite);
-    }
-}
-
-#[cfg(feature = "redis")]
-mod redis_backend {
-    use super::*;
-    use idem_runtime::store::RedisStore;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    const VAR: &str = "IDEM_REDIS_URL";
-
-    /// A key prefix of its own, deleted with everything under it when dropped.
-    struct Prefix {
-        url: String,
-        prefix: String,
-    }
-
-    impl Drop for Prefix {
-        fn drop(&mut self) {
-            let Ok(client) = redis::Client::open(self.url.as_str()) else {
-                return;
-            };
-            let Ok(mut conn) = client.get_connection() else {
-                return;
-            };
-            let keys: Vec<String> = redis::cmd("KEYS")
-                .arg(format!("{}*", self.prefix))
-                .query(&mut conn)
-                .unwrap_or_default();
-            if !keys.is_empty() {
-                let _: Result<(), _> = redis::cmd("DEL").arg(keys).query(&mut conn);
-            }
-        }
-    }
-
-    struct Redis(String);
-
-    impl Backend for Redis {
-        async fn open(&self, clock: &ManualClock, retention: Retention) -> Stores {
-            static N: AtomicU64 = AtomicU64::new(0);
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let prefix = Prefix {
-                url: self.0.clone(),
-                prefix: format!(
-                    "idem-model:{}-{nanos}-{}:",
-                    std::process::id(),
-                    N.fetch_add(1, Ordering::Relaxed)
-                ),
-            };
-            let mut clients: Vec<Arc<dyn IdemStore>> = Vec::new();
-            for _ in 0..CLIENTS {
-                let store = RedisStore::builder(self.0.as_str())
-                    .prefix(prefix.prefix.as_str())
-                    .clock(Arc::new(clock.clone()))
-                    .retention(retention)
-                    .connect()
-                    .await
-                    .expect("connect to Redis");
-                clients.push(Arc::new(store));
-            }
-            Stores {
-                clients,
-                _keep: Box::new(prefix),
-            }
-        }
-    }
-
-    #[test]
-    fn redis_store_follows_the_model() {
-        if let Some(url) = url_or_skip(VAR, "redis_store_follows_the_model") {
-            run("RedisStore", Redis(url));
-        }
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[path = "support/postgres_schema.rs"]
-mod postgres_schema;
-
-#[cfg(feature = "postgres")]
-mod postgres_backend {
-    use super::*;
-    use idem_runtime::store::PostgresStore;
-
-    use super::postgres_schema::Schema;
-
-    const VAR: &str = "IDEM_POSTGRES_URL";
-
-    struct Postgres(String);
-
-    impl Backend for Postgres {
-        async fn open(&self, clock: &ManualClock, retention: Retention) -> Stores {
-            let schema = Schema::fresh(&self.0);
-            let mut clients: Vec<Arc<dyn IdemStore>> = Vec::new();
-            for _ in 0..CLIENTS {
-                let store = PostgresStore::builder(self.0.as_str())
-                    .schema(schema.name.as_str())
-                    .clock(Arc::new(clock.clone()))
-                    .retention(retention)
-                    .max_connections(2)
-                    .connect()
-                    .await
-                    .expect("connect to PostgreSQL");
-                clients.push(Arc::new(store));
-            }
-            Stores {
-                clients,
-                _keep: Box::new(schema),
-            }
-        }
-
-        fn nul_as_replacement(&self) -> bool {
-            true
-        }
-    }
-
-    #[test]
-    fn postgres_store_follows_the_model() {
-        if let Some(url) = url_or_skip(VAR, "postgres_store_follows_the_model") {
-            run("PostgresStore", Postgres(url));
-        }
-    }
+    run(std::any::type_name::<F::Store>(), ThroughFactory(f));
 }
