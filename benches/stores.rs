@@ -96,11 +96,7 @@ fn stores(c: &mut Criterion) {
         Ok(url) if !url.is_empty() => {
             let prefix = format!("idem-bench:{}:", std::process::id());
             let store = rt
-                .block_on(
-                    idem::RedisStore::builder(url)
-                        .prefix(prefix)
-                        .connect(),
-                )
+                .block_on(idem::RedisStore::builder(url).prefix(prefix).connect())
                 .expect("connect to Redis");
             bench_store(c, &rt, "redis", Arc::new(store));
         }
@@ -111,11 +107,7 @@ fn stores(c: &mut Criterion) {
         Ok(url) if !url.is_empty() => {
             let schema = format!("idem_bench_{}", std::process::id());
             let store = rt
-                .block_on(
-                    idem::PostgresStore::builder(url)
-                        .schema(schema)
-                        .connect(),
-                )
+                .block_on(idem::PostgresStore::builder(url).schema(schema).connect())
                 .expect("connect to Postgres");
             bench_store(c, &rt, "postgres", Arc::new(store.clone()));
             rt.block_on(async {

@@ -8,6 +8,8 @@ use std::time::Duration;
 use crate::schema::migrate;
 use crate::store::{Inner, Pool, SqliteStore};
 use crate::writer::Writer;
+#[cfg(doc)]
+use idem_runtime::store::IdemStore;
 use idem_runtime::store::{Clock, Retention, StoreError};
 use tokio::sync::Notify;
 

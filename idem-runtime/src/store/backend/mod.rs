@@ -40,7 +40,7 @@ pub struct ClaimRequest {
     pub lease: Duration,
     /// What was asked for, saved with the claim so a reconciler or a person can act on it
     /// even if this worker dies before it settles. A draft: the store builds the
-    /// [`Operation`] it keeps ([`OperationDraft::to_operation`]) only when the claim is won,
+    /// [`Operation`](crate::store::Operation) it keeps ([`OperationDraft::to_operation`]) only when the claim is won,
     /// so a repeat that finds the key claimed builds nothing.
     pub operation: Option<OperationDraft>,
 }

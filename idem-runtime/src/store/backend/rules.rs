@@ -361,7 +361,7 @@ fn trace_of(record: Record, note: &ReleaseNote, now: Timestamp) -> ReleaseRecord
     }
 }
 
-/// Refuses a settlement that [`IdemStore::release_traced`](super::IdemStore::release_traced)
+/// Refuses a settlement that [`IdemStore::release_traced`](crate::store::IdemStore::release_traced)
 /// cannot apply: only an unsettled state can be released (a terminal result is saved and
 /// replayed, never freed). Checked before the record is looked at, as [`settle`] checks a
 /// return to running, so every backend answers it the same way.
@@ -376,7 +376,7 @@ pub fn releasable_settlement(key: &IdemKey, s: &Settlement) -> Result<(), StoreE
 }
 
 /// The holder of `token` settles `record` with `s` and releases it
-/// ([`IdemStore::release_traced`](super::IdemStore::release_traced)): the trace to keep, the
+/// ([`IdemStore::release_traced`](crate::store::IdemStore::release_traced)): the trace to keep, the
 /// record as settled. `record` is left as it was when anything is refused.
 pub fn release_traced(
     record: &Record,
