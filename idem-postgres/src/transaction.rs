@@ -53,7 +53,7 @@ impl PostgresStore {
     /// # Example
     ///
     /// ```no_run
-    /// use idem_runtime::store::PostgresStore;
+    /// use idem_postgres::PostgresStore;
     /// use idem_runtime::{ToolError, WriteCtx};
     ///
     /// async fn credit(store: &PostgresStore, ctx: WriteCtx, account: i64, cents: i64)

@@ -55,7 +55,7 @@ impl RedisStore {
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), idem_runtime::StoreError> {
-    /// use idem_runtime::store::RedisStore;
+    /// use idem_redis::RedisStore;
     ///
     /// let nodes = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"];
     /// // Today's store: one partition (its prefix in a hash tag, so one slot).

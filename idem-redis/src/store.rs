@@ -135,7 +135,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), idem_runtime::StoreError> {
-/// use idem_runtime::store::RedisStore;
+/// use idem_redis::RedisStore;
 ///
 /// let store = RedisStore::builder("redis://127.0.0.1:6379/")
 ///     .prefix("billing:idem:")

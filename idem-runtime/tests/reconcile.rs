@@ -199,6 +199,27 @@ impl std::fmt::Debug for Trap {
 
 #[async_trait::async_trait]
 impl IdemStore for Trapped {
+    // A traced release settles and then releases, in two steps; no trace is listed.
+    async fn release_traced(
+        &self,
+        key: &idem_runtime::IdemKey,
+        token: idem_runtime::store::ClaimToken,
+        settlement: idem_runtime::store::backend::Settlement,
+        note: &idem_runtime::store::ReleaseNote,
+    ) -> Result<(), idem_runtime::StoreError> {
+        idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
+        self.settle(key, token, settlement).await?;
+        self.release_unsettled(key, token, note).await
+    }
+
+    async fn list_releases(
+        &self,
+        _after: Option<&idem_runtime::store::ListCursor>,
+        _limit: usize,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        Ok(Vec::new())
+    }
+
     fn clock(&self) -> Arc<dyn idem_runtime::Clock> {
         self.inner.clock()
     }

@@ -29,7 +29,7 @@ use tokio::sync::{oneshot, Notify, Semaphore};
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), idem_runtime::StoreError> {
-/// use idem_runtime::store::{SqliteStore, SqliteSync};
+/// use idem_sqlite::{SqliteStore, SqliteSync};
 ///
 /// let store = SqliteStore::open("/var/lib/my-agent/idem.sqlite3").await?;
 /// // or, with options:

@@ -66,6 +66,10 @@ impl StoreFactory for PostgresFromV2 {
         url().is_none().then(skip_reason)
     }
 
+    fn keeps_nul(&self) -> bool {
+        false
+    }
+
     async fn location(&self) -> Result<Schema, StoreError> {
         let url = url().ok_or_else(|| StoreError::Unavailable(skip_reason()))?;
         Ok(schema_at_v2(&url).await)

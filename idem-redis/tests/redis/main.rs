@@ -10,6 +10,5 @@ mod read_first;
 mod reconcilers;
 mod store;
 mod support;
-mod tls;
 mod tls_cluster;
 mod transport;

@@ -228,20 +228,13 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// (the record was taken over or settled since it was read) is
     /// [`StoreError::StaleToken`] and frees nothing; no record is [`StoreError::NotFound`].
     ///
-    /// The default, for stores written before release traces existed, takes the record over
-    /// ([`IdemStore::reclaim`]) and releases it ([`IdemStore::release`]): the key is freed
-    /// the same way, but no trace is kept. Every store of this crate overrides it (the
-    /// conformance suite checks the trace).
+    /// The conformance suite checks the trace.
     async fn release_unsettled(
         &self,
         key: &IdemKey,
         expected: ClaimToken,
         note: &ReleaseNote,
-    ) -> Result<(), StoreError> {
-        let _ = note;
-        let token = self.reclaim(key, expected, Duration::from_secs(60)).await?;
-        self.release(key, token).await
-    }
+    ) -> Result<(), StoreError>;
 
     /// The holder of a running claim gives it up and leaves a trace, in one atomic step: the
     /// record is settled with `settlement` (its evidence: attempts, message), then freed as
@@ -260,29 +253,18 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// [`IdemStore::settle`]); otherwise (no record included) [`StoreError::StaleToken`] and
     /// nothing changes.
     ///
-    /// The default, for stores written before this method existed, takes the two steps
-    /// apart ([`IdemStore::settle`], then [`IdemStore::release_unsettled`]): the same end
-    /// state, with a window in which the record reads *unknown*. Every store of this crate
-    /// overrides it (the conformance suite checks that a waiter never sees the window).
+    /// The conformance suite checks that a waiter never sees the record in between.
     async fn release_traced(
         &self,
         key: &IdemKey,
         token: ClaimToken,
         settlement: Settlement,
         note: &ReleaseNote,
-    ) -> Result<(), StoreError> {
-        rules::releasable_settlement(key, &settlement)?;
-        self.settle(key, token, settlement).await?;
-        self.release_unsettled(key, token, note).await
-    }
+    ) -> Result<(), StoreError>;
 
     /// The releases of `key` still kept ([`IdemStore::release_unsettled`]), oldest first,
-    /// whatever the key's record is now (absent, or a new claim). The default (no trace
-    /// kept) is empty.
-    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
-        let _ = key;
-        Ok(Vec::new())
-    }
+    /// whatever the key's record is now (absent, or a new claim).
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError>;
 
     /// Up to `limit` of the releases still kept, every key's, that sort strictly after
     /// `after` in `(at, key)` order ([`ListCursor::of_release`]), in that order; from the
@@ -291,15 +273,12 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     ///
     /// Paging with the cursor of the last release of each page visits every kept release
     /// once (two releases of one key in the same millisecond share a cursor: a page that
-    /// ends on the first skips the second). The default (no trace kept) is empty.
+    /// ends on the first skips the second).
     async fn list_releases(
         &self,
         after: Option<&ListCursor>,
         limit: usize,
-    ) -> Result<Vec<ReleaseRecord>, StoreError> {
-        let _ = (after, limit);
-        Ok(Vec::new())
-    }
+    ) -> Result<Vec<ReleaseRecord>, StoreError>;
 
     /// The record of `key`, if any (lease expiry and retention applied).
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError>;

@@ -10,6 +10,13 @@
 //! of their own built on this module alone; a new backend is written the same way and
 //! proved with the conformance suite (`idem_runtime::store::conformance`, feature
 //! `testing`).
+//!
+//! The codec and the TLS material live here, behind features, rather than in crates of their
+//! own: each is a few hundred lines that decide what the contract means for stored data
+//! (which rows are records, which certificates a store accepts), they change with the
+//! record and the store errors defined beside them, and a crate of their own would be one
+//! more published crate every backend pins to the same version anyway. `sql` costs no
+//! dependency; `tls` brings rustls only to builds that ask for TLS.
 
 use std::sync::Arc;
 use std::time::Duration;
