@@ -60,7 +60,6 @@ impl Prefix {
             .await
             .expect("connect to Redis")
     }
-
 }
 
 impl Drop for Prefix {
