@@ -12,8 +12,8 @@
 
 #[cfg(feature = "postgres")]
 mod demo {
-    use idem::store::PostgresStore;
     use idem::tool::{ToolSpec, WriteTool};
+    use idem::PostgresStore;
     use idem::{Registry, ToolCall, ToolError, WriteCtx};
     use serde::{Deserialize, Serialize};
     use serde_json::{json, Value};

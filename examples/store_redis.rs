@@ -12,7 +12,7 @@
 mod demo {
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    use idem::store::RedisStore;
+    use idem::RedisStore;
     use idem::{tool, Registry, ToolCall, ToolError, WriteCtx};
     use serde::{Deserialize, Serialize};
     use serde_json::json;

@@ -12,8 +12,8 @@ mod demo {
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    use idem::store::{SqliteStore, SqliteSync};
     use idem::{tool, Registry, ToolCall, ToolError, WriteCtx};
+    use idem::{SqliteStore, SqliteSync};
     use serde::{Deserialize, Serialize};
     use serde_json::json;
 

@@ -142,6 +142,30 @@ pub use idem_macros::args;
 
 pub use idem_runtime::*;
 
+/// The SQLite store's crate (`idem-sqlite`, feature `sqlite`): [`SqliteStore`] and its
+/// builder.
+#[cfg(feature = "sqlite")]
+#[doc(inline)]
+pub use idem_sqlite as sqlite;
+#[cfg(feature = "sqlite")]
+pub use idem_sqlite::{SqliteStore, SqliteSync};
+
+/// The Redis store's crate (`idem-redis`, feature `redis`): [`RedisStore`], its builder and
+/// [`RedisCopy`](redis::RedisCopy).
+#[cfg(feature = "redis")]
+#[doc(inline)]
+pub use idem_redis as redis;
+#[cfg(feature = "redis")]
+pub use idem_redis::RedisStore;
+
+/// The PostgreSQL store's crate (`idem-postgres`, feature `postgres`): [`PostgresStore`]
+/// (with its transactional handlers) and its builder.
+#[cfg(feature = "postgres")]
+#[doc(inline)]
+pub use idem_postgres as postgres;
+#[cfg(feature = "postgres")]
+pub use idem_postgres::PostgresStore;
+
 #[cfg(feature = "mcp")]
 pub mod mcp;
 

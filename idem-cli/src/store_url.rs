@@ -193,7 +193,7 @@ pub async fn open_store_with(
                     path.display()
                 )));
             }
-            idem_runtime::SqliteStore::open(&path)
+            idem_sqlite::SqliteStore::open(&path)
                 .await
                 .map(|s| Arc::new(s) as Arc<dyn IdemStore>)
                 .map_err(|e| StoreUrlError(e.to_string()))
@@ -217,7 +217,7 @@ async fn open_redis(
     opened(redis_store(url, options).await)
 }
 
-/// What `idem copy` copied (`idem_runtime::store::RedisCopy`, which exists only in builds
+/// What `idem copy` copied (`idem_redis::RedisCopy`, which exists only in builds
 /// with Redis).
 #[derive(Debug, serde::Serialize)]
 pub(crate) struct Copied {
@@ -279,11 +279,11 @@ pub(crate) async fn copy_redis(
 async fn redis_store(
     url: &str,
     options: &StoreOptions,
-) -> Result<idem_runtime::RedisStore, idem_runtime::StoreError> {
+) -> Result<idem_redis::RedisStore, idem_runtime::StoreError> {
     let mut builder = if options.cluster {
-        idem_runtime::RedisStore::cluster(url.split(',').map(str::trim).filter(|s| !s.is_empty()))
+        idem_redis::RedisStore::cluster(url.split(',').map(str::trim).filter(|s| !s.is_empty()))
     } else {
-        idem_runtime::RedisStore::builder(url)
+        idem_redis::RedisStore::builder(url)
     };
     if let Some(prefix) = &options.prefix {
         builder = builder.prefix(prefix.as_str());
@@ -303,7 +303,7 @@ async fn open_postgres(
     url: &str,
     options: &StoreOptions,
 ) -> Result<Arc<dyn IdemStore>, StoreUrlError> {
-    let mut builder = idem_runtime::PostgresStore::builder(url);
+    let mut builder = idem_postgres::PostgresStore::builder(url);
     if let Some(schema) = &options.schema {
         builder = builder.schema(schema.as_str());
     }
@@ -330,7 +330,7 @@ trait TakesCertificates: Sized {
 }
 
 #[cfg(feature = "redis")]
-impl TakesCertificates for idem_runtime::store::RedisStoreBuilder {
+impl TakesCertificates for idem_redis::RedisStoreBuilder {
     #[cfg(feature = "tls")]
     fn roots(self, pem: Vec<u8>) -> Self {
         self.tls_root_certificates(pem)
@@ -342,7 +342,7 @@ impl TakesCertificates for idem_runtime::store::RedisStoreBuilder {
 }
 
 #[cfg(feature = "postgres")]
-impl TakesCertificates for idem_runtime::store::PostgresStoreBuilder {
+impl TakesCertificates for idem_postgres::PostgresStoreBuilder {
     #[cfg(feature = "tls")]
     fn roots(self, pem: Vec<u8>) -> Self {
         self.tls_root_certificates(pem)

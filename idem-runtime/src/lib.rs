@@ -7,7 +7,9 @@
 //! 1. [`identity`]: canonical JSON, the idempotency key ([`IdemKey`]) and the
 //!    [`Fingerprint`] of the arguments;
 //! 2. [`outcome`]: the classes every write ends in, and what the model is told of each;
-//! 3. [`store`]: the claim — the [`IdemStore`] contract, its records and backends, clocks;
+//! 3. [`store`]: the claim — the [`IdemStore`] contract, its records, the in-memory store,
+//!    clocks, and what a backend is built from ([`store::backend`]; the durable backends are
+//!    the crates `idem-sqlite`, `idem-redis` and `idem-postgres`, above this one);
 //! 4. [`escalation`]: what a person gets when nobody else can settle an operation;
 //! 5. [`tool`]: what a tool declares and its handler receives ([`WriteCtx`] carries the
 //!    key), its input schema and read-back;
@@ -48,16 +50,10 @@ pub use reconcile::{Action, Decision, Reconciler, Resolution};
 pub use registry::{
     BuildError, Registry, RegistryBuilder, CHANGED_PARAMS_NOTICE_WINDOW, MAX_ARGS_DEPTH,
 };
-#[cfg(feature = "postgres")]
-pub use store::PostgresStore;
-#[cfg(feature = "redis")]
-pub use store::RedisStore;
 pub use store::{
     Clock, Durability, IdemStore, ManualClock, MemoryStore, Record, RecordState, StoreError,
     SystemClock, Timestamp, TokioClock,
 };
-#[cfg(feature = "sqlite")]
-pub use store::{SqliteStore, SqliteSync};
 pub use tool::{
     Downstream, DynTool, ReadBack, ReadBackCtx, ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec,
     Toolbox, WriteCtx, WriteTool,

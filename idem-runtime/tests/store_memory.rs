@@ -35,10 +35,10 @@ async fn run_all_passes() {
 mod default_list_after {
     use std::time::Duration;
 
+    use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
     use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
     use idem_runtime::store::{
-        ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, MemoryStore, Record, RecordState,
-        Settlement, StoreError,
+        ClaimToken, IdemStore, MemoryStore, Record, RecordState, StoreError,
     };
     use idem_runtime::IdemKey;
 
@@ -47,6 +47,47 @@ mod default_list_after {
 
     #[async_trait::async_trait]
     impl IdemStore for ListOnly {
+        // A test double that keeps no release traces: a release takes the record over and frees
+        // it, a traced release settles and then releases, and no trace is listed.
+        async fn release_unsettled(
+            &self,
+            key: &idem_runtime::IdemKey,
+            expected: idem_runtime::store::ClaimToken,
+            _note: &idem_runtime::store::ReleaseNote,
+        ) -> Result<(), idem_runtime::StoreError> {
+            let token = self
+                .reclaim(key, expected, std::time::Duration::from_secs(60))
+                .await?;
+            self.release(key, token).await
+        }
+
+        async fn release_traced(
+            &self,
+            key: &idem_runtime::IdemKey,
+            token: idem_runtime::store::ClaimToken,
+            settlement: idem_runtime::store::backend::Settlement,
+            note: &idem_runtime::store::ReleaseNote,
+        ) -> Result<(), idem_runtime::StoreError> {
+            idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
+            self.settle(key, token, settlement).await?;
+            self.release_unsettled(key, token, note).await
+        }
+
+        async fn releases(
+            &self,
+            _key: &idem_runtime::IdemKey,
+        ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+            Ok(Vec::new())
+        }
+
+        async fn list_releases(
+            &self,
+            _after: Option<&idem_runtime::store::ListCursor>,
+            _limit: usize,
+        ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+            Ok(Vec::new())
+        }
+
         async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
             self.0.claim(req).await
         }
@@ -119,10 +160,11 @@ mod bounds {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
     use idem_runtime::store::conformance;
     use idem_runtime::store::{
-        ClaimOutcome, ClaimRequest, ClaimToken, IdemStore, ManualClock, MemoryStore, RecordState,
-        Retention, Settlement, StoreError, DEFAULT_CAPACITY,
+        ClaimToken, IdemStore, ManualClock, MemoryStore, RecordState, Retention, StoreError,
+        DEFAULT_CAPACITY,
     };
 
     const RETENTION: Retention = Retention {
@@ -386,10 +428,10 @@ mod shared_records {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
     use idem_runtime::store::conformance::{fingerprint, key};
     use idem_runtime::store::{
-        ClaimOutcome, ClaimRequest, IdemStore, ManualClock, MemoryStore, RecordState, Retention,
-        Settlement, Timestamp,
+        IdemStore, ManualClock, MemoryStore, RecordState, Retention, Timestamp,
     };
     use serde_json::json;
 

@@ -22,9 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use idem::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, ListCursor, ReleaseNote, ReleaseRecord, Settlement,
-};
+use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem::store::{ClaimToken, ListCursor, ReleaseNote, ReleaseRecord};
 use idem::{Clock, IdemKey, IdemStore, Record, RecordState, StoreError, Timestamp};
 
 /// Which networked store.
@@ -244,6 +243,19 @@ impl Bridged {
 
 #[async_trait::async_trait]
 impl IdemStore for Bridged {
+    // A traced release settles and then releases, in two steps.
+    async fn release_traced(
+        &self,
+        key: &idem::IdemKey,
+        token: idem::store::ClaimToken,
+        settlement: idem::store::backend::Settlement,
+        note: &idem::store::ReleaseNote,
+    ) -> Result<(), idem::StoreError> {
+        idem::store::backend::rules::releasable_settlement(key, &settlement)?;
+        self.settle(key, token, settlement).await?;
+        self.release_unsettled(key, token, note).await
+    }
+
     fn clock(&self) -> Arc<dyn Clock> {
         Arc::clone(&self.clock)
     }

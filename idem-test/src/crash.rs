@@ -264,10 +264,51 @@ struct HangOnSettle<S> {
 
 #[async_trait::async_trait]
 impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
+    // A test double that keeps no release traces: a release takes the record over and frees
+    // it, a traced release settles and then releases, and no trace is listed.
+    async fn release_unsettled(
+        &self,
+        key: &idem::IdemKey,
+        expected: idem::store::ClaimToken,
+        _note: &idem::store::ReleaseNote,
+    ) -> Result<(), idem::StoreError> {
+        let token = self
+            .reclaim(key, expected, std::time::Duration::from_secs(60))
+            .await?;
+        self.release(key, token).await
+    }
+
+    async fn release_traced(
+        &self,
+        key: &idem::IdemKey,
+        token: idem::store::ClaimToken,
+        settlement: idem::store::backend::Settlement,
+        note: &idem::store::ReleaseNote,
+    ) -> Result<(), idem::StoreError> {
+        idem::store::backend::rules::releasable_settlement(key, &settlement)?;
+        self.settle(key, token, settlement).await?;
+        self.release_unsettled(key, token, note).await
+    }
+
+    async fn releases(
+        &self,
+        _key: &idem::IdemKey,
+    ) -> Result<Vec<idem::store::ReleaseRecord>, idem::StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn list_releases(
+        &self,
+        _after: Option<&idem::store::ListCursor>,
+        _limit: usize,
+    ) -> Result<Vec<idem::store::ReleaseRecord>, idem::StoreError> {
+        Ok(Vec::new())
+    }
+
     async fn claim(
         &self,
-        req: &idem::store::ClaimRequest,
-    ) -> Result<idem::store::ClaimOutcome, idem::StoreError> {
+        req: &idem::store::backend::ClaimRequest,
+    ) -> Result<idem::store::backend::ClaimOutcome, idem::StoreError> {
         self.inner.claim(req).await
     }
     async fn renew(
@@ -282,7 +323,7 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
         &self,
         _key: &idem::IdemKey,
         _token: idem::store::ClaimToken,
-        _settlement: idem::store::Settlement,
+        _settlement: idem::store::backend::Settlement,
     ) -> Result<(), idem::StoreError> {
         append_synced(&self.marker, "settling\n").expect("write the marker");
         std::future::pending::<()>().await;

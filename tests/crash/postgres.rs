@@ -25,8 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::store::conformance::backend_url;
-use idem::store::{Clock, IdemStore, ManualClock, PostgresStore, Retention, SystemClock};
+use idem::store::{Clock, IdemStore, ManualClock, Retention, SystemClock};
 use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::PostgresStore;
 use idem::{CallError, RecordState, Registry, ToolCall};
 use idem_test::crash::{
     append_synced, assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines,

@@ -29,11 +29,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem::redis::RedisStoreBuilder;
+use idem::store::backend::{ClaimOutcome, ClaimRequest};
 use idem::store::conformance::{backend_url, skip};
-use idem::store::{
-    ClaimOutcome, ClaimRequest, Clock, IdemStore, ManualClock, RedisStore, RedisStoreBuilder,
-    SystemClock,
-};
+use idem::store::{Clock, IdemStore, ManualClock, SystemClock};
+use idem::RedisStore;
 use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
 use idem_test::crash::{
     assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines, point_worker,
@@ -532,7 +532,7 @@ async fn redis_process_kill_and_restart_with_aof_loses_nothing() {
         .settle(
             &running.key,
             token,
-            idem::store::Settlement::new(RecordState::Completed).payload(json!("late")),
+            idem::store::backend::Settlement::new(RecordState::Completed).payload(json!("late")),
         )
         .await
         .expect("the original holder settles after the restart");

@@ -16,7 +16,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::store::{Clock, ManualClock, SqliteStore, SystemClock};
+use idem::store::{Clock, ManualClock, SystemClock};
+use idem::SqliteStore;
 use idem::{Outcome, Registry, ToolCall};
 use idem_test::crash::{
     assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines, point_worker,

@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::reconcile::CallbackSink;
+use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, Clock, ListCursor, ReleaseNote, ReleaseRecord,
-    Settlement, StoreError, Timestamp, TokioClock,
+    ClaimToken, Clock, ListCursor, ReleaseNote, ReleaseRecord, StoreError, Timestamp, TokioClock,
 };
 use idem::{
     toolbox, CallError, Escalation, IdemKey, IdemStore, MemoryStore, Outcome, OutcomeClass,
@@ -442,6 +442,27 @@ struct NoRelease {
 
 #[async_trait::async_trait]
 impl IdemStore for NoRelease {
+    // A traced release settles and then releases, in two steps; no trace is listed.
+    async fn release_traced(
+        &self,
+        key: &idem::IdemKey,
+        token: idem::store::ClaimToken,
+        settlement: idem::store::backend::Settlement,
+        note: &idem::store::ReleaseNote,
+    ) -> Result<(), idem::StoreError> {
+        idem::store::backend::rules::releasable_settlement(key, &settlement)?;
+        self.settle(key, token, settlement).await?;
+        self.release_unsettled(key, token, note).await
+    }
+
+    async fn list_releases(
+        &self,
+        _after: Option<&idem::store::ListCursor>,
+        _limit: usize,
+    ) -> Result<Vec<idem::store::ReleaseRecord>, idem::StoreError> {
+        Ok(Vec::new())
+    }
+
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock()
     }

@@ -8,9 +8,10 @@
 use std::time::Duration;
 
 use crate::support::{idem, stderr, stdout, unique, unknown_record, RecordText};
+use idem_redis::RedisStore;
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest};
 use idem_runtime::store::conformance::backend_url;
-use idem_runtime::store::{ClaimOutcome, ClaimRequest};
-use idem_runtime::{Fingerprint, IdemKey, IdemStore, RedisStore, Scope};
+use idem_runtime::{Fingerprint, IdemKey, IdemStore, Scope};
 
 /// `idem … list --state unknown --json`'s keys.
 fn unknown_keys(url: &str, store_args: &[&str]) -> Vec<String> {

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use idem_runtime::reconcile::Action;
 use idem_runtime::{
-    IdemStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler, RecordState, Registry, SqliteStore,
-    ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    IdemStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler, RecordState, Registry, ToolCall,
+    ToolError, ToolSpec, WriteCtx, WriteTool,
 };
+use idem_sqlite::SqliteStore;
 use serde_json::{json, Value};
 
 /// A wire whose answer is always lost; the bank's lookup then finds two wires for the key.

@@ -173,7 +173,7 @@ async fn person_resolves_through_the_cli(url: &str, store: Arc<dyn IdemStore>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite() {
     let path = std::env::temp_dir().join(format!("{}.db", unique("idem-cli")));
-    let store = idem_runtime::store::SqliteStore::open(&path).await.unwrap();
+    let store = idem_sqlite::SqliteStore::open(&path).await.unwrap();
     let url = format!("sqlite://{}", path.display());
     person_resolves_through_the_cli(&url, Arc::new(store)).await;
     let _ = std::fs::remove_file(&path);
@@ -184,9 +184,7 @@ async fn redis() {
     let Some(url) = backend_url("IDEM_REDIS_URL", "the CLI against redis") else {
         return;
     };
-    let store = idem_runtime::store::RedisStore::connect(&url)
-        .await
-        .unwrap();
+    let store = idem_redis::RedisStore::connect(&url).await.unwrap();
     person_resolves_through_the_cli(&url, Arc::new(store)).await;
 }
 
@@ -195,9 +193,7 @@ async fn postgres() {
     let Some(url) = backend_url("IDEM_POSTGRES_URL", "the CLI against postgres") else {
         return;
     };
-    let store = idem_runtime::store::PostgresStore::connect(&url)
-        .await
-        .unwrap();
+    let store = idem_postgres::PostgresStore::connect(&url).await.unwrap();
     person_resolves_through_the_cli(&url, Arc::new(store)).await;
 }
 
@@ -211,8 +207,7 @@ fn bad_input_is_a_clear_error() {
     let memory = idem("memory:", &["list", "--state", "unknown"]);
     assert!(String::from_utf8_lossy(&memory.stderr).contains("inside one process"));
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(idem_runtime::store::SqliteStore::open(&path))
-        .unwrap();
+    rt.block_on(idem_sqlite::SqliteStore::open(&path)).unwrap();
     let bad_key = idem(&url, &["show", "not-a-key"]);
     assert_eq!(bad_key.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad_key.stderr).contains("not an idem key"));

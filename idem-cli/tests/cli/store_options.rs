@@ -103,7 +103,7 @@ async fn a_partitioned_store_on_a_tls_cluster() {
         return;
     };
     let prefix = format!("{}:", unique("idem-cli-tls"));
-    let store = idem_runtime::RedisStore::cluster(urls.split(','))
+    let store = idem_redis::RedisStore::cluster(urls.split(','))
         .prefix(prefix.as_str())
         .partitions(3)
         .tls_root_certificates(std::fs::read(&ca).expect("CA"))
@@ -173,7 +173,7 @@ async fn a_store_in_its_own_schema_over_mutual_tls() {
     };
     let url = format!("{url}?sslmode=verify-full");
     let schema = format!("cli_{}", std::process::id());
-    let store = idem_runtime::PostgresStore::builder(url.as_str())
+    let store = idem_postgres::PostgresStore::builder(url.as_str())
         .schema(schema.as_str())
         .tls_root_certificates(std::fs::read(&ca).expect("CA"))
         .tls_client_certificate(

@@ -6,14 +6,12 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::store::{
-    AttemptKind, AttemptRecord, ClaimOutcome, ClaimRequest, OperationDraft, ReadBackRecord,
-    Settlement,
-};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::{AttemptKind, AttemptRecord, OperationDraft, ReadBackRecord};
 use idem_runtime::{
-    Clock, Fingerprint, IdemKey, IdemStore, OutcomeClass, RecordState, Scope, SqliteStore,
-    SqliteSync, SystemClock,
+    Clock, Fingerprint, IdemKey, IdemStore, OutcomeClass, RecordState, Scope, SystemClock,
 };
+use idem_sqlite::{SqliteStore, SqliteSync};
 use serde_json::Value;
 
 /// The `idem` binary with none of its environment variables set (and `USER` as given by

@@ -74,7 +74,9 @@ impl fmt::Display for Timestamp {
 
 /// `now + d` on tokio's clock, saturating at a deadline a century away: a caller's
 /// `Duration::MAX` ("wait as long as it takes") must not overflow `Instant` and panic.
-pub(crate) fn deadline_after(d: Duration) -> tokio::time::Instant {
+/// Backends bound their waits (e.g. [`IdemStore::wait_settled`](super::IdemStore::wait_settled))
+/// with it.
+pub fn deadline_after(d: Duration) -> tokio::time::Instant {
     instant_after(tokio::time::Instant::now(), d)
 }
 

@@ -24,33 +24,21 @@
 //!   [`IdemStore::list_after`] resumes after a [`ListCursor`], so a walk page by page visits
 //!   every record of a state once, however many there are.
 
+pub mod backend;
 mod clock;
 #[cfg(feature = "testing")]
 pub mod conformance;
 mod instrumented;
 mod memory;
-#[cfg(feature = "postgres")]
-mod postgres;
 mod record;
-#[cfg(feature = "redis")]
-mod redis;
-pub mod rules;
-#[cfg(feature = "sqlite")]
-mod sqlite;
-#[cfg(all(feature = "tls", any(feature = "redis", feature = "postgres")))]
-mod tls;
 mod transaction;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(feature = "postgres")]
-pub use self::postgres::{PostgresStore, PostgresStoreBuilder};
-#[cfg(feature = "redis")]
-pub use self::redis::{RedisCopy, RedisStore, RedisStoreBuilder};
-#[cfg(feature = "sqlite")]
-pub use self::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteSync};
+pub(crate) use backend::rules;
+pub(crate) use backend::{ClaimOutcome, ClaimRequest, Settlement};
 pub(crate) use clock::{deadline_after, instant_after};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use instrumented::Instrumented;
@@ -58,11 +46,11 @@ pub(crate) use instrumented::{claim_span, settle_span, unobserved};
 pub use memory::{MemoryStore, DEFAULT_CAPACITY};
 pub use record::{
     AttemptKind, AttemptRecord, ClaimToken, Operation, OperationDraft, ReadBackRecord, Record,
-    RecordState, ReleaseNote, ReleaseRecord, Settlement,
+    RecordState, ReleaseNote, ReleaseRecord,
 };
 pub use transaction::{HeldClaim, TxError};
 
-use crate::identity::{Fingerprint, IdemKey};
+use crate::identity::IdemKey;
 
 /// How long settled records are kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,7 +123,7 @@ impl ListCursor {
     }
 
     /// Orders two releases as [`IdemStore::list_releases`] does.
-    pub(crate) fn cmp_releases(a: &ReleaseRecord, b: &ReleaseRecord) -> std::cmp::Ordering {
+    pub fn cmp_releases(a: &ReleaseRecord, b: &ReleaseRecord) -> std::cmp::Ordering {
         (a.at, &a.record.key).cmp(&(b.at, &b.record.key))
     }
 
@@ -145,7 +133,7 @@ impl ListCursor {
     }
 
     /// Orders two records as listings do, without building cursors.
-    pub(crate) fn cmp_records(a: &Record, b: &Record) -> std::cmp::Ordering {
+    pub fn cmp_records(a: &Record, b: &Record) -> std::cmp::Ordering {
         (a.created_at, &a.key).cmp(&(b.created_at, &b.key))
     }
 
@@ -153,40 +141,6 @@ impl ListCursor {
     pub(crate) fn precedes(&self, record: &Record) -> bool {
         (record.created_at, &record.key) > (self.created_at, &self.key)
     }
-}
-
-/// A request to claim a key.
-#[derive(Clone, Debug)]
-pub struct ClaimRequest {
-    /// The operation's key.
-    pub key: IdemKey,
-    /// Fingerprint of its arguments.
-    pub fingerprint: Fingerprint,
-    /// The tool's name (kept in the record for operators). Shared: the registry hands every
-    /// claim of a tool the same allocation.
-    pub tool: Arc<str>,
-    /// How long the claim holds without renewal.
-    pub lease: Duration,
-    /// What was asked for, saved with the claim so a reconciler or a person can act on it
-    /// even if this worker dies before it settles. A draft: the store builds the
-    /// [`Operation`] it keeps ([`OperationDraft::to_operation`]) only when the claim is won,
-    /// so a repeat that finds the key claimed builds nothing.
-    pub operation: Option<OperationDraft>,
-}
-
-/// What a claim found.
-///
-/// The record comes shared: a store that keeps its records in memory hands back the one it
-/// holds (a replay copies nothing but the saved result), and a store that reads a row
-/// wraps the record it decoded in [`Arc::new`].
-#[derive(Clone, Debug, PartialEq)]
-pub enum ClaimOutcome {
-    /// The key was free; the caller holds it and must settle or release it.
-    Claimed(ClaimToken),
-    /// A record with the same fingerprint exists; its state says what to tell the caller.
-    Existing(Arc<Record>),
-    /// A record with this key but another fingerprint exists: same key, changed parameters.
-    Mismatch(Arc<Record>),
 }
 
 /// Why a store operation failed.
@@ -289,20 +243,13 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// (the record was taken over or settled since it was read) is
     /// [`StoreError::StaleToken`] and frees nothing; no record is [`StoreError::NotFound`].
     ///
-    /// The default, for stores written before release traces existed, takes the record over
-    /// ([`IdemStore::reclaim`]) and releases it ([`IdemStore::release`]): the key is freed
-    /// the same way, but no trace is kept. Every store of this crate overrides it (the
-    /// conformance suite checks the trace).
+    /// The conformance suite checks the trace.
     async fn release_unsettled(
         &self,
         key: &IdemKey,
         expected: ClaimToken,
         note: &ReleaseNote,
-    ) -> Result<(), StoreError> {
-        let _ = note;
-        let token = self.reclaim(key, expected, Duration::from_secs(60)).await?;
-        self.release(key, token).await
-    }
+    ) -> Result<(), StoreError>;
 
     /// The holder of a running claim gives it up and leaves a trace, in one atomic step: the
     /// record is settled with `settlement` (its evidence: attempts, message), then freed as
@@ -321,29 +268,18 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// [`IdemStore::settle`]); otherwise (no record included) [`StoreError::StaleToken`] and
     /// nothing changes.
     ///
-    /// The default, for stores written before this method existed, takes the two steps
-    /// apart ([`IdemStore::settle`], then [`IdemStore::release_unsettled`]): the same end
-    /// state, with a window in which the record reads *unknown*. Every store of this crate
-    /// overrides it (the conformance suite checks that a waiter never sees the window).
+    /// The conformance suite checks that a waiter never sees the record in between.
     async fn release_traced(
         &self,
         key: &IdemKey,
         token: ClaimToken,
         settlement: Settlement,
         note: &ReleaseNote,
-    ) -> Result<(), StoreError> {
-        rules::releasable_settlement(key, &settlement)?;
-        self.settle(key, token, settlement).await?;
-        self.release_unsettled(key, token, note).await
-    }
+    ) -> Result<(), StoreError>;
 
     /// The releases of `key` still kept ([`IdemStore::release_unsettled`]), oldest first,
-    /// whatever the key's record is now (absent, or a new claim). The default (no trace
-    /// kept) is empty.
-    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
-        let _ = key;
-        Ok(Vec::new())
-    }
+    /// whatever the key's record is now (absent, or a new claim).
+    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError>;
 
     /// Up to `limit` of the releases still kept, every key's, that sort strictly after
     /// `after` in `(at, key)` order ([`ListCursor::of_release`]), in that order; from the
@@ -352,15 +288,12 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     ///
     /// Paging with the cursor of the last release of each page visits every kept release
     /// once (two releases of one key in the same millisecond share a cursor: a page that
-    /// ends on the first skips the second). The default (no trace kept) is empty.
+    /// ends on the first skips the second).
     async fn list_releases(
         &self,
         after: Option<&ListCursor>,
         limit: usize,
-    ) -> Result<Vec<ReleaseRecord>, StoreError> {
-        let _ = (after, limit);
-        Ok(Vec::new())
-    }
+    ) -> Result<Vec<ReleaseRecord>, StoreError>;
 
     /// The record of `key`, if any (lease expiry and retention applied).
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError>;

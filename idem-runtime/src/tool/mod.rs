@@ -9,8 +9,6 @@ pub(crate) mod schema;
 mod spec;
 mod striped;
 mod traits;
-#[cfg(feature = "postgres")]
-mod transaction;
 
 pub use context::{ReadCtx, WriteCtx};
 pub use erased::DynTool;

@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::reconcile::Action;
-use idem_runtime::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, Record, Settlement, StoreError, Timestamp, TokioClock,
-};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::{ClaimToken, Record, StoreError, Timestamp, TokioClock};
 use idem_runtime::{
     Downstream, IdemKey, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
     RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
@@ -284,6 +283,47 @@ struct RenewalOutage {
 
 #[async_trait::async_trait]
 impl IdemStore for RenewalOutage {
+    // A test double that keeps no release traces: a release takes the record over and frees
+    // it, a traced release settles and then releases, and no trace is listed.
+    async fn release_unsettled(
+        &self,
+        key: &idem_runtime::IdemKey,
+        expected: idem_runtime::store::ClaimToken,
+        _note: &idem_runtime::store::ReleaseNote,
+    ) -> Result<(), idem_runtime::StoreError> {
+        let token = self
+            .reclaim(key, expected, std::time::Duration::from_secs(60))
+            .await?;
+        self.release(key, token).await
+    }
+
+    async fn release_traced(
+        &self,
+        key: &idem_runtime::IdemKey,
+        token: idem_runtime::store::ClaimToken,
+        settlement: idem_runtime::store::backend::Settlement,
+        note: &idem_runtime::store::ReleaseNote,
+    ) -> Result<(), idem_runtime::StoreError> {
+        idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
+        self.settle(key, token, settlement).await?;
+        self.release_unsettled(key, token, note).await
+    }
+
+    async fn releases(
+        &self,
+        _key: &idem_runtime::IdemKey,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn list_releases(
+        &self,
+        _after: Option<&idem_runtime::store::ListCursor>,
+        _limit: usize,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        Ok(Vec::new())
+    }
+
     fn clock(&self) -> Arc<dyn idem_runtime::store::Clock> {
         self.store.clock()
     }

@@ -380,7 +380,7 @@ async fn escalated_records_are_reported_and_not_run() {
         .settle(
             key,
             token,
-            idem_runtime::store::Settlement::new(RecordState::Escalated)
+            idem_runtime::store::backend::Settlement::new(RecordState::Escalated)
                 .message("no key contract and no read-back"),
         )
         .await
@@ -481,12 +481,53 @@ struct WatchClaims {
 
 #[async_trait::async_trait]
 impl IdemStore for WatchClaims {
+    // A test double that keeps no release traces: a release takes the record over and frees
+    // it, a traced release settles and then releases, and no trace is listed.
+    async fn release_unsettled(
+        &self,
+        key: &idem_runtime::IdemKey,
+        expected: idem_runtime::store::ClaimToken,
+        _note: &idem_runtime::store::ReleaseNote,
+    ) -> Result<(), idem_runtime::StoreError> {
+        let token = self
+            .reclaim(key, expected, std::time::Duration::from_secs(60))
+            .await?;
+        self.release(key, token).await
+    }
+
+    async fn release_traced(
+        &self,
+        key: &idem_runtime::IdemKey,
+        token: idem_runtime::store::ClaimToken,
+        settlement: idem_runtime::store::backend::Settlement,
+        note: &idem_runtime::store::ReleaseNote,
+    ) -> Result<(), idem_runtime::StoreError> {
+        idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
+        self.settle(key, token, settlement).await?;
+        self.release_unsettled(key, token, note).await
+    }
+
+    async fn releases(
+        &self,
+        _key: &idem_runtime::IdemKey,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn list_releases(
+        &self,
+        _after: Option<&idem_runtime::store::ListCursor>,
+        _limit: usize,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        Ok(Vec::new())
+    }
+
     async fn claim(
         &self,
-        req: &idem_runtime::store::ClaimRequest,
-    ) -> Result<idem_runtime::store::ClaimOutcome, idem_runtime::StoreError> {
+        req: &idem_runtime::store::backend::ClaimRequest,
+    ) -> Result<idem_runtime::store::backend::ClaimOutcome, idem_runtime::StoreError> {
         let outcome = self.inner.claim(req).await;
-        if let Ok(idem_runtime::store::ClaimOutcome::Existing(r)) = &outcome {
+        if let Ok(idem_runtime::store::backend::ClaimOutcome::Existing(r)) = &outcome {
             if r.state == RecordState::Running
                 && self.held.fetch_add(1, Ordering::SeqCst) + 1 == self.expected
             {
@@ -507,7 +548,7 @@ impl IdemStore for WatchClaims {
         &self,
         key: &idem_runtime::IdemKey,
         token: idem_runtime::store::ClaimToken,
-        settlement: idem_runtime::store::Settlement,
+        settlement: idem_runtime::store::backend::Settlement,
     ) -> Result<(), idem_runtime::StoreError> {
         self.inner.settle(key, token, settlement).await
     }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_runtime::identity::CanonicalJson;
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, ClaimToken, Settlement};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::ClaimToken;
 use idem_runtime::{
     CallbackSink, Escalation, IdemKey, IdemStore, MemoryStore, Record, RecordState, Registry,
     StoreError, ToolCall, ToolError, ToolSpec, WriteCtx,
@@ -63,6 +64,47 @@ struct SettleFails(MemoryStore);
 
 #[async_trait]
 impl IdemStore for SettleFails {
+    // A test double that keeps no release traces: a release takes the record over and frees
+    // it, a traced release settles and then releases, and no trace is listed.
+    async fn release_unsettled(
+        &self,
+        key: &idem_runtime::IdemKey,
+        expected: idem_runtime::store::ClaimToken,
+        _note: &idem_runtime::store::ReleaseNote,
+    ) -> Result<(), idem_runtime::StoreError> {
+        let token = self
+            .reclaim(key, expected, std::time::Duration::from_secs(60))
+            .await?;
+        self.release(key, token).await
+    }
+
+    async fn release_traced(
+        &self,
+        key: &idem_runtime::IdemKey,
+        token: idem_runtime::store::ClaimToken,
+        settlement: idem_runtime::store::backend::Settlement,
+        note: &idem_runtime::store::ReleaseNote,
+    ) -> Result<(), idem_runtime::StoreError> {
+        idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
+        self.settle(key, token, settlement).await?;
+        self.release_unsettled(key, token, note).await
+    }
+
+    async fn releases(
+        &self,
+        _key: &idem_runtime::IdemKey,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        Ok(Vec::new())
+    }
+
+    async fn list_releases(
+        &self,
+        _after: Option<&idem_runtime::store::ListCursor>,
+        _limit: usize,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        Ok(Vec::new())
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         self.0.claim(req).await
     }

@@ -6,10 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::reconcile::{resolve, Action, Escalation, EscalationSink};
-use idem_runtime::store::{
-    ClaimOutcome, ClaimRequest, ClaimToken, ListCursor, ManualClock, Record, Settlement,
-    StoreError, Timestamp,
-};
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::{ClaimToken, ListCursor, ManualClock, Record, StoreError, Timestamp};
 use idem_runtime::{
     CallError, Downstream, IdemKey, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx,
     Reconciler, RecordState, Registry, Resolution, RetryPolicy, ToolCall, ToolError, ToolSpec,
@@ -201,6 +199,27 @@ impl std::fmt::Debug for Trap {
 
 #[async_trait::async_trait]
 impl IdemStore for Trapped {
+    // A traced release settles and then releases, in two steps; no trace is listed.
+    async fn release_traced(
+        &self,
+        key: &idem_runtime::IdemKey,
+        token: idem_runtime::store::ClaimToken,
+        settlement: idem_runtime::store::backend::Settlement,
+        note: &idem_runtime::store::ReleaseNote,
+    ) -> Result<(), idem_runtime::StoreError> {
+        idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
+        self.settle(key, token, settlement).await?;
+        self.release_unsettled(key, token, note).await
+    }
+
+    async fn list_releases(
+        &self,
+        _after: Option<&idem_runtime::store::ListCursor>,
+        _limit: usize,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        Ok(Vec::new())
+    }
+
     fn clock(&self) -> Arc<dyn idem_runtime::Clock> {
         self.inner.clock()
     }
@@ -664,7 +683,7 @@ async fn read_back_evidence_stays_capped_and_failures_still_escalate() {
     for _ in 0..40 {
         assert_eq!(w.pass().await, [Action::Waiting]);
     }
-    let kept = idem_runtime::store::rules::EVIDENCE_KEPT;
+    let kept = idem_runtime::store::backend::rules::EVIDENCE_KEPT;
     let record = record_of(&w, &first).await;
     assert_eq!(
         record.read_backs.len(),
@@ -694,7 +713,7 @@ async fn read_back_evidence_stays_capped_and_failures_still_escalate() {
         .iter()
         .find(|rb| {
             rb.result
-                .starts_with(idem_runtime::store::rules::EVIDENCE_MARKER)
+                .starts_with(idem_runtime::store::backend::rules::EVIDENCE_MARKER)
         })
         .expect("the marker counts what was dropped");
     assert_eq!(

@@ -4,7 +4,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use idem_runtime::store::{ClaimRequest, IdemStore, Timestamp};
+use idem_runtime::store::backend::ClaimRequest;
+use idem_runtime::store::{IdemStore, Timestamp};
 use idem_runtime::{Escalation, EscalationSink, IdemKey, JsonLinesSink, MemoryStore, Scope};
 
 async fn an_escalation() -> Escalation {

@@ -1,0 +1,171 @@
+//! The server's loaded functions and script cache flushed under a running store.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_redis::RedisStore;
+use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::conformance;
+use idem_runtime::store::{
+    ClaimToken, Clock, IdemStore, ManualClock, Record, RecordState, Retention,
+};
+use idem_runtime::IdemKey;
+use serde_json::json;
+
+fn redis_url(test: &str) -> Option<String> {
+    conformance::backend_url("IDEM_REDIS_URL", test)
+}
+
+fn unique() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() % 1_000_000_000_000);
+    format!(
+        "{}_{nanos}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A Redis key prefix of its own; everything under it is deleted on drop.
+struct Prefix {
+    url: String,
+    prefix: String,
+}
+
+impl Prefix {
+    fn fresh(url: &str) -> Prefix {
+        Prefix {
+            url: url.to_owned(),
+            prefix: format!("idem-backends:{}:", unique()),
+        }
+    }
+
+    async fn open(&self, clock: &(impl Clock + Clone), retention: Retention) -> RedisStore {
+        RedisStore::builder(self.url.as_str())
+            .prefix(self.prefix.as_str())
+            .clock(Arc::new(clock.clone()))
+            .retention(retention)
+            .connect()
+            .await
+            .expect("connect to Redis")
+    }
+
+    async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url.as_str())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to Redis")
+    }
+}
+
+impl Drop for Prefix {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix))
+            .query(&mut conn)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: Result<(), _> = redis::cmd("DEL").arg(keys).query(&mut conn);
+        }
+    }
+}
+
+const LEASE: Duration = Duration::from_secs(10);
+
+const RETENTION: Retention = Retention {
+    results: Duration::from_secs(60),
+    tombstones: Duration::from_secs(24 * 3600),
+};
+
+fn request(name: &str, lease: Duration) -> ClaimRequest {
+    ClaimRequest {
+        key: conformance::key(name),
+        fingerprint: conformance::fingerprint("args"),
+        tool: "backend_tool".into(),
+        lease,
+        operation: None,
+    }
+}
+
+async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
+    match store.claim(req).await {
+        Ok(ClaimOutcome::Claimed(t)) => t,
+        other => panic!("claim of a free key must be granted, got {other:?}"),
+    }
+}
+
+async fn get(store: &impl IdemStore, key: &IdemKey) -> Record {
+    store
+        .get(key)
+        .await
+        .unwrap_or_else(|e| panic!("get failed: {e}"))
+        .unwrap_or_else(|| panic!("record {key} vanished"))
+}
+
+/// The server's functions and script cache are flushed (a restart without persistence, a
+/// failover to a node that never had them, an operator's FUNCTION FLUSH or SCRIPT FLUSH):
+/// the next call loads the library again and works; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_script_flush_is_survived() {
+    let Some(url) = redis_url("redis_script_flush_is_survived") else {
+        return;
+    };
+    let at = Prefix::fresh(&url);
+    let clock = ManualClock::starting_now();
+    let s = at.open(&clock, RETENTION).await;
+    let library = s
+        .function_library()
+        .expect("Redis 7 has FUNCTION")
+        .to_owned();
+    let req = request("flush", LEASE);
+    let t = claim(&s, &req).await;
+    let mut conn = at.conn().await;
+    let flush = || {
+        let mut pipe = redis::pipe();
+        pipe.cmd("FUNCTION").arg("FLUSH").cmd("SCRIPT").arg("FLUSH");
+        pipe
+    };
+    let loaded = |conn: &mut redis::aio::MultiplexedConnection| {
+        let library = library.clone();
+        let mut conn = conn.clone();
+        async move {
+            let listed: redis::Value = redis::cmd("FUNCTION")
+                .arg("LIST")
+                .arg("LIBRARYNAME")
+                .arg(&library)
+                .query_async(&mut conn)
+                .await
+                .expect("FUNCTION LIST");
+            matches!(listed, redis::Value::Array(ref libs) if libs.len() == 1)
+        }
+    };
+    // (Other checks share this server and may load the library again at any moment, so
+    // only what follows the store's own calls is asserted; tests/crash_redis.rs counts the
+    // reload on a server of its own.)
+    let () = flush().query_async(&mut conn).await.expect("FLUSH");
+    s.renew(&req.key, t, LEASE)
+        .await
+        .expect("renew after flush");
+    assert!(loaded(&mut conn).await, "the renew loaded it again");
+    let () = flush().query_async(&mut conn).await.expect("FLUSH");
+    s.settle(
+        &req.key,
+        t,
+        Settlement::new(RecordState::Completed).payload(json!("ok")),
+    )
+    .await
+    .expect("settle after flush");
+    let r = get(&s, &req.key).await;
+    assert_eq!(r.state, RecordState::Completed);
+    assert_eq!(r.payload, Some(json!("ok")));
+}

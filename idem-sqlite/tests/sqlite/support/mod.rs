@@ -1,0 +1,3 @@
+//! What the SQLite tests share.
+
+pub mod old_records;
