@@ -28,9 +28,12 @@ impl PostgresStore {
     ///   and frees the key as soon as the transaction is gone (a repeat runs it again)
     ///   instead of blocking it as *unknown*.
     /// - a panic inside `f` rolls the transaction back as well (no effect, the record not
-    ///   completed), but the executor records every panic as *unknown*, since it cannot tell
-    ///   where the handler panicked: the key stays blocked until a read-back, the reconciler
-    ///   or a person settles it. Return an error from `f` rather than panic.
+    ///   completed). The executor records every panic as *unknown*, since it cannot tell
+    ///   where the handler panicked, and the key stays blocked until a read-back, the
+    ///   reconciler or a person settles it; if that settle cannot reach the row before the
+    ///   rollback releases it, the record stays a transactional claim whose transaction is
+    ///   gone, and the store frees the key as above. Return an error from `f` rather than
+    ///   panic.
     ///
     /// Never half. The executor's own settle afterwards finds the record already completed
     /// by the same token and only adds its attempt evidence.

@@ -295,19 +295,37 @@ async fn a_panic_inside_the_transaction_keeps_neither() {
     );
     let key = first.key().unwrap().clone();
     assert_eq!(f.rows().await, 0, "the row rolled back with the panic");
-    assert_eq!(f.state(&key).await, Some(RecordState::Unknown));
+    // The executor settles the panic as unknown, unless that settle lost the race with the
+    // transaction's own rollback (the row is still locked while the ROLLBACK is queued):
+    // then the record is a transactional claim whose transaction is gone, which provably
+    // committed nothing, and the store frees it. Either way no effect is ever doubled.
+    let settled_unknown = match f.state(&key).await {
+        Some(RecordState::Unknown) => true,
+        None => false,
+        other => panic!("after a panic the record is unknown or freed, not {other:?}"),
+    };
 
     f.set(Then::Commit);
     let again = call_settled(&r, credit().call_id("toolu_2")).await;
-    assert_eq!(
-        again.class(),
-        Some(OutcomeClass::Unknown),
-        "{:?}",
-        again.as_result()
-    );
-    assert!(again.replayed());
-    assert_eq!(f.rows().await, 0, "not run again");
-    assert_eq!(f.runs.load(Ordering::SeqCst), 1);
+    if settled_unknown {
+        assert_eq!(
+            again.class(),
+            Some(OutcomeClass::Unknown),
+            "{:?}",
+            again.as_result()
+        );
+        assert!(again.replayed());
+        assert_eq!(f.rows().await, 0, "not run again");
+        assert_eq!(f.runs.load(Ordering::SeqCst), 1);
+    } else {
+        assert!(again.is_completed(), "{:?}", again.as_result());
+        assert_eq!(
+            f.rows().await,
+            1,
+            "the freed key ran once more, one effect in all"
+        );
+        assert_eq!(f.runs.load(Ordering::SeqCst), 2);
+    }
     f.drop_schema().await;
 }
 
