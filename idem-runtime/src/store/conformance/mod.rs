@@ -1517,7 +1517,7 @@ pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
         ),
         ..request("released")
     };
-    let note = |n: usize| ReleaseNote::new("alice", format!("not in the ledger (round {n})"));
+    let note = |n: usize| ReleaseNote::new("alice", format!("not in the ledger (release {n})"));
 
     // Nothing to release: absent, running, or a stale token.
     match s.release_unsettled(&req.key, ClaimToken(1), &note(0)).await {
@@ -1574,7 +1574,7 @@ pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
     let entry = &trace[0];
     assert_eq!(
         (entry.by.as_str(), entry.note.as_str(), entry.at),
-        ("alice", "not in the ledger (round 0)", released_at),
+        ("alice", "not in the ledger (release 0)", released_at),
         "the trace says who, why and when"
     );
     assert_eq!(
@@ -1619,7 +1619,7 @@ pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
         h.clock.advance(Duration::from_secs(1));
         s.release_unsettled(&req.key, token, &note(n))
             .await
-            .unwrap_or_else(|e| panic!("release round {n}: {e}"));
+            .unwrap_or_else(|e| panic!("release {n}: {e}"));
         if n < rounds {
             token = claim(s, &req).await;
         }
@@ -1627,7 +1627,7 @@ pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
     let trace = s.releases(&req.key).await.expect("releases");
     let notes: Vec<&str> = trace.iter().map(|r| r.note.as_str()).collect();
     let expected: Vec<String> = (rounds + 1 - rules::RELEASES_KEPT..=rounds)
-        .map(|n| format!("not in the ledger (round {n})"))
+        .map(|n| format!("not in the ledger (release {n})"))
         .collect();
     assert_eq!(
         notes, expected,
