@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use idem::store::Retention;
+use idem::store::{Clock, Retention};
 use idem::IdemStore;
 
 /// A name no other run of this test uses, nor another test of this run (tests run in
@@ -197,12 +197,27 @@ impl RedisPrefix {
 
     /// A new store under the prefix.
     pub async fn open(&self, retention: Retention) -> idem::RedisStore {
-        idem::RedisStore::builder(self.url.clone())
-            .prefix(self.prefix.clone())
+        self.builder()
             .retention(retention)
             .connect()
             .await
             .expect("the Redis store connects")
+    }
+
+    /// A new store under the prefix on `clock`.
+    pub async fn open_on(&self, clock: Arc<dyn Clock>, retention: Retention) -> idem::RedisStore {
+        self.builder()
+            .clock(clock)
+            .retention(retention)
+            .connect()
+            .await
+            .expect("the Redis store connects")
+    }
+
+    /// A builder for a store under the prefix, for a test that sets more than the clock and
+    /// the retention.
+    pub fn builder(&self) -> idem::redis::RedisStoreBuilder {
+        idem::RedisStore::builder(self.url.clone()).prefix(self.prefix.clone())
     }
 }
 
@@ -297,26 +312,40 @@ impl Durable {
     }
 
     /// Like [`Durable::open`], with a retention of the test's choosing.
+    pub async fn open_with(&self, retention: Retention) -> Arc<dyn IdemStore> {
+        self.open_on(None, retention).await
+    }
+
+    /// Like [`Durable::open_with`], on `clock` (the store's leases and retention then follow
+    /// a test's manual clock) or on the system clock for `None`.
     // With no durable backend in the build there is no location: every match diverges.
     #[cfg_attr(
         not(any(feature = "sqlite", feature = "redis", feature = "postgres")),
         allow(unreachable_code)
     )]
-    pub async fn open_with(&self, retention: Retention) -> Arc<dyn IdemStore> {
-        let _ = &retention;
+    pub async fn open_on(
+        &self,
+        clock: Option<idem::store::ManualClock>,
+        retention: Retention,
+    ) -> Arc<dyn IdemStore> {
+        let _ = (&clock, &retention);
         match &self.at {
             #[cfg(feature = "sqlite")]
-            Location::Sqlite(dir) => Arc::new(
-                idem::SqliteStore::builder(dir.path().join("idem.sqlite3"))
-                    .retention(retention)
-                    .open()
-                    .await
-                    .expect("the SQLite store opens"),
-            ),
+            Location::Sqlite(dir) => {
+                let mut b =
+                    idem::SqliteStore::builder(dir.path().join("idem.sqlite3")).retention(retention);
+                if let Some(clock) = clock {
+                    b = b.clock(Arc::new(clock));
+                }
+                Arc::new(b.open().await.expect("the SQLite store opens"))
+            }
             #[cfg(feature = "redis")]
-            Location::Redis(p) => Arc::new(p.open(retention).await),
+            Location::Redis(p) => match clock {
+                Some(clock) => Arc::new(p.open_on(Arc::new(clock), retention).await),
+                None => Arc::new(p.open(retention).await),
+            },
             #[cfg(feature = "postgres")]
-            Location::Postgres(s) => Arc::new(s.open(6, None, retention).await),
+            Location::Postgres(s) => Arc::new(s.open(6, clock, retention).await),
             #[allow(unreachable_patterns)] // no variant without a durable backend
             _ => unreachable!("no durable backend in this build"),
         }

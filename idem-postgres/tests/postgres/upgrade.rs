@@ -18,7 +18,7 @@ use idem_runtime::{IdemKey, RecordState};
 const VAR: &str = "IDEM_POSTGRES_URL";
 
 /// The layout as version 2 left it; `{schema}` stands for the schema's name.
-const LAYOUT_V2: &str = include_str!("support/postgres_layout_v2.sql");
+const LAYOUT_V2: &str = include_str!("layout_v2.sql");
 
 fn url() -> Option<String> {
     std::env::var(VAR).ok().filter(|s| !s.trim().is_empty())

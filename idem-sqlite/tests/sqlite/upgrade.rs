@@ -13,7 +13,7 @@ use idem_sqlite::SqliteStore;
 use tempfile::TempDir;
 
 /// The layout as version 1 left it.
-const LAYOUT_V1: &str = include_str!("support/sqlite_layout_v1.sql");
+const LAYOUT_V1: &str = include_str!("layout_v1.sql");
 
 fn db(dir: &TempDir) -> PathBuf {
     dir.path().join("idem.sqlite3")
