@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use idem::store::{Clock, Retention};
+use idem::store::Retention;
 use idem::IdemStore;
 
 /// A name no other run of this test uses, nor another test of this run (tests run in
@@ -205,7 +205,11 @@ impl RedisPrefix {
     }
 
     /// A new store under the prefix on `clock`.
-    pub async fn open_on(&self, clock: Arc<dyn Clock>, retention: Retention) -> idem::RedisStore {
+    pub async fn open_on(
+        &self,
+        clock: Arc<dyn idem::store::Clock>,
+        retention: Retention,
+    ) -> idem::RedisStore {
         self.builder()
             .clock(clock)
             .retention(retention)

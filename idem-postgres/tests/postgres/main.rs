@@ -2,7 +2,6 @@
 //! store's own behaviour, the upgrade of older layouts, and TLS.
 
 mod durable;
-mod reconcilers;
 mod store;
 mod support;
 mod tls;

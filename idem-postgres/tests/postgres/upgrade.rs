@@ -105,7 +105,7 @@ impl StoreFactory for PostgresFromV2 {
 
 idem_runtime::store_conformance_tests!(PostgresFromV2);
 
-use crate::support::old_records;
+use idem_test::old_records;
 use old_records::{ms, OldRecords};
 
 /// A schema at version 2 with records in every shape its code wrote (running, completed

@@ -7,7 +7,6 @@ mod copy;
 mod decode_fuzz;
 mod durable;
 mod read_first;
-mod reconcilers;
 mod store;
 mod support;
 mod tls_cluster;
