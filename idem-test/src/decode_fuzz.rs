@@ -202,8 +202,11 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Runs `test` over `strategy`'s cases; panics with `name` and the minimal failing case.
-pub fn run<S: Strategy>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
-where
+pub fn run<S: Strategy>(
+    name: &str,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) where
     S::Value: std::fmt::Debug,
 {
     let mut runner = TestRunner::new(Config {

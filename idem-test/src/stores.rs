@@ -234,30 +234,46 @@ impl Drop for RedisPrefix {
     }
 }
 
-/// Deletes every key under `prefix` on `url` with one server-side script: one RESP command
-/// over a socket, so the tests need no Redis client crate of their own.
+/// Deletes every key under `prefix` on `url` (in the database the URL names, if any) with
+/// one server-side script: plain RESP commands over a socket, so the tests need no Redis
+/// client crate of their own.
 #[cfg(feature = "redis")]
 pub fn delete_prefix(url: &str, prefix: &str) {
     use std::io::{Read, Write};
-    let addr = url
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .to_owned();
+    let rest = url.trim_start_matches("redis://");
+    let (addr, db) = match rest.split_once('/') {
+        Some((addr, db)) => (addr, db.trim()),
+        None => (rest, ""),
+    };
     let Ok(mut s) = std::net::TcpStream::connect(addr) else {
         return;
     };
     let script =
         "for _,k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
     let pattern = format!("{prefix}*");
-    let args = ["EVAL", script, "0", pattern.as_str()];
-    let mut cmd = format!("*{}\r\n", args.len());
-    for a in args {
-        cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    let mut commands: Vec<Vec<&str>> = Vec::new();
+    if !db.is_empty() {
+        commands.push(vec!["SELECT", db]);
+    }
+    commands.push(vec!["EVAL", script, "0", pattern.as_str()]);
+    let mut cmd = String::new();
+    for args in &commands {
+        cmd.push_str(&format!("*{}\r\n", args.len()));
+        for a in args {
+            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
     }
     let _ = s.write_all(cmd.as_bytes());
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    // One reply line per command; wait for all of them, so the keys are gone on return.
+    let mut replies = Vec::new();
     let mut buf = [0u8; 64];
-    let _ = s.read(&mut buf);
+    while replies.iter().filter(|&&b| b == b'\n').count() < commands.len() {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => replies.extend_from_slice(&buf[..n]),
+        }
+    }
 }
 
 /// One durable location (SQLite file, Redis prefix, Postgres schema) several workers open.
@@ -336,8 +352,8 @@ impl Durable {
         match &self.at {
             #[cfg(feature = "sqlite")]
             Location::Sqlite(dir) => {
-                let mut b =
-                    idem::SqliteStore::builder(dir.path().join("idem.sqlite3")).retention(retention);
+                let mut b = idem::SqliteStore::builder(dir.path().join("idem.sqlite3"))
+                    .retention(retention);
                 if let Some(clock) = clock {
                     b = b.clock(Arc::new(clock));
                 }

@@ -41,11 +41,7 @@ impl idem::WriteTool for KeyedCharge {
         idem::ToolSpec::new("charge").downstream(idem::Downstream::Keyed)
     }
 
-    async fn call(
-        &self,
-        ctx: idem::WriteCtx,
-        _args: RaceArgs,
-    ) -> Result<Value, idem::ToolError> {
+    async fn call(&self, ctx: idem::WriteCtx, _args: RaceArgs) -> Result<Value, idem::ToolError> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst);
         self.charges
             .lock()

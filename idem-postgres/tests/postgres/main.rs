@@ -3,7 +3,6 @@
 
 mod durable;
 mod store;
-mod support;
 mod tls;
 mod transport;
 mod upgrade;

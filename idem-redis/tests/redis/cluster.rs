@@ -9,7 +9,7 @@
 //! `IDEM_REQUIRE_BACKENDS=1`. Each check works under its own key prefix and deletes it
 //! afterwards.
 
-use crate::support::redis_garbage;
+use crate::garbage;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -152,7 +152,7 @@ impl StoreFactory for Cluster {
             .get_async_connection()
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        redis_garbage::overwrite_with_garbage(&mut conn, &record_key).await
+        garbage::overwrite_with_garbage(&mut conn, &record_key).await
     }
 }
 

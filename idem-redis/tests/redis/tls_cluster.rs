@@ -11,7 +11,7 @@
 //! and fails when `IDEM_REQUIRE_BACKENDS=1`.
 #![cfg(feature = "tls")]
 
-use crate::support::redis_garbage;
+use crate::garbage;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -186,7 +186,7 @@ impl StoreFactory for TlsCluster {
             .get_async_connection()
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        redis_garbage::overwrite_with_garbage(&mut conn, &record_key).await
+        garbage::overwrite_with_garbage(&mut conn, &record_key).await
     }
 }
 

@@ -9,8 +9,8 @@ use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{IdemStore, ManualClock, RecordState, Retention, StoreError};
 use idem_runtime::IdemKey;
 use idem_sqlite::{SqliteStore, SqliteSync};
-use serde_json::json;
 use idem_test::stores::TempDir;
+use serde_json::json;
 
 /// A fresh temporary directory per location; the database is `idem.sqlite3` inside it.
 struct Sqlite;
