@@ -29,6 +29,12 @@ pub fn unique(tag: &str) -> String {
     )
 }
 
+/// A Redis key prefix no other test uses (ends with `:`), for a test that cleans it up on
+/// servers of its own (a cluster's nodes).
+pub fn unique_prefix(tag: &str) -> String {
+    format!("idem-{}:", unique(tag))
+}
+
 /// A fresh directory under the system temp dir, removed when dropped (unless borrowed).
 pub struct TempDir(pub PathBuf, bool);
 
@@ -181,7 +187,7 @@ impl RedisPrefix {
     pub fn on(url: String, tag: &str) -> RedisPrefix {
         RedisPrefix {
             url,
-            prefix: format!("idem-{}:", unique(tag)),
+            prefix: unique_prefix(tag),
             owned: true,
         }
     }
