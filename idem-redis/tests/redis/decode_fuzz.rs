@@ -6,16 +6,13 @@
 use std::sync::Arc;
 
 use idem_redis::RedisStore;
-use idem_runtime::store::conformance::backend_url;
 use idem_runtime::store::{IdemStore, ManualClock, StoreError};
 use idem_test::decode_fuzz::{exercise, garbage_bytes, key, prepare, run, runtime, stage, Stage};
 use idem_test::stores::RedisPrefix;
+
+use crate::durable::redis_url;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-
-fn redis_url(check: &str) -> Option<String> {
-    backend_url("IDEM_REDIS_URL", check)
-}
 
 #[derive(Clone, Debug)]
 enum Damage {
