@@ -29,6 +29,12 @@ pub fn unique(tag: &str) -> String {
     )
 }
 
+/// A Redis key prefix no other test uses (ends with `:`), for a test that cleans it up on
+/// servers of its own (a cluster's nodes).
+pub fn unique_prefix(tag: &str) -> String {
+    format!("idem-{}:", unique(tag))
+}
+
 /// A fresh directory under the system temp dir, removed when dropped (unless borrowed).
 pub struct TempDir(pub PathBuf, bool);
 
@@ -181,7 +187,7 @@ impl RedisPrefix {
     pub fn on(url: String, tag: &str) -> RedisPrefix {
         RedisPrefix {
             url,
-            prefix: format!("idem-{}:", unique(tag)),
+            prefix: unique_prefix(tag),
             owned: true,
         }
     }
@@ -197,12 +203,31 @@ impl RedisPrefix {
 
     /// A new store under the prefix.
     pub async fn open(&self, retention: Retention) -> idem::RedisStore {
-        idem::RedisStore::builder(self.url.clone())
-            .prefix(self.prefix.clone())
+        self.builder()
             .retention(retention)
             .connect()
             .await
             .expect("the Redis store connects")
+    }
+
+    /// A new store under the prefix on `clock`.
+    pub async fn open_on(
+        &self,
+        clock: Arc<dyn idem::store::Clock>,
+        retention: Retention,
+    ) -> idem::RedisStore {
+        self.builder()
+            .clock(clock)
+            .retention(retention)
+            .connect()
+            .await
+            .expect("the Redis store connects")
+    }
+
+    /// A builder for a store under the prefix, for a test that sets more than the clock and
+    /// the retention.
+    pub fn builder(&self) -> idem::redis::RedisStoreBuilder {
+        idem::RedisStore::builder(self.url.clone()).prefix(self.prefix.clone())
     }
 }
 
@@ -215,30 +240,46 @@ impl Drop for RedisPrefix {
     }
 }
 
-/// Deletes every key under `prefix` on `url` with one server-side script: one RESP command
-/// over a socket, so the tests need no Redis client crate of their own.
+/// Deletes every key under `prefix` on `url` (in the database the URL names, if any) with
+/// one server-side script: plain RESP commands over a socket, so the tests need no Redis
+/// client crate of their own.
 #[cfg(feature = "redis")]
 pub fn delete_prefix(url: &str, prefix: &str) {
     use std::io::{Read, Write};
-    let addr = url
-        .trim_start_matches("redis://")
-        .trim_end_matches('/')
-        .to_owned();
+    let rest = url.trim_start_matches("redis://");
+    let (addr, db) = match rest.split_once('/') {
+        Some((addr, db)) => (addr, db.trim()),
+        None => (rest, ""),
+    };
     let Ok(mut s) = std::net::TcpStream::connect(addr) else {
         return;
     };
     let script =
         "for _,k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
     let pattern = format!("{prefix}*");
-    let args = ["EVAL", script, "0", pattern.as_str()];
-    let mut cmd = format!("*{}\r\n", args.len());
-    for a in args {
-        cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    let mut commands: Vec<Vec<&str>> = Vec::new();
+    if !db.is_empty() {
+        commands.push(vec!["SELECT", db]);
+    }
+    commands.push(vec!["EVAL", script, "0", pattern.as_str()]);
+    let mut cmd = String::new();
+    for args in &commands {
+        cmd.push_str(&format!("*{}\r\n", args.len()));
+        for a in args {
+            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
     }
     let _ = s.write_all(cmd.as_bytes());
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    // One reply line per command; wait for all of them, so the keys are gone on return.
+    let mut replies = Vec::new();
     let mut buf = [0u8; 64];
-    let _ = s.read(&mut buf);
+    while replies.iter().filter(|&&b| b == b'\n').count() < commands.len() {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => replies.extend_from_slice(&buf[..n]),
+        }
+    }
 }
 
 /// One durable location (SQLite file, Redis prefix, Postgres schema) several workers open.
@@ -297,26 +338,40 @@ impl Durable {
     }
 
     /// Like [`Durable::open`], with a retention of the test's choosing.
+    pub async fn open_with(&self, retention: Retention) -> Arc<dyn IdemStore> {
+        self.open_on(None, retention).await
+    }
+
+    /// Like [`Durable::open_with`], on `clock` (the store's leases and retention then follow
+    /// a test's manual clock) or on the system clock for `None`.
     // With no durable backend in the build there is no location: every match diverges.
     #[cfg_attr(
         not(any(feature = "sqlite", feature = "redis", feature = "postgres")),
         allow(unreachable_code)
     )]
-    pub async fn open_with(&self, retention: Retention) -> Arc<dyn IdemStore> {
-        let _ = &retention;
+    pub async fn open_on(
+        &self,
+        clock: Option<idem::store::ManualClock>,
+        retention: Retention,
+    ) -> Arc<dyn IdemStore> {
+        let _ = (&clock, &retention);
         match &self.at {
             #[cfg(feature = "sqlite")]
-            Location::Sqlite(dir) => Arc::new(
-                idem::SqliteStore::builder(dir.path().join("idem.sqlite3"))
-                    .retention(retention)
-                    .open()
-                    .await
-                    .expect("the SQLite store opens"),
-            ),
+            Location::Sqlite(dir) => {
+                let mut b = idem::SqliteStore::builder(dir.path().join("idem.sqlite3"))
+                    .retention(retention);
+                if let Some(clock) = clock {
+                    b = b.clock(Arc::new(clock));
+                }
+                Arc::new(b.open().await.expect("the SQLite store opens"))
+            }
             #[cfg(feature = "redis")]
-            Location::Redis(p) => Arc::new(p.open(retention).await),
+            Location::Redis(p) => match clock {
+                Some(clock) => Arc::new(p.open_on(Arc::new(clock), retention).await),
+                None => Arc::new(p.open(retention).await),
+            },
             #[cfg(feature = "postgres")]
-            Location::Postgres(s) => Arc::new(s.open(6, None, retention).await),
+            Location::Postgres(s) => Arc::new(s.open(6, clock, retention).await),
             #[allow(unreachable_patterns)] // no variant without a durable backend
             _ => unreachable!("no durable backend in this build"),
         }

@@ -1,7 +1,10 @@
 //! The reconciler and escalations through the facade, on tools declared with the macro
 //! (`downstream = "keyed"`, `window`, `reconcile = …`, `in_flight`), on a manual clock: no
 //! test sleeps. Every check is on the bank's ledger of effects (and of sends) or on the
-//! store's record.
+//! store's record. `two_reconcilers`: two workers' reconcilers racing over every durable
+//! store.
+
+mod two_reconcilers;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -14,35 +14,19 @@ use idem_runtime::store::{
 use idem_runtime::IdemKey;
 use serde_json::json;
 
-use crate::support::postgres_schema::Schema;
+use idem_test::stores::PostgresSchema;
 
 pub(crate) fn pg_url(test: &str) -> Option<String> {
     conformance::backend_url("IDEM_POSTGRES_URL", test)
 }
 
-impl Schema {
-    pub(crate) async fn open(
-        &self,
-        clock: &(impl Clock + Clone),
-        retention: Retention,
-    ) -> PostgresStore {
-        PostgresStore::builder(self.url.as_str())
-            .schema(self.name.as_str())
-            .clock(Arc::new(clock.clone()))
-            .retention(retention)
-            .max_connections(4)
-            .connect()
-            .await
-            .expect("connect to Postgres")
-    }
-
-    pub(crate) async fn sql(&self) -> tokio_postgres::Client {
-        let (client, conn) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-            .await
-            .expect("connect to Postgres");
-        tokio::spawn(conn);
-        client
-    }
+/// A connection of its own to the server, for reading and breaking rows directly.
+pub(crate) async fn sql(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to Postgres");
+    tokio::spawn(conn);
+    client
 }
 
 const LEASE: Duration = Duration::from_secs(10);
@@ -88,14 +72,14 @@ fn stale<T: std::fmt::Debug>(what: &str, r: Result<T, StoreError>) {
 /// `store_postgres.rs`'s conformance hook does). Returns the store, the token, the key,
 /// and a way to read the row's raw state.
 async fn corrupt_running_row(
-    at: &Schema,
+    at: &PostgresSchema,
     name: &str,
 ) -> (PostgresStore, ClaimToken, IdemKey, tokio_postgres::Client) {
     let clock = ManualClock::starting_now();
-    let s = at.open(&clock, RETENTION).await;
+    let s = at.open(4, Some(clock.clone()), RETENTION).await;
     let req = request(name, LEASE);
     let t = claim(&s, &req).await;
-    let sql = at.sql().await;
+    let sql = sql(&at.url).await;
     let n = sql
         .execute(
             &format!(
@@ -110,7 +94,11 @@ async fn corrupt_running_row(
     (s, t, req.key, sql)
 }
 
-async fn raw_state(at: &Schema, sql: &tokio_postgres::Client, key: &IdemKey) -> Option<String> {
+async fn raw_state(
+    at: &PostgresSchema,
+    sql: &tokio_postgres::Client,
+    key: &IdemKey,
+) -> Option<String> {
     sql.query_opt(
         &format!(
             "SELECT state FROM \"{}\".idem_records WHERE key = $1",
@@ -125,7 +113,7 @@ async fn raw_state(at: &Schema, sql: &tokio_postgres::Client, key: &IdemKey) -> 
 
 /// A Postgres schema, read and written with plain SQL.
 pub(crate) struct PostgresRows<'a> {
-    pub(crate) at: &'a Schema,
+    pub(crate) at: &'a PostgresSchema,
     pub(crate) sql: tokio_postgres::Client,
 }
 
@@ -172,10 +160,13 @@ async fn postgres_schemas_are_isolated() {
     let Some(url) = pg_url("postgres_schemas_are_isolated") else {
         return;
     };
-    let (x, y) = (Schema::fresh(&url), Schema::fresh(&url));
+    let (x, y) = (
+        PostgresSchema::on(url.clone(), "postgres"),
+        PostgresSchema::on(url.clone(), "postgres"),
+    );
     let clock = ManualClock::starting_now();
-    let sx = x.open(&clock, RETENTION).await;
-    let sy = y.open(&clock, RETENTION).await;
+    let sx = x.open(4, Some(clock.clone()), RETENTION).await;
+    let sy = y.open(4, Some(clock.clone()), RETENTION).await;
     let req = request("isolated", LEASE);
     let tx = claim(&sx, &req).await;
     let ty = claim(&sy, &req).await;
@@ -204,7 +195,7 @@ async fn postgres_exhausted_pool_is_unavailable() {
     let Some(url) = pg_url("postgres_exhausted_pool_is_unavailable") else {
         return;
     };
-    let at = Schema::fresh(&url);
+    let at = PostgresSchema::on(url.clone(), "postgres");
     let config: tokio_postgres::Config = url.parse().expect("url");
     let manager = deadpool_postgres::Manager::from_config(
         config,
@@ -261,9 +252,9 @@ async fn postgres_lists_every_expired_lease_as_unknown() {
     let Some(url) = pg_url("postgres_lists_every_expired_lease_as_unknown") else {
         return;
     };
-    let at = Schema::fresh(&url);
+    let at = PostgresSchema::on(url.clone(), "postgres");
     let clock = ManualClock::starting_now();
-    let s = at.open(&clock, RETENTION).await;
+    let s = at.open(4, Some(clock.clone()), RETENTION).await;
     const N: usize = 1010;
     let keys: Vec<String> = (0..N)
         .map(|i| {
@@ -275,7 +266,7 @@ async fn postgres_lists_every_expired_lease_as_unknown() {
     let now = i64::try_from(clock.now().as_millis()).expect("ms");
     let fp = conformance::fingerprint("args").to_hex();
     // As claims written by workers that then died: running, lease end in the future.
-    at.sql()
+    sql(&at.url)
         .await
         .execute(
             &format!(
@@ -313,7 +304,7 @@ async fn postgres_settle_of_a_corrupt_row_reports_error_and_applies_nothing() {
     let Some(url) = pg_url("postgres_settle_of_a_corrupt_row") else {
         return;
     };
-    let at = Schema::fresh(&url);
+    let at = PostgresSchema::on(url.clone(), "postgres");
     let (s, t, key, sql) = corrupt_running_row(&at, "corrupt-settle").await;
     let r = s
         .settle(&key, t, Settlement::new(RecordState::Completed))
@@ -333,7 +324,7 @@ async fn postgres_release_of_a_corrupt_row_is_corrupt() {
     let Some(url) = pg_url("postgres_release_of_a_corrupt_row") else {
         return;
     };
-    let at = Schema::fresh(&url);
+    let at = PostgresSchema::on(url.clone(), "postgres");
     let (s, t, key, sql) = corrupt_running_row(&at, "corrupt-release").await;
     let r = s.release(&key, t).await;
     let state = raw_state(&at, &sql, &key).await;

@@ -2,9 +2,7 @@
 //! store's own behaviour, the upgrade of older layouts, and TLS.
 
 mod durable;
-mod reconcilers;
 mod store;
-mod support;
 mod tls;
 mod transport;
 mod upgrade;

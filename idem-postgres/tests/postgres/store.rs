@@ -14,33 +14,27 @@ use idem_runtime::{IdemKey, RecordState};
 
 const VAR: &str = "IDEM_POSTGRES_URL";
 
-fn url() -> Option<String> {
+/// The server of the conformance runs, when the environment names one.
+pub(crate) fn url() -> Option<String> {
     std::env::var(VAR).ok().filter(|s| !s.trim().is_empty())
 }
 
-fn skip_reason() -> String {
+/// Why the conformance runs skip without one.
+pub(crate) fn skip_reason() -> String {
     format!(
         "{VAR} not set; start a PostgreSQL and export \
          {VAR}=postgres://user@127.0.0.1:5432/db to run the Postgres checks (.ci/run does this)"
     )
 }
 
-use crate::support::postgres_schema;
-use postgres_schema::Schema;
-
-async fn sql(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
-    client
-}
+use crate::durable::sql;
+use idem_test::stores::PostgresSchema;
 
 struct Postgres;
 
 impl StoreFactory for Postgres {
     type Store = PostgresStore;
-    type Location = Schema;
+    type Location = PostgresSchema;
 
     fn durable(&self) -> bool {
         true
@@ -50,12 +44,16 @@ impl StoreFactory for Postgres {
         url().is_none().then(skip_reason)
     }
 
-    async fn location(&self) -> Result<Schema, StoreError> {
+    async fn location(&self) -> Result<PostgresSchema, StoreError> {
         let url = url().ok_or_else(|| StoreError::Unavailable(skip_reason()))?;
-        Ok(Schema::fresh(&url))
+        Ok(PostgresSchema::on(url.clone(), "postgres"))
     }
 
-    async fn open(&self, at: &Schema, options: &StoreOptions) -> Result<PostgresStore, StoreError> {
+    async fn open(
+        &self,
+        at: &PostgresSchema,
+        options: &StoreOptions,
+    ) -> Result<PostgresStore, StoreError> {
         PostgresStore::builder(at.url.as_str())
             .schema(at.name.as_str())
             .clock(options.clock())
@@ -73,23 +71,28 @@ impl StoreFactory for Postgres {
         crate::durable::SQL_CORRUPTIONS
     }
 
-    async fn break_record(&self, at: &Schema, _: &PostgresStore, key: &IdemKey, how: &str) {
+    async fn break_record(&self, at: &PostgresSchema, _: &PostgresStore, key: &IdemKey, how: &str) {
         let rows = crate::durable::PostgresRows {
-            sql: at.sql().await,
+            sql: sql(&at.url).await,
             at,
         };
         rows.corrupt(key, how).await;
     }
 
-    async fn raw_record(&self, at: &Schema, _: &PostgresStore, key: &IdemKey) -> Option<String> {
+    async fn raw_record(
+        &self,
+        at: &PostgresSchema,
+        _: &PostgresStore,
+        key: &IdemKey,
+    ) -> Option<String> {
         let rows = crate::durable::PostgresRows {
-            sql: at.sql().await,
+            sql: sql(&at.url).await,
             at,
         };
         rows.raw(key).await
     }
 
-    async fn corrupt(&self, at: &Schema, key: &IdemKey) -> Result<bool, StoreError> {
+    async fn corrupt(&self, at: &PostgresSchema, key: &IdemKey) -> Result<bool, StoreError> {
         // A running row whose fingerprint does not decode: the cheap one-statement paths
         // (renew, settle) must notice it as well as the locked ones.
         let n = sql(&at.url)
@@ -159,7 +162,7 @@ async fn migrations_are_applied_once_and_versioned() {
         conformance::skip("this Postgres check", &skip_reason());
         return;
     };
-    let schema = Schema::fresh(&url);
+    let schema = PostgresSchema::on(url.clone(), "postgres");
     let opens: Vec<_> = (0..6)
         .map(|_| {
             let (url, name) = (url.clone(), schema.name.clone());
@@ -215,7 +218,7 @@ async fn lease_expiry_reads_like_every_backend() {
         conformance::skip("this Postgres check", &skip_reason());
         return;
     };
-    let schema = Schema::fresh(&url);
+    let schema = PostgresSchema::on(url.clone(), "postgres");
     let clock = ManualClock::starting_now();
     let store = PostgresStore::builder(url.as_str())
         .schema(schema.name.as_str())
@@ -247,7 +250,7 @@ async fn purge_expired_drops_results_then_tombstones() {
         conformance::skip("this Postgres check", &skip_reason());
         return;
     };
-    let schema = Schema::fresh(&url);
+    let schema = PostgresSchema::on(url.clone(), "postgres");
     let clock = ManualClock::starting_now();
     let retention = idem_runtime::store::Retention {
         results: Duration::from_secs(60),

@@ -15,33 +15,17 @@ use idem_runtime::store::{
 };
 use idem_runtime::{IdemKey, RecordState};
 
-const VAR: &str = "IDEM_POSTGRES_URL";
-
 /// The layout as version 2 left it; `{schema}` stands for the schema's name.
-const LAYOUT_V2: &str = include_str!("support/postgres_layout_v2.sql");
+const LAYOUT_V2: &str = include_str!("layout_v2.sql");
 
-fn url() -> Option<String> {
-    std::env::var(VAR).ok().filter(|s| !s.trim().is_empty())
-}
+use idem_test::stores::PostgresSchema;
 
-fn skip_reason() -> String {
-    format!("{VAR} not set; start a PostgreSQL and export {VAR} (.ci/run does this)")
-}
-
-use crate::support::postgres_schema;
-use postgres_schema::Schema;
-
-async fn sql(url: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
-    client
-}
+use crate::durable::sql;
+use crate::store::{skip_reason, url};
 
 /// A fresh schema holding the version 2 layout and no records.
-async fn schema_at_v2(url: &str) -> Schema {
-    let schema = Schema::fresh(url);
+async fn schema_at_v2(url: &str) -> PostgresSchema {
+    let schema = PostgresSchema::on(url.to_owned(), "postgres_upgrade");
     sql(url)
         .await
         .batch_execute(&LAYOUT_V2.replace("{schema}", &schema.name))
@@ -56,7 +40,7 @@ struct PostgresFromV2;
 
 impl StoreFactory for PostgresFromV2 {
     type Store = PostgresStore;
-    type Location = Schema;
+    type Location = PostgresSchema;
 
     fn durable(&self) -> bool {
         true
@@ -70,12 +54,16 @@ impl StoreFactory for PostgresFromV2 {
         false
     }
 
-    async fn location(&self) -> Result<Schema, StoreError> {
+    async fn location(&self) -> Result<PostgresSchema, StoreError> {
         let url = url().ok_or_else(|| StoreError::Unavailable(skip_reason()))?;
         Ok(schema_at_v2(&url).await)
     }
 
-    async fn open(&self, at: &Schema, options: &StoreOptions) -> Result<PostgresStore, StoreError> {
+    async fn open(
+        &self,
+        at: &PostgresSchema,
+        options: &StoreOptions,
+    ) -> Result<PostgresStore, StoreError> {
         PostgresStore::builder(at.url.as_str())
             .schema(at.name.as_str())
             .clock(options.clock())
@@ -85,7 +73,7 @@ impl StoreFactory for PostgresFromV2 {
             .await
     }
 
-    async fn corrupt(&self, at: &Schema, key: &IdemKey) -> Result<bool, StoreError> {
+    async fn corrupt(&self, at: &PostgresSchema, key: &IdemKey) -> Result<bool, StoreError> {
         let n = sql(&at.url)
             .await
             .execute(
@@ -105,7 +93,7 @@ impl StoreFactory for PostgresFromV2 {
 
 idem_runtime::store_conformance_tests!(PostgresFromV2);
 
-use crate::support::old_records;
+use idem_test::old_records;
 use old_records::{ms, OldRecords};
 
 /// A schema at version 2 with records in every shape its code wrote (running, completed

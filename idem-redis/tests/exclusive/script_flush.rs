@@ -1,83 +1,25 @@
 //! The server's loaded functions and script cache flushed under a running store.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_redis::RedisStore;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::conformance;
-use idem_runtime::store::{
-    ClaimToken, Clock, IdemStore, ManualClock, Record, RecordState, Retention,
-};
+use idem_runtime::store::{ClaimToken, IdemStore, ManualClock, Record, RecordState, Retention};
 use idem_runtime::IdemKey;
+use idem_test::stores::RedisPrefix;
 use serde_json::json;
 
 fn redis_url(test: &str) -> Option<String> {
     conformance::backend_url("IDEM_REDIS_URL", test)
 }
 
-fn unique() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() % 1_000_000_000_000);
-    format!(
-        "{}_{nanos}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A Redis key prefix of its own; everything under it is deleted on drop.
-struct Prefix {
-    url: String,
-    prefix: String,
-}
-
-impl Prefix {
-    fn fresh(url: &str) -> Prefix {
-        Prefix {
-            url: url.to_owned(),
-            prefix: format!("idem-backends:{}:", unique()),
-        }
-    }
-
-    async fn open(&self, clock: &(impl Clock + Clone), retention: Retention) -> RedisStore {
-        RedisStore::builder(self.url.as_str())
-            .prefix(self.prefix.as_str())
-            .clock(Arc::new(clock.clone()))
-            .retention(retention)
-            .connect()
-            .await
-            .expect("connect to Redis")
-    }
-
-    async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect to Redis")
-    }
-}
-
-impl Drop for Prefix {
-    fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(self.url.as_str()) else {
-            return;
-        };
-        let Ok(mut conn) = client.get_connection() else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.prefix))
-            .query(&mut conn)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: Result<(), _> = redis::cmd("DEL").arg(keys).query(&mut conn);
-        }
-    }
+async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to Redis")
 }
 
 const LEASE: Duration = Duration::from_secs(10);
@@ -120,16 +62,16 @@ async fn redis_script_flush_is_survived() {
     let Some(url) = redis_url("redis_script_flush_is_survived") else {
         return;
     };
-    let at = Prefix::fresh(&url);
+    let at = RedisPrefix::on(url.clone(), "redis");
     let clock = ManualClock::starting_now();
-    let s = at.open(&clock, RETENTION).await;
+    let s = at.open_on(Arc::new(clock.clone()), RETENTION).await;
     let library = s
         .function_library()
         .expect("Redis 7 has FUNCTION")
         .to_owned();
     let req = request("flush", LEASE);
     let t = claim(&s, &req).await;
-    let mut conn = at.conn().await;
+    let mut conn = conn(&at.url).await;
     let flush = || {
         let mut pipe = redis::pipe();
         pipe.cmd("FUNCTION").arg("FLUSH").cmd("SCRIPT").arg("FLUSH");

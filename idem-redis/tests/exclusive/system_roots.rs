@@ -125,7 +125,7 @@ async fn rediss_talks_tls_to_a_server_with_a_trusted_certificate() {
         eprintln!("skipping: the openssl command is not on PATH (needed to make certificates)");
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = idem_test::stores::TempDir::new("redis_roots");
     certificates(dir.path());
     let port = free_port();
     let p = |f: &str| dir.path().join(f).display().to_string();

@@ -9,10 +9,10 @@
 //! `IDEM_REQUIRE_BACKENDS=1`. Each check works under its own key prefix and deletes it
 //! afterwards.
 
-use crate::support::redis_garbage;
+use crate::garbage;
+use idem_test::stores::unique_prefix;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idem_redis::RedisStore;
@@ -41,18 +41,6 @@ fn skip_reason() -> String {
     format!(
         "{VAR} not set; start a Redis Cluster and export {VAR}=redis://127.0.0.1:7000/,… (the \
          masters' URLs) to run the Redis Cluster checks (.ci/run does this)"
-    )
-}
-
-fn unique(tag: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "idem-test:{tag}-{}-{nanos}-{}:",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
     )
 }
 
@@ -130,7 +118,7 @@ impl StoreFactory for Cluster {
         let nodes = nodes().ok_or_else(|| StoreError::Unavailable(skip_reason()))?;
         Ok(Prefix {
             nodes,
-            prefix: unique("cluster"),
+            prefix: unique_prefix("cluster"),
         })
     }
 
@@ -152,7 +140,7 @@ impl StoreFactory for Cluster {
             .get_async_connection()
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        redis_garbage::overwrite_with_garbage(&mut conn, &record_key).await
+        garbage::overwrite_with_garbage(&mut conn, &record_key).await
     }
 }
 
@@ -178,7 +166,7 @@ async fn records_spread_over_every_master() {
     };
     let at = Prefix {
         nodes: nodes.clone(),
-        prefix: unique("spread"),
+        prefix: unique_prefix("spread"),
     };
     let store = Cluster::store(&at).await.expect("connect");
     const CALLS: usize = 300;
@@ -256,7 +244,7 @@ async fn one_partition_without_a_hash_tag_is_refused_on_a_cluster() {
     };
     let at = Prefix {
         nodes: nodes.clone(),
-        prefix: unique("untagged"),
+        prefix: unique_prefix("untagged"),
     };
     match RedisStore::cluster(nodes.clone())
         .prefix(at.prefix.as_str())
@@ -298,7 +286,7 @@ async fn partition_count_is_fixed_for_a_stores_life() {
     };
     let at = Prefix {
         nodes: vec![url.clone()],
-        prefix: unique("count"),
+        prefix: unique_prefix("count"),
     };
     let open = |n: u16| {
         RedisStore::builder(url.as_str())
@@ -330,7 +318,7 @@ async fn partition_count_is_fixed_for_a_stores_life() {
     // play an older version) is not silently hidden by a partitioned one.
     let old = Prefix {
         nodes: vec![url.clone()],
-        prefix: unique("legacy"),
+        prefix: unique_prefix("legacy"),
     };
     let one = RedisStore::builder(url.as_str())
         .prefix(old.prefix.as_str())
@@ -386,7 +374,7 @@ async fn script_flush_on_every_master_is_survived() {
     };
     let at = Prefix {
         nodes: nodes.clone(),
-        prefix: unique("flush"),
+        prefix: unique_prefix("flush"),
     };
     let store = Cluster::store(&at).await.expect("connect");
     let reqs: Vec<ClaimRequest> = (0..12).map(|i| request(&format!("flush-{i}"))).collect();

@@ -4,7 +4,6 @@
 //! directly (for the suite's corruption check).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,86 +14,21 @@ use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ManualClock, Record, RecordState, Retention, StoreError,
 };
 use idem_runtime::IdemKey;
+use idem_test::stores::RedisPrefix;
 use serde_json::json;
 
 pub(crate) fn redis_url(test: &str) -> Option<String> {
     conformance::backend_url("IDEM_REDIS_URL", test)
 }
 
-fn unique() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() % 1_000_000_000_000);
-    format!(
-        "{}_{nanos}_{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A Redis key prefix of its own; everything under it is deleted on drop.
-pub(crate) struct Prefix {
-    url: String,
-    prefix: String,
-}
-
-impl Prefix {
-    pub(crate) fn fresh(url: &str) -> Prefix {
-        Prefix {
-            url: url.to_owned(),
-            prefix: format!("idem-backends:{}:", unique()),
-        }
-    }
-
-    pub(crate) async fn open(
-        &self,
-        clock: &(impl Clock + Clone),
-        retention: Retention,
-    ) -> RedisStore {
-        RedisStore::builder(self.url.as_str())
-            .prefix(self.prefix.as_str())
-            .clock(Arc::new(clock.clone()))
-            .retention(retention)
-            .connect()
-            .await
-            .expect("connect to Redis")
-    }
-
-    async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
-            .expect("url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect to Redis")
-    }
-
-    async fn keys(&self) -> Vec<String> {
-        let mut conn = self.conn().await;
-        redis::cmd("KEYS")
-            .arg(format!("{}*", self.prefix))
-            .query_async(&mut conn)
-            .await
-            .expect("KEYS")
-    }
-}
-
-impl Drop for Prefix {
-    fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(self.url.as_str()) else {
-            return;
-        };
-        let Ok(mut conn) = client.get_connection() else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.prefix))
-            .query(&mut conn)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: Result<(), _> = redis::cmd("DEL").arg(keys).query(&mut conn);
-        }
-    }
+/// Every key under the prefix.
+async fn keys(at: &RedisPrefix) -> Vec<String> {
+    let mut conn = conn(&at.url).await;
+    redis::cmd("KEYS")
+        .arg(format!("{}*", at.prefix))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS")
 }
 
 const LEASE: Duration = Duration::from_secs(10);
@@ -129,8 +63,8 @@ async fn get(store: &impl IdemStore, key: &IdemKey) -> Record {
         .unwrap_or_else(|| panic!("record {key} vanished"))
 }
 
-async fn pttl(at: &Prefix, key: &str) -> i64 {
-    let mut conn = at.conn().await;
+async fn pttl(at: &RedisPrefix, key: &str) -> i64 {
+    let mut conn = conn(&at.url).await;
     redis::cmd("PTTL")
         .arg(key)
         .query_async(&mut conn)
@@ -144,7 +78,8 @@ pub(crate) struct RedisRows<'a> {
     pub(crate) store: &'a RedisStore,
 }
 
-async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+/// A connection of its own, for plain commands beside the store's.
+pub(crate) async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
         .expect("url")
         .get_multiplexed_async_connection()
@@ -244,9 +179,9 @@ async fn redis_ttls_only_on_terminal_records_and_keys_only_under_the_prefix() {
     let Some(url) = redis_url("redis_ttls_only_on_terminal_records") else {
         return;
     };
-    let at = Prefix::fresh(&url);
+    let at = RedisPrefix::on(url.clone(), "redis");
     let clock = ManualClock::starting_now();
-    let s = at.open(&clock, RETENTION).await;
+    let s = at.open_on(Arc::new(clock.clone()), RETENTION).await;
     let mut by_state: HashMap<&str, IdemKey> = HashMap::new();
     let running = request("ttl-running", Duration::from_secs(3600));
     claim(&s, &running).await;
@@ -319,7 +254,7 @@ async fn redis_ttls_only_on_terminal_records_and_keys_only_under_the_prefix() {
             );
         }
     }
-    let keys = at.keys().await;
+    let keys = keys(&at).await;
     assert!(keys.len() >= by_state.len());
     for k in &keys {
         assert!(k.starts_with(&at.prefix));
@@ -348,12 +283,12 @@ async fn redis_killed_connection_is_an_error_then_recovers() {
         Some((b, _)) if url.matches('/').count() >= 3 => b,
         _ => url.as_str(),
     };
-    let at = Prefix::fresh(&format!("{base}/9"));
+    let at = RedisPrefix::on(format!("{base}/9"), "redis");
     let clock = ManualClock::starting_now();
-    let s = at.open(&clock, RETENTION).await;
+    let s = at.open_on(Arc::new(clock.clone()), RETENTION).await;
     let req = request("killed", LEASE);
     let t = claim(&s, &req).await;
-    let mut admin = at.conn().await;
+    let mut admin = conn(&at.url).await;
     let me: i64 = redis::cmd("CLIENT")
         .arg("ID")
         .query_async(&mut admin)
@@ -421,10 +356,10 @@ async fn redis_foreign_hashes_are_corrupt_never_free() {
     let Some(url) = redis_url("redis_foreign_hashes_are_corrupt_never_free") else {
         return;
     };
-    let at = Prefix::fresh(&url);
+    let at = RedisPrefix::on(url.clone(), "redis");
     let clock = ManualClock::starting_now();
-    let s = at.open(&clock, RETENTION).await;
-    let mut conn = at.conn().await;
+    let s = at.open_on(Arc::new(clock.clone()), RETENTION).await;
+    let mut conn = conn(&at.url).await;
     let now = clock.now().as_millis().to_string();
     let fp = conformance::fingerprint("args").to_hex();
     let tok = ClaimToken::fresh().to_hex();
@@ -493,9 +428,9 @@ async fn redis_huge_lease_reads_back() {
     let Some(url) = redis_url("redis_huge_lease_reads_back") else {
         return;
     };
-    let at = Prefix::fresh(&url);
+    let at = RedisPrefix::on(url.clone(), "redis");
     let clock = ManualClock::starting_now();
-    let s = at.open(&clock, RETENTION).await;
+    let s = at.open_on(Arc::new(clock.clone()), RETENTION).await;
     let req = request("huge-lease", Duration::MAX);
     let t = claim(&s, &req).await;
     match s.claim(&req).await {
@@ -517,13 +452,13 @@ async fn redis_forever_retention_settles() {
     let Some(url) = redis_url("redis_forever_retention_settles") else {
         return;
     };
-    let at = Prefix::fresh(&url);
+    let at = RedisPrefix::on(url.clone(), "redis");
     let clock = ManualClock::starting_now();
     let forever = Retention {
         results: Duration::MAX,
         tombstones: Duration::MAX,
     };
-    let s = at.open(&clock, forever).await;
+    let s = at.open_on(Arc::new(clock.clone()), forever).await;
     let req = request("forever", LEASE);
     let t = claim(&s, &req).await;
     let settled = s

@@ -6,9 +6,7 @@
 //! Needs a Redis (`IDEM_REDIS_URL`); without it every check prints why it is skipped, and
 //! fails when `IDEM_REQUIRE_BACKENDS=1`.
 
-use crate::support::redis_factory;
-
-use redis_factory::Redis;
+use crate::factory::Redis;
 
 idem_runtime::store_conformance_tests!(Redis {
     read_before_claim: true

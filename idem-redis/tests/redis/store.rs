@@ -4,15 +4,14 @@
 //! the variable every check prints why it is skipped. Each check works under its own
 //! key prefix and deletes it afterwards, so runs never collide.
 
-use crate::support::redis_factory;
-
 use std::time::Duration;
 
+use crate::factory::{skip_reason, url, Redis};
 use idem_redis::RedisStore;
 use idem_runtime::store::conformance;
 use idem_runtime::store::{IdemStore, StoreError};
 use idem_runtime::IdemKey;
-use redis_factory::{skip_reason, url, Prefix, Redis};
+use idem_test::stores::RedisPrefix;
 
 idem_runtime::store_conformance_tests!(Redis {
     read_before_claim: false
@@ -53,7 +52,7 @@ async fn foreign_hash_is_corrupt() {
         conformance::skip("this Redis check", &skip_reason());
         return;
     };
-    let at = Prefix::fresh(&url);
+    let at = RedisPrefix::on(url.clone(), "redis");
     let store = RedisStore::builder(url.as_str())
         .prefix(at.prefix.as_str())
         .connect()
@@ -101,7 +100,7 @@ async fn a_user_denied_functions_runs_the_script() {
         conformance::skip("this Redis check", &skip_reason());
         return;
     };
-    let at = Prefix::fresh(&url);
+    let at = RedisPrefix::on(url.clone(), "redis");
     let client = redis::Client::open(url.as_str()).expect("url");
     let mut admin = client
         .get_multiplexed_async_connection()
@@ -191,7 +190,7 @@ async fn only_terminal_records_have_a_ttl() {
         conformance::skip("this Redis check", &skip_reason());
         return;
     };
-    let at = Prefix::fresh(&url);
+    let at = RedisPrefix::on(url.clone(), "redis");
     let store = RedisStore::builder(url.as_str())
         .prefix(at.prefix.as_str())
         .connect()
@@ -250,7 +249,7 @@ async fn times_are_written_as_whole_decimal_text() {
         conformance::skip("this Redis check", &skip_reason());
         return;
     };
-    let at = Prefix::fresh(&url);
+    let at = RedisPrefix::on(url.clone(), "redis");
     let now: u64 = 1_796_092_353_026;
     let clock = idem_runtime::ManualClock::new(idem_runtime::Timestamp(now));
     let store = RedisStore::builder(url.as_str())

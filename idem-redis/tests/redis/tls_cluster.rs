@@ -11,9 +11,9 @@
 //! and fails when `IDEM_REQUIRE_BACKENDS=1`.
 #![cfg(feature = "tls")]
 
-use crate::support::redis_garbage;
+use crate::garbage;
+use idem_test::stores::unique_prefix;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use idem_redis::{RedisStore, RedisStoreBuilder};
@@ -107,18 +107,6 @@ impl Tls {
     }
 }
 
-fn unique(tag: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "idem-test:{tag}-{}-{nanos}-{}:",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 /// A key prefix of its own on the TLS cluster, deleted with everything under it when
 /// dropped.
 struct Prefix {
@@ -160,7 +148,7 @@ impl StoreFactory for TlsCluster {
         let tls = Tls::from_env().ok_or_else(|| StoreError::Unavailable(skip_reason()))?;
         Ok(Prefix {
             tls,
-            prefix: unique("tls-cluster"),
+            prefix: unique_prefix("tls-cluster"),
         })
     }
 
@@ -186,7 +174,7 @@ impl StoreFactory for TlsCluster {
             .get_async_connection()
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        redis_garbage::overwrite_with_garbage(&mut conn, &record_key).await
+        garbage::overwrite_with_garbage(&mut conn, &record_key).await
     }
 }
 
@@ -218,7 +206,7 @@ async fn a_private_ca_and_a_client_certificate_get_through() {
     let Some(tls) = Tls::or_skip("this Redis TLS check") else {
         return;
     };
-    let prefix = unique("tls-single");
+    let prefix = unique_prefix("tls-single");
     let open = || {
         single(&tls, &prefix)
             .tls_root_certificates(tls.ca.clone())
@@ -250,7 +238,7 @@ async fn a_wrong_or_missing_certificate_is_refused_at_connect() {
     let Some(tls) = Tls::or_skip("this Redis TLS check") else {
         return;
     };
-    let prefix = unique("tls-refused");
+    let prefix = unique_prefix("tls-refused");
     let cases: [(&str, RedisStoreBuilder); 3] = [
         (
             "no client certificate",

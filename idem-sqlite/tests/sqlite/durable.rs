@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest};
 use idem_runtime::store::conformance;
-use idem_runtime::store::{Clock, IdemStore, ManualClock, Retention};
+use idem_runtime::store::{IdemStore, ManualClock};
 use idem_runtime::IdemKey;
 use idem_sqlite::SqliteStore;
 
@@ -21,19 +21,6 @@ fn request(name: &str, lease: Duration) -> ClaimRequest {
         lease,
         operation: None,
     }
-}
-
-pub(crate) async fn sqlite(
-    path: &std::path::Path,
-    clock: &(impl Clock + Clone),
-    retention: Retention,
-) -> SqliteStore {
-    SqliteStore::builder(path)
-        .clock(Arc::new(clock.clone()))
-        .retention(retention)
-        .open()
-        .await
-        .expect("open SQLite")
 }
 
 /// An SQLite file, read and written directly (another process, in effect).
@@ -91,7 +78,7 @@ impl SqliteRows {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_many_handles_open_a_fresh_file_at_once() {
     for round in 0..150 {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = idem_test::stores::TempDir::new("sqlite");
         let path = dir.path().join("idem.sqlite3");
         let clock = ManualClock::starting_now();
         let barrier = Arc::new(std::sync::Barrier::new(8));

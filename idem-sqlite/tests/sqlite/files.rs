@@ -25,7 +25,7 @@ async fn database_wal_and_shm_are_owner_only() {
     // This test binary holds only tests that want this umask; the store must not rely on it.
     // SAFETY: umask only swaps the process's file-creation mask.
     unsafe { libc::umask(0o022) };
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = idem_test::stores::TempDir::new("sqlite");
     let path = dir.path().join("idem.sqlite3");
     let store = SqliteStore::open(&path).await.expect("open");
     let req = ClaimRequest {
@@ -61,7 +61,7 @@ async fn database_wal_and_shm_are_owner_only() {
 /// written where it points.
 #[tokio::test]
 async fn a_symlinked_database_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = idem_test::stores::TempDir::new("sqlite");
     let target = dir.path().join("elsewhere.sqlite3");
     let link = dir.path().join("idem.sqlite3");
     std::os::unix::fs::symlink(&target, &link).expect("symlink");
@@ -85,7 +85,7 @@ async fn a_symlinked_database_is_refused() {
 /// An existing database keeps the permissions its operator gave it.
 #[tokio::test]
 async fn an_existing_database_keeps_its_mode() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = idem_test::stores::TempDir::new("sqlite");
     let path = dir.path().join("idem.sqlite3");
     drop(SqliteStore::open(&path).await.expect("open"));
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");

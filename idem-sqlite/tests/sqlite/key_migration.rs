@@ -123,7 +123,7 @@ fn charge(run: &str, customer: &str, amount_cents: u64) -> ToolCall {
 
 #[tokio::test]
 async fn an_upgrade_across_a_restart_finds_the_records_of_the_old_build() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = idem_test::stores::TempDir::new("sqlite");
     let path = dir.path().join("idem.db");
     let ledger = Ledger::default();
     {

@@ -6,7 +6,5 @@ mod decode_fuzz;
 mod durable;
 mod files;
 mod key_migration;
-mod reconcilers;
 mod store;
-mod support;
 mod upgrade;

@@ -9,8 +9,8 @@ use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{IdemStore, ManualClock, RecordState, Retention, StoreError};
 use idem_runtime::IdemKey;
 use idem_sqlite::{SqliteStore, SqliteSync};
+use idem_test::stores::TempDir;
 use serde_json::json;
-use tempfile::TempDir;
 
 /// A fresh temporary directory per location; the database is `idem.sqlite3` inside it.
 struct Sqlite;
@@ -28,7 +28,7 @@ impl StoreFactory for Sqlite {
     }
 
     async fn location(&self) -> Result<TempDir, StoreError> {
-        tempfile::tempdir().map_err(|e| StoreError::Backend(e.to_string()))
+        Ok(TempDir::new("sqlite_conformance"))
     }
 
     async fn open(&self, at: &TempDir, options: &StoreOptions) -> Result<SqliteStore, StoreError> {
@@ -103,7 +103,7 @@ async fn claimed(store: &SqliteStore, req: &ClaimRequest) -> idem_runtime::store
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_is_on_disk_before_claim_returns() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     let store = store_at(&path, &ManualClock::starting_now()).await;
     let req = request("on-disk");
@@ -122,7 +122,7 @@ async fn a_claim_is_on_disk_before_claim_returns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_file_is_in_wal_mode_with_the_chosen_sync() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     let full = SqliteStore::open(&path).await.unwrap();
     assert_eq!(full.sync_mode(), SqliteSync::Full, "FULL is the default");
@@ -154,7 +154,7 @@ async fn the_file_is_in_wal_mode_with_the_chosen_sync() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_rows_are_corrupt_errors() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     let store = store_at(&path, &ManualClock::starting_now()).await;
     let damage = [
@@ -230,7 +230,7 @@ async fn undecodable_rows_are_corrupt_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_rows_in_a_listing_are_corrupt_errors() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     let store = store_at(&path, &ManualClock::starting_now()).await;
     raw(&path)
@@ -258,7 +258,7 @@ async fn foreign_rows_in_a_listing_are_corrupt_errors() {
 /// table when opened, and its unsettled records can then be released with a trace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_from_before_release_traces_gains_them() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     let req = ClaimRequest {
         key: conformance::key("old-file"),
@@ -297,7 +297,7 @@ async fn a_database_from_before_release_traces_gains_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_schema_is_refused_and_left_alone() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     drop(SqliteStore::open(&path).await.unwrap());
     raw(&path)
@@ -322,7 +322,7 @@ async fn a_newer_schema_is_refused_and_left_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_table_or_file_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     raw(&path)
         .execute(
@@ -357,7 +357,7 @@ async fn a_foreign_table_or_file_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweep_applies_time_to_every_record() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     let clock = ManualClock::starting_now();
     let store = store_at(&path, &clock).await;
@@ -401,7 +401,7 @@ async fn sweep_applies_time_to_every_record() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_on_many_keys() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let store = store_at(&db(&dir), &ManualClock::starting_now()).await;
     let tasks: Vec<_> = (0..64)
         .map(|i| {
@@ -442,7 +442,7 @@ async fn many_tasks_on_many_keys() {
 /// new store and a connection of its own, is exactly what each caller was told.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_claims_and_settles_are_all_on_disk_after_reopening() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     let clock = ManualClock::starting_now();
     let store = store_at(&path, &clock).await;
@@ -537,7 +537,7 @@ async fn concurrent_claims_and_settles_are_all_on_disk_after_reopening() {
 /// failures change nothing and the successes all land.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_write_leaves_the_writes_queued_with_it_alone() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TempDir::new("sqlite");
     let path = db(&dir);
     let clock = ManualClock::starting_now();
     let store = store_at(&path, &clock).await;

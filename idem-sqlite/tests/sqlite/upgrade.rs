@@ -10,10 +10,10 @@ use idem_runtime::store::conformance::{StoreFactory, StoreOptions};
 use idem_runtime::store::{Clock, IdemStore, ManualClock, StoreError};
 use idem_runtime::IdemKey;
 use idem_sqlite::SqliteStore;
-use tempfile::TempDir;
+use idem_test::stores::TempDir;
 
 /// The layout as version 1 left it.
-const LAYOUT_V1: &str = include_str!("support/sqlite_layout_v1.sql");
+const LAYOUT_V1: &str = include_str!("layout_v1.sql");
 
 fn db(dir: &TempDir) -> PathBuf {
     dir.path().join("idem.sqlite3")
@@ -30,7 +30,7 @@ fn raw(path: &Path) -> rusqlite::Connection {
 /// A fresh file holding the version 1 layout (in WAL mode, as version 1 left it) and no
 /// records.
 fn file_at_v1() -> TempDir {
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dir = TempDir::new("sqlite");
     let conn = raw(&db(&dir));
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
@@ -77,7 +77,7 @@ impl StoreFactory for SqliteFromV1 {
 
 idem_runtime::store_conformance_tests!(SqliteFromV1);
 
-use crate::support::old_records;
+use idem_test::old_records;
 use old_records::{ms, OldRecords};
 
 /// A version 1 file with records in every shape its code wrote (running, completed with

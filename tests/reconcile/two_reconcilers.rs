@@ -1,17 +1,16 @@
-//! Two reconcilers over one durable store, each through its own handle: an unknown
-//! record is retried once, not twice.
+//! Two reconcilers over one durable store, each through its own handle (two workers on
+//! one SQLite file, one Redis prefix, one Postgres schema): an unknown record is retried
+//! once, not twice.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::store::{IdemStore, ManualClock, Record, RecordState, Retention};
-use idem_runtime::{IdemKey, OutcomeClass};
+use idem::store::{IdemStore, ManualClock, Record, RecordState, Retention};
+use idem::{IdemKey, OutcomeClass};
+use idem_test::stores::durables;
 use serde_json::{json, Value};
-
-use crate::durable::pg_url;
-use crate::support::postgres_schema::Schema;
 
 const RETENTION: Retention = Retention {
     results: Duration::from_secs(60),
@@ -34,26 +33,22 @@ struct RaceArgs {
     cents: u64,
 }
 
-impl idem_runtime::WriteTool for KeyedCharge {
+impl idem::WriteTool for KeyedCharge {
     type Args = RaceArgs;
     type Output = Value;
 
-    fn spec(&self) -> idem_runtime::ToolSpec {
-        idem_runtime::ToolSpec::new("charge").downstream(idem_runtime::Downstream::Keyed)
+    fn spec(&self) -> idem::ToolSpec {
+        idem::ToolSpec::new("charge").downstream(idem::Downstream::Keyed)
     }
 
-    async fn call(
-        &self,
-        ctx: idem_runtime::WriteCtx,
-        _args: RaceArgs,
-    ) -> Result<Value, idem_runtime::ToolError> {
+    async fn call(&self, ctx: idem::WriteCtx, _args: RaceArgs) -> Result<Value, idem::ToolError> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst);
         self.charges
             .lock()
             .unwrap()
             .insert(ctx.key().as_str().to_owned());
         if n == 0 {
-            return Err(idem_runtime::ToolError::unknown("response lost"));
+            return Err(idem::ToolError::unknown("response lost"));
         }
         self.entered.notify_one();
         let _permit = self.gate.acquire().await.expect("the gate stays open");
@@ -66,7 +61,11 @@ impl idem_runtime::WriteTool for KeyedCharge {
 /// two requests in all (the original and one retry), one charge, the record completed. The
 /// retry is held inside the handler until the other reconciler's pass is over, so the two
 /// passes certainly overlap.
-async fn two_reconcilers_retry_once<S: IdemStore + 'static>(a: S, b: S, clock: &ManualClock) {
+async fn two_reconcilers_retry_once(
+    a: Arc<dyn IdemStore>,
+    b: Arc<dyn IdemStore>,
+    clock: &ManualClock,
+) {
     let requests = Arc::new(AtomicU64::new(0));
     let charges = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
@@ -77,25 +76,25 @@ async fn two_reconcilers_retry_once<S: IdemStore + 'static>(a: S, b: S, clock: &
         gate: gate.clone(),
         entered: entered.clone(),
     };
-    let registry = |store: S| {
-        idem_runtime::Registry::builder()
+    let registry = |store: Arc<dyn IdemStore>| {
+        idem::Registry::builder()
             .store(store)
             .clock(Arc::new(clock.clone()))
-            .retry_policy(idem_runtime::RetryPolicy::never())
+            .retry_policy(idem::RetryPolicy::never())
             .tool(tool())
             .build()
             .expect("a registry")
     };
     let (ra, rb) = (registry(a), registry(b));
-    let call = idem_runtime::ToolCall::new("run-race", "charge", json!({"cents": 4900}));
+    let call = idem::ToolCall::new("run-race", "charge", json!({"cents": 4900}));
     let first = ra.call(call.clone()).await;
     assert_eq!(first.class(), Some(OutcomeClass::Unknown));
     let key = first.key().expect("a key").clone();
 
-    let pass = |r: &idem_runtime::Registry| {
+    let pass = |r: &idem::Registry| {
         let r = r.clone();
         tokio::spawn(async move {
-            idem_runtime::Reconciler::new(&r)
+            idem::Reconciler::new(&r)
                 .run_once()
                 .await
                 .expect("a reconciliation pass")
@@ -125,7 +124,7 @@ async fn two_reconcilers_retry_once<S: IdemStore + 'static>(a: S, b: S, clock: &
     let retried: usize = done
         .iter()
         .flatten()
-        .filter(|d| d.key == key && d.action == idem_runtime::reconcile::Action::Retried)
+        .filter(|d| d.key == key && d.action == idem::reconcile::Action::Retried)
         .count();
     assert_eq!(retried, 1, "exactly one reconciler retried: {done:?}");
     assert_eq!(
@@ -138,20 +137,17 @@ async fn two_reconcilers_retry_once<S: IdemStore + 'static>(a: S, b: S, clock: &
     assert_eq!(record.state, RecordState::Completed);
 }
 
-async fn a_record(r: &idem_runtime::Registry, key: &IdemKey) -> Record {
+async fn a_record(r: &idem::Registry, key: &IdemKey) -> Record {
     r.store().get(key).await.expect("get").expect("the record")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_two_reconcilers_retry_an_unknown_record_once() {
-    let Some(url) = pg_url("postgres_two_reconcilers_retry_an_unknown_record_once") else {
-        return;
-    };
-    let at = Schema::fresh(&url);
-    let clock = ManualClock::starting_now();
-    let (a, b) = (
-        at.open(&clock, RETENTION).await,
-        at.open(&clock, RETENTION).await,
-    );
-    two_reconcilers_retry_once(a, b, &clock).await;
+async fn two_reconcilers_retry_an_unknown_record_once() {
+    for d in durables("two_reconcilers") {
+        let clock = ManualClock::starting_now();
+        let a = d.open_on(Some(clock.clone()), RETENTION).await;
+        let b = d.open_on(Some(clock.clone()), RETENTION).await;
+        eprintln!("two reconcilers on {}", d.name);
+        two_reconcilers_retry_once(a, b, &clock).await;
+    }
 }

@@ -2,28 +2,36 @@
 //! code wrote: completed with evidence and arguments, running, unknown), and what the
 //! current code must make of it once upgraded. Each backend's test writes the rows with its
 //! own SQL; the records, and the checks on them, are the same for every backend.
-#![allow(dead_code)] // each test binary uses its own part of this
 
 use std::time::Duration;
 
-use idem_runtime::identity::CanonicalJson;
-use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
-use idem_runtime::store::conformance;
-use idem_runtime::store::{
+use idem::identity::CanonicalJson;
+use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem::store::conformance;
+use idem::store::{
     AttemptKind, AttemptRecord, ClaimToken, IdemStore, Operation, ReadBackRecord, Timestamp,
 };
-use idem_runtime::{Fingerprint, IdemKey, OutcomeClass, RecordState, Scope};
+use idem::{Fingerprint, IdemKey, OutcomeClass, RecordState, Scope};
 
 /// One record as an earlier version stored it: the columns the rows differ in.
 pub struct OldRow<'a> {
+    /// The record's key.
     pub key: &'a IdemKey,
+    /// The state column as the earlier code wrote it.
     pub state: &'a str,
+    /// The claim token.
     pub token: ClaimToken,
+    /// The lease end (ms), for a running record.
     pub lease_until: Option<i64>,
+    /// The saved result (JSON text).
     pub payload: Option<&'a str>,
+    /// The saved error message.
     pub message: Option<&'a str>,
+    /// The downstream's reference for the effect.
     pub downstream_ref: Option<&'a str>,
+    /// The attempts column (JSON text).
     pub attempts: &'a str,
+    /// The read-backs column (JSON text).
     pub read_backs: &'a str,
 }
 
@@ -34,22 +42,35 @@ pub fn ms(t: Timestamp) -> i64 {
 
 /// The three records, claimed at `t0` and last written 100 ms later.
 pub struct OldRecords {
+    /// When the records were claimed.
     pub t0: Timestamp,
     /// The running record's lease end (ms).
     pub lease: i64,
+    /// The arguments' fingerprint every record carries.
     pub fingerprint: Fingerprint,
+    /// The operation the records carry.
     pub operation: Operation,
+    /// The attempts of the completed and unknown records.
     pub attempts: Vec<AttemptRecord>,
+    /// The read-backs of the completed record.
     pub read_backs: Vec<ReadBackRecord>,
+    /// The completed record's key.
     pub done: IdemKey,
+    /// The running record's key.
     pub running: IdemKey,
+    /// The unknown record's key.
     pub unknown: IdemKey,
+    /// The completed record's token.
     pub done_token: ClaimToken,
+    /// The running record's token (its holder settles it after the upgrade).
     pub running_token: ClaimToken,
+    /// The unknown record's token.
     pub unknown_token: ClaimToken,
-    /// The operation, attempts and read-backs as the JSON columns hold them.
+    /// The operation as the JSON column holds it.
     pub operation_json: String,
+    /// The attempts as the JSON column holds them.
     pub attempts_json: String,
+    /// The read-backs as the JSON column holds them.
     pub read_backs_json: String,
 }
 

@@ -1,3 +1,0 @@
-//! What the SQLite tests share.
-
-pub mod old_records;
