@@ -39,22 +39,3 @@ pub mod reconcile;
 pub mod registry;
 pub mod store;
 pub mod tool;
-
-pub use call::{CallError, ToolCall, ToolResult};
-pub use definitions::{DefinitionOptions, Format};
-pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink, Redactor};
-pub use executor::RetryPolicy;
-pub use identity::{Fingerprint, IdemKey, KeyFormat, KeyMigration, Scope};
-pub use outcome::{Outcome, OutcomeClass};
-pub use reconcile::{Action, Decision, Reconciler, Resolution};
-pub use registry::{
-    BuildError, Registry, RegistryBuilder, CHANGED_PARAMS_NOTICE_WINDOW, MAX_ARGS_DEPTH,
-};
-pub use store::{
-    Clock, Durability, IdemStore, ManualClock, MemoryStore, Record, RecordState, StoreError,
-    SystemClock, Timestamp, TokioClock,
-};
-pub use tool::{
-    Downstream, DynTool, ReadBack, ReadBackCtx, ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec,
-    Toolbox, WriteCtx, WriteTool,
-};

@@ -13,7 +13,7 @@ use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ManualClock, Record, ReleaseRecord, StoreError, Timestamp,
 };
-use idem_runtime::{IdemKey, RecordState};
+use idem_runtime::{identity::IdemKey, store::RecordState};
 
 const VAR: &str = "IDEM_POSTGRES_URL";
 

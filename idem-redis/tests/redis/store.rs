@@ -9,9 +9,9 @@ use crate::support::redis_factory;
 use std::time::Duration;
 
 use idem_redis::RedisStore;
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::conformance;
 use idem_runtime::store::{IdemStore, StoreError};
-use idem_runtime::IdemKey;
 use redis_factory::{skip_reason, url, Prefix, Redis};
 
 idem_runtime::store_conformance_tests!(Redis {
@@ -224,7 +224,9 @@ async fn only_terminal_records_have_a_ttl() {
         .settle(
             &key,
             token,
-            idem_runtime::store::backend::Settlement::new(idem_runtime::RecordState::Completed),
+            idem_runtime::store::backend::Settlement::new(
+                idem_runtime::store::RecordState::Completed,
+            ),
         )
         .await
         .expect("settle");
@@ -252,7 +254,7 @@ async fn times_are_written_as_whole_decimal_text() {
     };
     let at = Prefix::fresh(&url);
     let now: u64 = 1_796_092_353_026;
-    let clock = idem_runtime::ManualClock::new(idem_runtime::Timestamp(now));
+    let clock = idem_runtime::store::ManualClock::new(idem_runtime::store::Timestamp(now));
     let store = RedisStore::builder(url.as_str())
         .prefix(at.prefix.as_str())
         .clock(std::sync::Arc::new(clock.clone()))
@@ -321,7 +323,9 @@ async fn times_are_written_as_whole_decimal_text() {
         .settle(
             &short.key,
             t,
-            idem_runtime::store::backend::Settlement::new(idem_runtime::RecordState::Completed),
+            idem_runtime::store::backend::Settlement::new(
+                idem_runtime::store::RecordState::Completed,
+            ),
         )
         .await
         .expect("settle");

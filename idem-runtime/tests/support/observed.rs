@@ -10,10 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::store::{ManualClock, Timestamp};
-use idem_runtime::{
-    IdemKey, IdemStore, MemoryStore, Reconciler, Registry, RetryPolicy, ToolCall, ToolError,
-    ToolResult, ToolSpec, WriteCtx, WriteTool,
-};
+use idem_runtime::{identity::IdemKey, store::{IdemStore, MemoryStore}, reconcile::Reconciler, registry::{Registry, RetryPolicy}, call::{ToolCall, ToolResult}, tool::{ToolError, ToolSpec, WriteCtx, WriteTool}};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -71,7 +68,7 @@ pub struct Ran {
     pub changed: ToolResult,
     pub unknown_tool: ToolResult,
     pub timed_out: ToolResult,
-    pub decisions: Vec<idem_runtime::Decision>,
+    pub decisions: Vec<idem_runtime::reconcile::Decision>,
 }
 
 impl Ran {
@@ -130,15 +127,15 @@ pub async fn run() -> Ran {
     assert!(replay.is_completed() && replay.replayed());
     assert!(matches!(
         changed.error(),
-        Some(idem_runtime::CallError::ChangedParams { .. })
+        Some(idem_runtime::call::CallError::ChangedParams { .. })
     ));
     assert!(matches!(
         unknown_tool.error(),
-        Some(idem_runtime::CallError::UnknownTool { .. })
+        Some(idem_runtime::call::CallError::UnknownTool { .. })
     ));
-    assert_eq!(timed_out.class(), Some(idem_runtime::OutcomeClass::Unknown));
+    assert_eq!(timed_out.class(), Some(idem_runtime::outcome::OutcomeClass::Unknown));
     let slow = store.get(timed_out.key().unwrap()).await.unwrap().unwrap();
-    assert_eq!(slow.state, idem_runtime::RecordState::Escalated);
+    assert_eq!(slow.state, idem_runtime::store::RecordState::Escalated);
     Ran {
         store,
         sends: sends.load(Ordering::SeqCst),

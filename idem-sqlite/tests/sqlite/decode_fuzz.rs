@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::identity::KeyMaterial;
+use idem_runtime::identity::{Fingerprint, IdemKey, Scope};
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::{
     ClaimToken, IdemStore, ListCursor, ManualClock, RecordState, StoreError, Timestamp,
 };
-use idem_runtime::{Fingerprint, IdemKey, Scope};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::json;

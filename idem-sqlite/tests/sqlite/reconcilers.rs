@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::store::{IdemStore, ManualClock, Record, RecordState, Retention};
-use idem_runtime::{IdemKey, OutcomeClass};
+use idem_runtime::{identity::IdemKey, outcome::OutcomeClass};
 use serde_json::{json, Value};
 
 use crate::durable::sqlite;
@@ -33,26 +33,27 @@ struct RaceArgs {
     cents: u64,
 }
 
-impl idem_runtime::WriteTool for KeyedCharge {
+impl idem_runtime::tool::WriteTool for KeyedCharge {
     type Args = RaceArgs;
     type Output = Value;
 
-    fn spec(&self) -> idem_runtime::ToolSpec {
-        idem_runtime::ToolSpec::new("charge").downstream(idem_runtime::Downstream::Keyed)
+    fn spec(&self) -> idem_runtime::tool::ToolSpec {
+        idem_runtime::tool::ToolSpec::new("charge")
+            .downstream(idem_runtime::tool::Downstream::Keyed)
     }
 
     async fn call(
         &self,
-        ctx: idem_runtime::WriteCtx,
+        ctx: idem_runtime::tool::WriteCtx,
         _args: RaceArgs,
-    ) -> Result<Value, idem_runtime::ToolError> {
+    ) -> Result<Value, idem_runtime::tool::ToolError> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst);
         self.charges
             .lock()
             .unwrap()
             .insert(ctx.key().as_str().to_owned());
         if n == 0 {
-            return Err(idem_runtime::ToolError::unknown("response lost"));
+            return Err(idem_runtime::tool::ToolError::unknown("response lost"));
         }
         self.entered.notify_one();
         let _permit = self.gate.acquire().await.expect("the gate stays open");
@@ -77,24 +78,24 @@ async fn two_reconcilers_retry_once<S: IdemStore + 'static>(a: S, b: S, clock: &
         entered: entered.clone(),
     };
     let registry = |store: S| {
-        idem_runtime::Registry::builder()
+        idem_runtime::registry::Registry::builder()
             .store(store)
             .clock(Arc::new(clock.clone()))
-            .retry_policy(idem_runtime::RetryPolicy::never())
+            .retry_policy(idem_runtime::registry::RetryPolicy::never())
             .tool(tool())
             .build()
             .expect("a registry")
     };
     let (ra, rb) = (registry(a), registry(b));
-    let call = idem_runtime::ToolCall::new("run-race", "charge", json!({"cents": 4900}));
+    let call = idem_runtime::call::ToolCall::new("run-race", "charge", json!({"cents": 4900}));
     let first = ra.call(call.clone()).await;
     assert_eq!(first.class(), Some(OutcomeClass::Unknown));
     let key = first.key().expect("a key").clone();
 
-    let pass = |r: &idem_runtime::Registry| {
+    let pass = |r: &idem_runtime::registry::Registry| {
         let r = r.clone();
         tokio::spawn(async move {
-            idem_runtime::Reconciler::new(&r)
+            idem_runtime::reconcile::Reconciler::new(&r)
                 .run_once()
                 .await
                 .expect("a reconciliation pass")
@@ -137,7 +138,7 @@ async fn two_reconcilers_retry_once<S: IdemStore + 'static>(a: S, b: S, clock: &
     assert_eq!(record.state, RecordState::Completed);
 }
 
-async fn a_record(r: &idem_runtime::Registry, key: &IdemKey) -> Record {
+async fn a_record(r: &idem_runtime::registry::Registry, key: &IdemKey) -> Record {
     r.store().get(key).await.expect("get").expect("the record")
 }
 

@@ -12,7 +12,11 @@ use idem_runtime::store::conformance;
 use idem_runtime::store::{
     AttemptKind, AttemptRecord, ClaimToken, IdemStore, Operation, ReadBackRecord, Timestamp,
 };
-use idem_runtime::{Fingerprint, IdemKey, OutcomeClass, RecordState, Scope};
+use idem_runtime::{
+    identity::{Fingerprint, IdemKey, Scope},
+    outcome::OutcomeClass,
+    store::RecordState,
+};
 
 /// One record as an earlier version stored it: the columns the rows differ in.
 pub struct OldRow<'a> {

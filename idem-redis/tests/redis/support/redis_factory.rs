@@ -5,9 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use idem_redis::RedisStore;
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::conformance::{StoreFactory, StoreOptions};
 use idem_runtime::store::StoreError;
-use idem_runtime::IdemKey;
 
 use super::redis_garbage;
 
