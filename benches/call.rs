@@ -11,7 +11,8 @@ mod support;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use idem::{
-    MemoryStore, ReadCtx, ReadTool, Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    tool::{ReadTool, ToolSpec, WriteTool},
+    MemoryStore, ReadCtx, Registry, ToolCall, ToolError, WriteCtx,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

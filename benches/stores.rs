@@ -19,8 +19,8 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use idem::identity::KeyMaterial;
 use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
-use idem::store::{IdemStore, MemoryStore};
-use idem::{Fingerprint, IdemKey, RecordState, Scope};
+use idem::{identity::Fingerprint, store::RecordState, IdemKey, Scope};
+use idem::{IdemStore, MemoryStore};
 use serde_json::json;
 
 fn request(n: u64, run: &str) -> ClaimRequest {

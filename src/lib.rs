@@ -42,8 +42,8 @@
 ///
 /// # Output schema
 ///
-/// When `T` implements `JsonSchema`, the tool's [`ToolSpec`] carries its schema
-/// ([`ToolSpec::output_schema`]): MCP clients get it as `outputSchema` and the output as
+/// When `T` implements `JsonSchema`, the tool's [`ToolSpec`](tool::ToolSpec) carries its schema
+/// ([`ToolSpec::output_schema`](tool::ToolSpec::output_schema)): MCP clients get it as `outputSchema` and the output as
 /// `structuredContent` (see [`definitions::mcp_output_schema`]); the OpenAI and Anthropic
 /// formats have no place for it. When `T` does not, the tool simply has no output schema:
 /// the macro detects it rather than asking for an option, so no existing tool needs a change
@@ -53,11 +53,11 @@
 /// specialization, so it works on stable Rust for the concrete types handlers return.
 /// `no_output_schema` leaves it out (for a type whose `Serialize` does not match its
 /// `JsonSchema`: clients check structured content against the schema); to give another,
-/// implement [`WriteTool`]/[`ReadTool`] by hand.
+/// implement [`WriteTool`](tool::WriteTool)/[`ReadTool`](tool::ReadTool) by hand.
 ///
 /// The fn becomes `fn charge_card() -> charge_card`, returning the tool (whose type is named
 /// like the fn and has a `NAME` constant); `Registry::builder().tool(charge_card)` takes it.
-/// The handler itself is reached through [`WriteTool::call`] / [`ReadTool::call`]: in a test,
+/// The handler itself is reached through [`WriteTool::call`](tool::WriteTool::call) / [`ReadTool::call`](tool::ReadTool::call): in a test,
 /// `charge_card().call(WriteCtx::for_test(key), args)` with the `testing` feature.
 ///
 /// # Options
@@ -140,31 +140,142 @@ pub use idem_macros::toolbox;
 #[doc(inline)]
 pub use idem_macros::args;
 
-pub use idem_runtime::*;
+// The names a tool author and an agent loop use live at the root; every other item has one
+// path, in the module named for its concept below. Nothing is in both places.
+pub use idem_runtime::call::{CallError, ToolCall, ToolResult};
+pub use idem_runtime::definitions::Format;
+pub use idem_runtime::identity::{IdemKey, Scope};
+pub use idem_runtime::outcome::{Outcome, OutcomeClass};
+pub use idem_runtime::reconcile::Reconciler;
+pub use idem_runtime::registry::{BuildError, Registry, RegistryBuilder};
+pub use idem_runtime::store::{IdemStore, MemoryStore};
+pub use idem_runtime::tool::{ReadBack, ReadBackCtx, ReadCtx, ToolError, WriteCtx};
 
-/// The SQLite store's crate (`idem-sqlite`, feature `sqlite`): [`SqliteStore`] and its
-/// builder.
-#[cfg(feature = "sqlite")]
-#[doc(inline)]
-pub use idem_sqlite as sqlite;
+pub mod identity {
+    //! Identity: canonical JSON, the idempotency key's parts and formats, and the fingerprint
+    //! of the arguments. The key itself and its [`Scope`](crate::Scope) are at the root
+    //! ([`IdemKey`](crate::IdemKey)).
+    pub use idem_runtime::identity::{
+        canonical, identify, identify_value, ArgsIdentity, CanonicalJson, Fingerprint,
+        IdentityError, KeyFormat, KeyMaterial, KeyMigration, ParseKeyError, ParseKeyFormatError,
+    };
+}
+
+pub mod outcome {
+    //! Outcomes: the bound on what the model is told. The classes themselves are at the root
+    //! ([`Outcome`](crate::Outcome), [`OutcomeClass`](crate::OutcomeClass)).
+    pub use idem_runtime::outcome::MAX_MODEL_DETAIL;
+}
+
+pub mod store {
+    //! Claims: the records a store keeps, its errors, clocks and retention. The contract and
+    //! the in-memory store are at the root ([`IdemStore`](crate::IdemStore),
+    //! [`MemoryStore`](crate::MemoryStore)); what only a backend author needs is in
+    //! [`backend`].
+    pub use idem_runtime::store::{
+        AttemptKind, AttemptRecord, ClaimToken, Clock, Durability, HeldClaim, Instrumented,
+        ListCursor, ManualClock, Operation, OperationDraft, ReadBackRecord, Record, RecordState,
+        ReleaseNote, ReleaseRecord, Retention, StoreError, SystemClock, Timestamp, TokioClock,
+        TxError, DEFAULT_CAPACITY,
+    };
+
+    #[doc(inline)]
+    pub use idem_runtime::store::backend;
+
+    #[cfg(feature = "testing")]
+    #[doc(inline)]
+    pub use idem_runtime::store::conformance;
+}
+
+pub mod escalation {
+    //! Escalations: what a person gets when nobody else can settle an operation, and the
+    //! sinks that deliver it.
+    pub use idem_runtime::escalation::{
+        CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink, Redactor,
+    };
+}
+
+pub mod tool {
+    //! Tools: what a tool declares ([`ToolSpec`]), the traits `#[tool]` and `#[toolbox]`
+    //! implement, and its schemas. What a handler receives and returns is at the root
+    //! ([`WriteCtx`](crate::WriteCtx), [`ReadCtx`](crate::ReadCtx),
+    //! [`ToolError`](crate::ToolError), [`ReadBack`](crate::ReadBack)).
+    pub use idem_runtime::tool::{
+        default_in_flight_bound, input_schema_for, output_schema_for, Downstream, DynMarker,
+        DynTool, IntoDynTool, ReadMarker, ReadTool, ToolKind, ToolSpec, Toolbox, WriteMarker,
+        WriteTool, DEFAULT_TIMEOUT, DEFAULT_WINDOW, MAX_DEFAULT_IN_FLIGHT_BOUND,
+        MIN_DEFAULT_IN_FLIGHT_BOUND,
+    };
+}
+
+pub mod definitions {
+    //! Tool definitions in the shapes OpenAI, Anthropic and MCP clients expect. The
+    //! [`Format`](crate::Format) is at the root.
+    pub use idem_runtime::definitions::{
+        definition, mcp_output_schema, mcp_structured_content, to_strict, DefinitionOptions,
+        MCP_RESULT_PROPERTY,
+    };
+}
+
+pub mod registry {
+    //! The registry's limits, defaults and retry policy. The
+    //! [`Registry`](crate::Registry) and its builder are at the root.
+    pub use idem_runtime::registry::{
+        RetryPolicy, CHANGED_PARAMS_NOTICE_WINDOW, DEFAULT_IN_FLIGHT_WAIT, DEFAULT_MAX_ARGS_BYTES,
+        MAX_ARGS_DEPTH,
+    };
+}
+
+pub mod reconcile {
+    //! Reconciliation: the decisions a [`Reconciler`](crate::Reconciler) pass records, and a
+    //! person's [`resolve`].
+    pub use idem_runtime::reconcile::{
+        class_of, resolve, resolve_as, Action, Decision, Resolution, ResolveError,
+        DEFAULT_MAX_FAILED_READ_BACKS, DEFAULT_WATCH_RELEASED_FOR, RECONCILER,
+    };
+}
+
+pub mod observe {
+    //! Observe: the names of the spans and metrics idem records (metrics with the feature
+    //! `metrics`; docs/observability.md).
+    #[cfg(feature = "metrics")]
+    pub use idem_runtime::observe::describe_metrics;
+    pub use idem_runtime::observe::{
+        CALLS, CALL_DURATION, CHANGED_PARAMS, ESCALATIONS, RECONCILE_DECISIONS, RECONCILE_PASSES,
+        RECONCILE_PASS_DURATION, REFUSALS, REPLAYS, STORE_OP_DURATION, UNKNOWN_OUTCOMES,
+        UNREGISTERED_TOOL,
+    };
+}
+
 #[cfg(feature = "sqlite")]
 pub use idem_sqlite::{SqliteStore, SqliteSync};
 
-/// The Redis store's crate (`idem-redis`, feature `redis`): [`RedisStore`], its builder and
-/// [`RedisCopy`](redis::RedisCopy).
-#[cfg(feature = "redis")]
-#[doc(inline)]
-pub use idem_redis as redis;
+/// The SQLite store's builder (feature `sqlite`, the `idem-sqlite` crate); the store is
+/// [`SqliteStore`].
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use idem_sqlite::SqliteStoreBuilder;
+}
+
 #[cfg(feature = "redis")]
 pub use idem_redis::RedisStore;
 
-/// The PostgreSQL store's crate (`idem-postgres`, feature `postgres`): [`PostgresStore`]
-/// (with its transactional handlers) and its builder.
-#[cfg(feature = "postgres")]
-#[doc(inline)]
-pub use idem_postgres as postgres;
+/// The Redis store's builder and copier (feature `redis`, the `idem-redis` crate); the store
+/// is [`RedisStore`].
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use idem_redis::{RedisCopy, RedisStoreBuilder, DEFAULT_PREFIX};
+}
+
 #[cfg(feature = "postgres")]
 pub use idem_postgres::PostgresStore;
+
+/// The PostgreSQL store's builder (feature `postgres`, the `idem-postgres` crate); the store,
+/// with its transactional handlers, is [`PostgresStore`].
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use idem_postgres::{PostgresStoreBuilder, DEFAULT_SCHEMA};
+}
 
 #[cfg(feature = "mcp")]
 pub mod mcp;

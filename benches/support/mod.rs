@@ -3,7 +3,10 @@
 
 use idem::identity::canonical::to_canonical_vec;
 use idem::identity::{identify, Fingerprint};
-use idem::{ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::{
+    tool::{ToolSpec, WriteTool},
+    ToolError, WriteCtx,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

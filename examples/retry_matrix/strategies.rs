@@ -7,8 +7,8 @@ use std::time::Duration;
 use idem::identity::canonical::to_canonical_vec;
 use idem::store::{Clock, Timestamp, TokioClock};
 use idem::{
-    toolbox, CallError, Fingerprint, MemoryStore, Outcome, Reconciler, Registry, RetryPolicy,
-    ToolCall, ToolError, WriteCtx,
+    identity::Fingerprint, registry::RetryPolicy, toolbox, CallError, MemoryStore, Outcome,
+    Reconciler, Registry, ToolCall, ToolError, WriteCtx,
 };
 use serde_json::json;
 

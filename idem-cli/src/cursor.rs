@@ -2,7 +2,7 @@
 //! since the Unix epoch) and key of the last record of a page, as `idem list` prints it.
 
 use idem_runtime::store::ListCursor;
-use idem_runtime::{IdemKey, Timestamp};
+use idem_runtime::{identity::IdemKey, store::Timestamp};
 
 /// The text `--after` takes for `cursor`.
 pub(crate) fn format(cursor: &ListCursor) -> String {

@@ -5,8 +5,8 @@
 //! read-backs and keyed retries, build a small binary that registers your tools:
 //!
 //! ```no_run
-//! # async fn my_registry(store: std::sync::Arc<dyn idem_runtime::IdemStore>) -> idem_runtime::Registry {
-//! #     idem_runtime::Registry::builder().shared_store(store).build().unwrap()
+//! # async fn my_registry(store: std::sync::Arc<dyn idem_runtime::store::IdemStore>) -> idem_runtime::registry::Registry {
+//! #     idem_runtime::registry::Registry::builder().shared_store(store).build().unwrap()
 //! # }
 //! #[tokio::main]
 //! async fn main() -> std::process::ExitCode {
@@ -30,7 +30,12 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use idem_runtime::store::ListCursor;
-use idem_runtime::{IdemKey, IdemStore, Reconciler, RecordState, Registry};
+use idem_runtime::{
+    identity::IdemKey,
+    reconcile::Reconciler,
+    registry::Registry,
+    store::{IdemStore, RecordState},
+};
 
 pub use store_url::{open_store, open_store_with, StoreOptions, StoreUrlError};
 
@@ -386,7 +391,7 @@ where
         }
         Plan::Show(key) => {
             let shown = async {
-                Ok::<_, idem_runtime::StoreError>((
+                Ok::<_, idem_runtime::store::StoreError>((
                     store.get(&key).await?,
                     store.releases(&key).await?,
                 ))

@@ -9,7 +9,7 @@ use clap::Parser;
 async fn main() -> ExitCode {
     let cli = idem_cli::Cli::parse();
     idem_cli::run(cli, |store| async move {
-        idem_runtime::Registry::builder()
+        idem_runtime::registry::Registry::builder()
             .shared_store(store)
             .build()
             .expect("an empty registry always builds")

@@ -2,7 +2,7 @@
 //! through [`Esc`] (tables) or [`to_json`] (JSON): see the `escape` module for why.
 
 use idem_runtime::store::{ListCursor, ReleaseRecord};
-use idem_runtime::{Decision, IdemKey, Record};
+use idem_runtime::{identity::IdemKey, reconcile::Decision, store::Record};
 use serde::Serialize;
 
 use crate::cursor;

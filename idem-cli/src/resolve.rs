@@ -8,7 +8,10 @@
 //! the operator, note and time, to stderr as one JSON line, for a log kept outside the store.
 
 use idem_runtime::reconcile::{resolve_as, Resolution};
-use idem_runtime::{IdemKey, IdemStore, Record, RecordState};
+use idem_runtime::{
+    identity::IdemKey,
+    store::{IdemStore, Record, RecordState},
+};
 use serde::Serialize;
 
 use crate::escape::{needs_escape, Esc};

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use idem_runtime::IdemStore;
+use idem_runtime::store::IdemStore;
 
 /// How to open the store beyond its URL: what the service's store builder set. Each option
 /// belongs to some backends; one given for a store it does not apply to is an error, not
@@ -279,7 +279,7 @@ pub(crate) async fn copy_redis(
 async fn redis_store(
     url: &str,
     options: &StoreOptions,
-) -> Result<idem_redis::RedisStore, idem_runtime::StoreError> {
+) -> Result<idem_redis::RedisStore, idem_runtime::store::StoreError> {
     let mut builder = if options.cluster {
         idem_redis::RedisStore::cluster(url.split(',').map(str::trim).filter(|s| !s.is_empty()))
     } else {
@@ -293,7 +293,7 @@ async fn redis_store(
     }
     options
         .with_tls(builder)
-        .map_err(|e| idem_runtime::StoreError::Backend(e.0))?
+        .map_err(|e| idem_runtime::store::StoreError::Backend(e.0))?
         .connect()
         .await
 }
@@ -313,7 +313,7 @@ async fn open_postgres(
 /// A connected store as the CLI holds it, or the connection's error.
 #[cfg(any(feature = "redis", feature = "postgres"))]
 fn opened<S: IdemStore + 'static>(
-    store: Result<S, idem_runtime::StoreError>,
+    store: Result<S, idem_runtime::store::StoreError>,
 ) -> Result<Arc<dyn IdemStore>, StoreUrlError> {
     store
         .map(|s| Arc::new(s) as Arc<dyn IdemStore>)

@@ -252,10 +252,10 @@ fn read_back(
     quote! {
         fn read_back(
             &self,
-            #ctx: #rt::reconcile::ReadBackCtx,
+            #ctx: #rt::tool::ReadBackCtx,
             #args_pat: Self::Args,
         ) -> impl ::core::future::Future<
-            Output = ::core::result::Result<#rt::reconcile::ReadBack, #rt::tool::ToolError>,
+            Output = ::core::result::Result<#rt::tool::ReadBack, #rt::tool::ToolError>,
         > + ::core::marker::Send {
             #call
         }

@@ -7,7 +7,7 @@ use crate::codec::ms;
 use crate::store::{Busy, Locked, PostgresStore, Write};
 use futures_util::future::BoxFuture;
 use idem_runtime::store::{HeldClaim, RecordState, TxError};
-use idem_runtime::{ToolError, WriteCtx};
+use idem_runtime::tool::{ToolError, WriteCtx};
 use tokio_postgres::Transaction;
 
 impl PostgresStore {
@@ -57,7 +57,7 @@ impl PostgresStore {
     ///
     /// ```no_run
     /// use idem_postgres::PostgresStore;
-    /// use idem_runtime::{ToolError, WriteCtx};
+    /// use idem_runtime::tool::{ToolError, WriteCtx};
     ///
     /// async fn credit(store: &PostgresStore, ctx: WriteCtx, account: i64, cents: i64)
     ///     -> Result<serde_json::Value, ToolError>

@@ -54,7 +54,7 @@ impl RedisStore {
     /// its keys (everything under its prefix) once the workers run on `target`.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), idem_runtime::StoreError> {
+    /// # async fn demo() -> Result<(), idem_runtime::store::StoreError> {
     /// use idem_redis::RedisStore;
     ///
     /// let nodes = ["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/"];

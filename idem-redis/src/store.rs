@@ -134,14 +134,14 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// # Example
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), idem_runtime::StoreError> {
+/// # async fn demo() -> Result<(), idem_runtime::store::StoreError> {
 /// use idem_redis::RedisStore;
 ///
 /// let store = RedisStore::builder("redis://127.0.0.1:6379/")
 ///     .prefix("billing:idem:")
 ///     .connect()
 ///     .await?;
-/// let registry = idem_runtime::Registry::builder().store(store) /* .tool(…) */;
+/// let registry = idem_runtime::registry::Registry::builder().store(store) /* .tool(…) */;
 /// # let _ = registry;
 ///
 /// // A Redis Cluster: the store spread over its masters in 12 partitions.

@@ -12,7 +12,7 @@ use crate::store::{AttemptRecord, Operation, ReadBackRecord, Record, RecordState
 /// Everything known about an operation a person must decide: the intent, key, tool and
 /// arguments, every attempt with its times and errors, every read-back, downstream refs.
 ///
-/// Delivery is **at least once**: the [`crate::Reconciler`] hands an escalation to its sink
+/// Delivery is **at least once**: the [`crate::reconcile::Reconciler`] hands an escalation to its sink
 /// before it records the operation as escalated, so a reconciler that dies in between
 /// delivers it again on its next pass. Both deliveries carry the same [`Escalation::id`]; a
 /// sink that must page only once de-duplicates on it.
@@ -105,7 +105,7 @@ pub trait EscalationSink: Send + Sync + std::fmt::Debug + 'static {
 /// state, reason, downstream ref and how much evidence there is — never the arguments,
 /// which may hold what a log must not (card numbers, addresses, a tenant's names). A person
 /// finds them in the store (`idem show KEY`); a sink that should carry them is a choice to
-/// make ([`JsonLinesSink`], [`CallbackSink`]), with [`crate::RegistryBuilder::redact`] to
+/// make ([`JsonLinesSink`], [`CallbackSink`]), with [`crate::registry::RegistryBuilder::redact`] to
 /// mask what they must not.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LogSink;
@@ -211,13 +211,13 @@ impl EscalationSink for JsonLinesSink {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idem_runtime::{CallbackSink, Registry};
+/// use idem_runtime::{escalation::CallbackSink, registry::Registry};
 ///
-/// let sink = CallbackSink(|e: &idem_runtime::Escalation| {
+/// let sink = CallbackSink(|e: &idem_runtime::escalation::Escalation| {
 ///     eprintln!("page the on-call: {} ({}): {}", e.tool, e.key, e.reason);
 /// });
 /// let registry = Registry::builder().escalation_sink(Arc::new(sink)).build()?;
-/// # Ok::<(), idem_runtime::BuildError>(())
+/// # Ok::<(), idem_runtime::registry::BuildError>(())
 /// ```
 pub struct CallbackSink<F>(pub F);
 

@@ -4,23 +4,26 @@
 //! modules are layers, listed here bottom-up in the order a call travels through them; each
 //! uses only the ones above it in this list (`.ci/check-layers` enforces it):
 //!
-//! 1. [`identity`]: canonical JSON, the idempotency key ([`IdemKey`]) and the
-//!    [`Fingerprint`] of the arguments;
+//! 1. [`identity`]: canonical JSON, the idempotency key ([`IdemKey`](identity::IdemKey)) and the
+//!    [`Fingerprint`](identity::Fingerprint) of the arguments;
 //! 2. [`outcome`]: the classes every write ends in, and what the model is told of each;
-//! 3. [`store`]: the claim — the [`IdemStore`] contract, its records, the in-memory store,
+//! 3. [`store`]: the claim — the [`IdemStore`](store::IdemStore) contract, its records, the in-memory store,
 //!    clocks, and what a backend is built from ([`store::backend`]; the durable backends are
 //!    the crates `idem-sqlite`, `idem-redis` and `idem-postgres`, above this one);
 //! 4. [`escalation`]: what a person gets when nobody else can settle an operation;
-//! 5. [`tool`]: what a tool declares and its handler receives ([`WriteCtx`] carries the
+//! 5. [`tool`]: what a tool declares and its handler receives ([`WriteCtx`](tool::WriteCtx) carries the
 //!    key), its input schema and read-back;
 //! 6. [`definitions`]: tool definitions for OpenAI, Anthropic and MCP;
-//! 7. [`call`]: a [`ToolCall`] as the agent loop makes it and the [`ToolResult`] it gets;
+//! 7. [`call`]: a [`ToolCall`](call::ToolCall) as the agent loop makes it and the [`ToolResult`](call::ToolResult) it gets;
 //! 8. the executor (private): claim → run under timeout and lease → classify → settle;
 //! 9. [`registry`]: tools by name, dispatch, definitions for a whole registry;
-//! 10. [`reconcile`]: the [`Reconciler`] and a person's [`resolve`](reconcile::resolve).
+//! 10. [`reconcile`]: the [`Reconciler`](reconcile::Reconciler) and a person's [`resolve`](reconcile::resolve).
 //!
 //! Under them all, [`observe`] names the spans and metrics (feature `metrics`) the layers
 //! record.
+//!
+//! Each public item has one path, in the module that defines its concept; the crate root
+//! re-exports nothing. The facade chooses which of them a user sees at `idem`'s root.
 #![warn(missing_docs)]
 // One `unsafe` block in all (a `pthread_atfork` registration, `store::record`), allowed
 // where it stands.
@@ -39,22 +42,3 @@ pub mod reconcile;
 pub mod registry;
 pub mod store;
 pub mod tool;
-
-pub use call::{CallError, ToolCall, ToolResult};
-pub use definitions::{DefinitionOptions, Format};
-pub use escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink, Redactor};
-pub use executor::RetryPolicy;
-pub use identity::{Fingerprint, IdemKey, KeyFormat, KeyMigration, Scope};
-pub use outcome::{Outcome, OutcomeClass};
-pub use reconcile::{Action, Decision, Reconciler, Resolution};
-pub use registry::{
-    BuildError, Registry, RegistryBuilder, CHANGED_PARAMS_NOTICE_WINDOW, MAX_ARGS_DEPTH,
-};
-pub use store::{
-    Clock, Durability, IdemStore, ManualClock, MemoryStore, Record, RecordState, StoreError,
-    SystemClock, Timestamp, TokioClock,
-};
-pub use tool::{
-    Downstream, DynTool, ReadBack, ReadBackCtx, ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec,
-    Toolbox, WriteCtx, WriteTool,
-};

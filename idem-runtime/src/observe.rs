@@ -21,16 +21,16 @@
 //!
 //! | name | level | fields | where |
 //! |---|---|---|---|
-//! | `idem.call` | INFO | `tool`, `run_id`, `call_id`, `key`, `class` | each [`Registry::call`](crate::Registry::call) |
+//! | `idem.call` | INFO | `tool`, `run_id`, `call_id`, `key`, `class` | each [`Registry::call`](crate::registry::Registry::call) |
 //! | `idem.attempt` | INFO | `attempt`, `class` | each send of a handler (inside `idem.call`) |
 //! | `idem.store` | DEBUG | `op`, `backend`, `key`, `tool`, `state`, `outcome`, `attempt`, `count`, `error` | each store operation of a registry, its reconciler and its late-result watcher (see [`crate::store::Instrumented`]) |
-//! | `idem.reconcile.pass` | INFO | `mode` (`once`, `all`), `decisions`, `escalated`, `error` | each [`Reconciler::run_once`](crate::Reconciler::run_once) / [`run_all`](crate::Reconciler::run_all) |
+//! | `idem.reconcile.pass` | INFO | `mode` (`once`, `all`), `decisions`, `escalated`, `error` | each [`Reconciler::run_once`](crate::reconcile::Reconciler::run_once) / [`run_all`](crate::reconcile::Reconciler::run_all) |
 //! | `idem.reconcile.decision` | INFO | `key`, `tool`, `from`, `attempts`, `action` | each record a pass decides on (inside `idem.reconcile.pass`) |
 //!
 //! In `idem.store`, `state` is the record state a claim found or a settle writes, `outcome`
 //! what the operation answered (`claimed`, `existing`, `mismatch`; `found`, `absent`; `ok`),
 //! `attempt` the number of the last attempt a settle records, `count` how many records a
-//! listing returned, and `error` the [`StoreError`](crate::StoreError)'s kind (the store
+//! listing returned, and `error` the [`StoreError`](crate::store::StoreError)'s kind (the store
 //! `result` values in [Labels](#labels), never its text). `tool` is filled in where the
 //! operation names it (a claim).
 //!
@@ -38,7 +38,7 @@
 //!
 //! | name | type | labels | unit | counts |
 //! |---|---|---|---|---|
-//! | [`CALLS`] | counter | `tool`, `class` | calls | every [`Registry::call`](crate::Registry::call), by the class it ended in, or `refused` |
+//! | [`CALLS`] | counter | `tool`, `class` | calls | every [`Registry::call`](crate::registry::Registry::call), by the class it ended in, or `refused` |
 //! | [`CALL_DURATION`] | histogram | `tool`, `class` | seconds | the same calls, from dispatch to answer |
 //! | [`REPLAYS`] | counter | `tool`, `class` | calls | calls answered from a saved record: the handler did not run |
 //! | [`UNKNOWN_OUTCOMES`] | counter | `tool` | calls | calls that ran and ended *unknown* (timeout, panic, result not saved) |
@@ -59,14 +59,14 @@
 //! | label | values |
 //! |---|---|
 //! | `tool` | a registered tool's name, or [`UNREGISTERED_TOOL`] |
-//! | `class` | `completed`, `failed`, `pending`, `unknown`, `escalated`, `rejected`, `unavailable` ([`OutcomeClass`](crate::OutcomeClass)), or `refused` |
-//! | `reason` | `unknown_tool`, `invalid_call`, `args_too_large`, `malformed_json`, `invalid_args`, `changed_params`, `in_flight`, `store` ([`CallError`](crate::CallError)), `other` |
-//! | `backend` | `memory`, `sqlite`, `redis`, `postgres` ([`IdemStore::backend_name`](crate::IdemStore::backend_name)), `custom` for a store that does not name itself |
+//! | `class` | `completed`, `failed`, `pending`, `unknown`, `escalated`, `rejected`, `unavailable` ([`OutcomeClass`](crate::outcome::OutcomeClass)), or `refused` |
+//! | `reason` | `unknown_tool`, `invalid_call`, `args_too_large`, `malformed_json`, `invalid_args`, `changed_params`, `in_flight`, `store` ([`CallError`](crate::call::CallError)), `other` |
+//! | `backend` | `memory`, `sqlite`, `redis`, `postgres` ([`IdemStore::backend_name`](crate::store::IdemStore::backend_name)), `custom` for a store that does not name itself |
 //! | `op` | `claim`, `renew`, `settle`, `release`, `release_unsettled`, `release_traced`, `releases`, `list_releases`, `reclaim`, `get`, `list`, `list_after`, `wait_settled` |
 //! | `result` (store) | `ok`, or the error kind: `stale_token`, `not_found`, `unavailable`, `corrupt`, `full`, `backend`, `other` |
 //! | `mode` | `once`, `all` |
 //! | `result` (reconcile) | `ok`, `error` |
-//! | `action` | `retried`, `settled`, `released`, `waiting`, `escalated`, `skipped` ([`Action`](crate::Action)) |
+//! | `action` | `retried`, `settled`, `released`, `waiting`, `escalated`, `skipped` ([`Action`](crate::reconcile::Action)) |
 
 /// Counter: calls, by `tool` and `class` (an outcome class, or `refused`).
 pub const CALLS: &str = "idem_calls_total";

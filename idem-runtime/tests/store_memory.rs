@@ -35,12 +35,12 @@ async fn run_all_passes() {
 mod default_list_after {
     use std::time::Duration;
 
+    use idem_runtime::identity::IdemKey;
     use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
     use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
     use idem_runtime::store::{
         ClaimToken, IdemStore, MemoryStore, Record, RecordState, StoreError,
     };
-    use idem_runtime::IdemKey;
 
     #[derive(Debug)]
     struct ListOnly(MemoryStore);
@@ -51,10 +51,10 @@ mod default_list_after {
         // it, a traced release settles and then releases, and no trace is listed.
         async fn release_unsettled(
             &self,
-            key: &idem_runtime::IdemKey,
+            key: &idem_runtime::identity::IdemKey,
             expected: idem_runtime::store::ClaimToken,
             _note: &idem_runtime::store::ReleaseNote,
-        ) -> Result<(), idem_runtime::StoreError> {
+        ) -> Result<(), idem_runtime::store::StoreError> {
             let token = self
                 .reclaim(key, expected, std::time::Duration::from_secs(60))
                 .await?;
@@ -63,11 +63,11 @@ mod default_list_after {
 
         async fn release_traced(
             &self,
-            key: &idem_runtime::IdemKey,
+            key: &idem_runtime::identity::IdemKey,
             token: idem_runtime::store::ClaimToken,
             settlement: idem_runtime::store::backend::Settlement,
             note: &idem_runtime::store::ReleaseNote,
-        ) -> Result<(), idem_runtime::StoreError> {
+        ) -> Result<(), idem_runtime::store::StoreError> {
             idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
             self.settle(key, token, settlement).await?;
             self.release_unsettled(key, token, note).await
@@ -75,8 +75,9 @@ mod default_list_after {
 
         async fn releases(
             &self,
-            _key: &idem_runtime::IdemKey,
-        ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+            _key: &idem_runtime::identity::IdemKey,
+        ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError>
+        {
             Ok(Vec::new())
         }
 
@@ -84,7 +85,8 @@ mod default_list_after {
             &self,
             _after: Option<&idem_runtime::store::ListCursor>,
             _limit: usize,
-        ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError>
+        {
             Ok(Vec::new())
         }
 
@@ -445,7 +447,7 @@ mod shared_records {
         }
     }
 
-    async fn existing(store: &MemoryStore, req: &ClaimRequest) -> Arc<idem_runtime::Record> {
+    async fn existing(store: &MemoryStore, req: &ClaimRequest) -> Arc<idem_runtime::store::Record> {
         match store.claim(req).await.unwrap() {
             ClaimOutcome::Existing(r) => r,
             other => panic!("expected the existing record, got {other:?}"),

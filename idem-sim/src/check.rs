@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem::{CallError, IdemStore, Outcome, RecordState};
+use idem::{store::RecordState, CallError, IdemStore, Outcome};
 use serde_json::Value;
 
 use crate::downstream::{Charge, DECLINE_DIVISOR};

@@ -24,7 +24,10 @@ use std::time::Duration;
 
 use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem::store::{ClaimToken, ListCursor, ReleaseNote, ReleaseRecord};
-use idem::{Clock, IdemKey, IdemStore, Record, RecordState, StoreError, Timestamp};
+use idem::{
+    store::{Clock, Record, RecordState, StoreError, Timestamp},
+    IdemKey, IdemStore,
+};
 
 /// Which networked store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,7 +253,7 @@ impl IdemStore for Bridged {
         token: idem::store::ClaimToken,
         settlement: idem::store::backend::Settlement,
         note: &idem::store::ReleaseNote,
-    ) -> Result<(), idem::StoreError> {
+    ) -> Result<(), idem::store::StoreError> {
         idem::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await

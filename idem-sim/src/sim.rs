@@ -5,8 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::{
-    Action, CallError, CallbackSink, Clock, IdemStore, MemoryStore, Outcome, Reconciler, Registry,
-    RetryPolicy, Timestamp, TokioClock, ToolCall, ToolResult,
+    escalation::CallbackSink,
+    reconcile::Action,
+    registry::RetryPolicy,
+    store::{Clock, Timestamp, TokioClock},
+    CallError, IdemStore, MemoryStore, Outcome, Reconciler, Registry, ToolCall, ToolResult,
 };
 use serde_json::{json, Value};
 
@@ -182,7 +185,7 @@ async fn simulate(cfg: &Config) -> SeedReport {
     let shared: Arc<dyn IdemStore> = Arc::new(MemoryStore::with_clock(Arc::clone(&base)));
     let sink = {
         let world = Arc::clone(&world);
-        Arc::new(CallbackSink(move |e: &idem::Escalation| {
+        Arc::new(CallbackSink(move |e: &idem::escalation::Escalation| {
             world.escalation(&e.key)
         }))
     };

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem::store::{ClaimToken, ListCursor, ReleaseNote, ReleaseRecord};
-use idem::{Clock, IdemKey, IdemStore, Record, RecordState, StoreError};
+use idem::{
+    store::{Clock, Record, RecordState, StoreError},
+    IdemKey, IdemStore,
+};
 
 use crate::faults::Fault;
 use crate::tools::Worker;
@@ -148,7 +151,7 @@ impl IdemStore for SimStore {
         token: idem::store::ClaimToken,
         settlement: idem::store::backend::Settlement,
         note: &idem::store::ReleaseNote,
-    ) -> Result<(), idem::StoreError> {
+    ) -> Result<(), idem::store::StoreError> {
         idem::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await
@@ -301,8 +304,8 @@ impl SkewedClock {
 }
 
 impl Clock for SkewedClock {
-    fn now(&self) -> idem::Timestamp {
+    fn now(&self) -> idem::store::Timestamp {
         let t = self.base.now().0;
-        idem::Timestamp(t.saturating_add_signed(self.skew_ms))
+        idem::store::Timestamp(t.saturating_add_signed(self.skew_ms))
     }
 }

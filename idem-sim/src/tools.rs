@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex};
 
 use idem::{
-    Downstream as KeyContract, ReadBack, ReadBackCtx, ToolError, ToolSpec, WriteCtx, WriteTool,
+    tool::{Downstream as KeyContract, ToolSpec, WriteTool},
+    ReadBack, ReadBackCtx, ToolError, WriteCtx,
 };
 use serde_json::{json, Value};
 use tokio::time::Instant;

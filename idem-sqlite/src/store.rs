@@ -28,7 +28,7 @@ use tokio::sync::{oneshot, Notify, Semaphore};
 /// of one machine.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), idem_runtime::StoreError> {
+/// # async fn demo() -> Result<(), idem_runtime::store::StoreError> {
 /// use idem_sqlite::{SqliteStore, SqliteSync};
 ///
 /// let store = SqliteStore::open("/var/lib/my-agent/idem.sqlite3").await?;

@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use idem::store::{Clock, SystemClock};
 
 pub use crate::stores::{unique, TempDir};
-use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::{
+    tool::{ToolSpec, WriteTool},
+    ToolError, WriteCtx,
+};
 
 /// The environment variable that turns a test binary into a worker of the named role.
 pub const ROLE: &str = "IDEM_CRASH_ROLE";
@@ -171,7 +174,7 @@ pub async fn assert_unknown_after_crash(
     store: &dyn idem::IdemStore,
     ledger: &Path,
     runs: &AtomicUsize,
-) -> idem::Record {
+) -> idem::store::Record {
     assert_eq!(ledger_lines(ledger), 1, "still one effect");
     assert_eq!(
         runs.load(Ordering::SeqCst),
@@ -189,7 +192,7 @@ pub async fn assert_unknown_after_crash(
         .await
         .expect("read the record")
         .expect("the record outlived its worker");
-    assert_eq!(record.state, idem::RecordState::Unknown);
+    assert_eq!(record.state, idem::store::RecordState::Unknown);
     record
 }
 
@@ -271,7 +274,7 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
         key: &idem::IdemKey,
         expected: idem::store::ClaimToken,
         _note: &idem::store::ReleaseNote,
-    ) -> Result<(), idem::StoreError> {
+    ) -> Result<(), idem::store::StoreError> {
         let token = self
             .reclaim(key, expected, std::time::Duration::from_secs(60))
             .await?;
@@ -284,7 +287,7 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
         token: idem::store::ClaimToken,
         settlement: idem::store::backend::Settlement,
         note: &idem::store::ReleaseNote,
-    ) -> Result<(), idem::StoreError> {
+    ) -> Result<(), idem::store::StoreError> {
         idem::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await
@@ -293,7 +296,7 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
     async fn releases(
         &self,
         _key: &idem::IdemKey,
-    ) -> Result<Vec<idem::store::ReleaseRecord>, idem::StoreError> {
+    ) -> Result<Vec<idem::store::ReleaseRecord>, idem::store::StoreError> {
         Ok(Vec::new())
     }
 
@@ -301,14 +304,14 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
         &self,
         _after: Option<&idem::store::ListCursor>,
         _limit: usize,
-    ) -> Result<Vec<idem::store::ReleaseRecord>, idem::StoreError> {
+    ) -> Result<Vec<idem::store::ReleaseRecord>, idem::store::StoreError> {
         Ok(Vec::new())
     }
 
     async fn claim(
         &self,
         req: &idem::store::backend::ClaimRequest,
-    ) -> Result<idem::store::backend::ClaimOutcome, idem::StoreError> {
+    ) -> Result<idem::store::backend::ClaimOutcome, idem::store::StoreError> {
         self.inner.claim(req).await
     }
     async fn renew(
@@ -316,7 +319,7 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
         key: &idem::IdemKey,
         token: idem::store::ClaimToken,
         lease: Duration,
-    ) -> Result<(), idem::StoreError> {
+    ) -> Result<(), idem::store::StoreError> {
         self.inner.renew(key, token, lease).await
     }
     async fn settle(
@@ -324,7 +327,7 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
         _key: &idem::IdemKey,
         _token: idem::store::ClaimToken,
         _settlement: idem::store::backend::Settlement,
-    ) -> Result<(), idem::StoreError> {
+    ) -> Result<(), idem::store::StoreError> {
         append_synced(&self.marker, "settling\n").expect("write the marker");
         std::future::pending::<()>().await;
         unreachable!("killed while pending")
@@ -333,7 +336,7 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
         &self,
         key: &idem::IdemKey,
         token: idem::store::ClaimToken,
-    ) -> Result<(), idem::StoreError> {
+    ) -> Result<(), idem::store::StoreError> {
         self.inner.release(key, token).await
     }
     async fn reclaim(
@@ -341,17 +344,20 @@ impl<S: idem::IdemStore> idem::IdemStore for HangOnSettle<S> {
         key: &idem::IdemKey,
         expected: idem::store::ClaimToken,
         lease: Duration,
-    ) -> Result<idem::store::ClaimToken, idem::StoreError> {
+    ) -> Result<idem::store::ClaimToken, idem::store::StoreError> {
         self.inner.reclaim(key, expected, lease).await
     }
-    async fn get(&self, key: &idem::IdemKey) -> Result<Option<idem::Record>, idem::StoreError> {
+    async fn get(
+        &self,
+        key: &idem::IdemKey,
+    ) -> Result<Option<idem::store::Record>, idem::store::StoreError> {
         self.inner.get(key).await
     }
     async fn list(
         &self,
-        state: idem::RecordState,
+        state: idem::store::RecordState,
         limit: usize,
-    ) -> Result<Vec<idem::Record>, idem::StoreError> {
+    ) -> Result<Vec<idem::store::Record>, idem::store::StoreError> {
         self.inner.list(state, limit).await
     }
 }
@@ -437,7 +443,7 @@ pub async fn kill_at_point_and_restart<S, F, Fut>(
         .await
         .expect("read the record")
         .expect("the record outlived its worker");
-    assert_eq!(record.state, idem::RecordState::Unknown);
+    assert_eq!(record.state, idem::store::RecordState::Unknown);
     assert_eq!(&*record.tool, "charge_card");
     assert!(
         record.payload.is_none(),

@@ -10,12 +10,11 @@
 
 use std::time::Duration;
 
+use idem::identity::Fingerprint;
 use idem::identity::KeyMaterial;
 use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
-use idem::store::{
-    ClaimToken, IdemStore, ListCursor, ManualClock, RecordState, StoreError, Timestamp,
-};
-use idem::{Fingerprint, IdemKey, Scope};
+use idem::store::{ClaimToken, ListCursor, ManualClock, RecordState, StoreError, Timestamp};
+use idem::{IdemKey, IdemStore, Scope};
 use proptest::prelude::*;
 pub use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use idem::identity::CanonicalJson;
+use idem::identity::Fingerprint;
 use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem::store::conformance;
-use idem::store::{
-    AttemptKind, AttemptRecord, ClaimToken, IdemStore, Operation, ReadBackRecord, Timestamp,
-};
-use idem::{Fingerprint, IdemKey, OutcomeClass, RecordState, Scope};
+use idem::store::RecordState;
+use idem::store::{AttemptKind, AttemptRecord, ClaimToken, Operation, ReadBackRecord, Timestamp};
+use idem::{IdemKey, IdemStore, OutcomeClass, Scope};
 
 /// One record as an earlier version stored it: the columns the rows differ in.
 pub struct OldRow<'a> {

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use idem::{Downstream, ReadBack, ReadBackCtx, ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::{
+    tool::{Downstream, ToolSpec, WriteTool},
+    ReadBack, ReadBackCtx, ToolError, WriteCtx,
+};
 
 use crate::payments::{ApiError, Charge, Object, Proxy, Refund, RefundStatus, Request};
 

@@ -17,8 +17,9 @@ use super::meta::{self, CallMeta};
 use crate::definitions::{mcp_output_schema, mcp_structured_content};
 use crate::store::Durability;
 use crate::{
-    CallError, DefinitionOptions, Format, OutcomeClass, Registry, ToolCall, ToolKind, ToolResult,
-    ToolSpec,
+    definitions::DefinitionOptions,
+    tool::{ToolKind, ToolSpec},
+    CallError, Format, OutcomeClass, Registry, ToolCall, ToolResult,
 };
 
 /// Serves a [`Registry`] as an MCP server.

@@ -24,7 +24,11 @@ pub mod anthropic;
 #[cfg(feature = "openai")]
 pub mod openai;
 
-use idem_runtime::{Registry, Scope, ToolCall, ToolResult};
+use idem_runtime::{
+    call::{ToolCall, ToolResult},
+    identity::Scope,
+    registry::Registry,
+};
 
 /// Runs `calls` concurrently through [`Registry::call`] and returns their results in the
 /// order of `calls` — the order the model issued them in, which is the order the providers

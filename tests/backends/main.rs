@@ -15,8 +15,10 @@ use std::time::Duration;
 
 use idem::store::Retention;
 use idem::{
-    CallError, Downstream, IdemStore, MemoryStore, Outcome, OutcomeClass, Reconciler, RecordState,
-    Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    store::RecordState,
+    tool::{Downstream, ToolSpec, WriteTool},
+    CallError, IdemStore, MemoryStore, Outcome, OutcomeClass, Reconciler, Registry, ToolCall,
+    ToolError, WriteCtx,
 };
 use serde_json::json;
 

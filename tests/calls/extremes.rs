@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::{
-    Downstream, OutcomeClass, Reconciler, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec,
-    WriteCtx, WriteTool,
+    registry::RetryPolicy,
+    tool::{Downstream, ToolSpec, WriteTool},
+    OutcomeClass, Reconciler, Registry, ToolCall, ToolError, WriteCtx,
 };
 use serde_json::json;
 

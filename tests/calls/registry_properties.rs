@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use idem::{
-    CallError, IdemStore, MemoryStore, Outcome, RecordState, Registry, ToolCall, ToolError,
-    ToolSpec, WriteCtx, WriteTool,
+    store::RecordState,
+    tool::{ToolSpec, WriteTool},
+    CallError, IdemStore, MemoryStore, Outcome, Registry, ToolCall, ToolError, WriteCtx,
 };
 use idem_runtime::identity::canonical::to_canonical_vec;
 use proptest::prelude::*;

@@ -13,12 +13,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::identity::KeyMaterial;
-use idem::reconcile::{resolve, Action, CallbackSink, Resolution, ResolveError};
 use idem::store::{Clock, Retention, Timestamp, TokioClock};
 use idem::{
-    tool, BuildError, CallError, Downstream, Escalation, Format, IdemKey, IdemStore, MemoryStore,
-    Outcome, OutcomeClass, ReadBack, ReadBackCtx, ReadCtx, ReadTool, Reconciler, RecordState,
-    Registry, RetryPolicy, Scope, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    escalation::CallbackSink,
+    reconcile::{resolve, Action, Resolution, ResolveError},
+};
+use idem::{
+    escalation::Escalation,
+    registry::RetryPolicy,
+    store::RecordState,
+    tool,
+    tool::{Downstream, ReadTool, ToolSpec, WriteTool},
+    BuildError, CallError, Format, IdemKey, IdemStore, MemoryStore, Outcome, OutcomeClass,
+    ReadBack, ReadBackCtx, ReadCtx, Reconciler, Registry, Scope, ToolCall, ToolError, WriteCtx,
 };
 use serde_json::{json, Value};
 
@@ -310,7 +317,7 @@ impl World {
         }
     }
 
-    async fn record(&self, key: &IdemKey) -> Option<idem::Record> {
+    async fn record(&self, key: &IdemKey) -> Option<idem::store::Record> {
         self.store.get(key).await.expect("the store answers")
     }
 }

@@ -25,10 +25,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::store::conformance::backend_url;
-use idem::store::{Clock, IdemStore, ManualClock, Retention, SystemClock};
-use idem::tool::{ToolError, ToolSpec, WriteCtx, WriteTool};
 use idem::PostgresStore;
-use idem::{CallError, RecordState, Registry, ToolCall};
+use idem::{store::RecordState, CallError, Registry, ToolCall};
+use idem::{
+    store::{Clock, ManualClock, Retention, SystemClock},
+    IdemStore,
+};
+use idem::{
+    tool::{ToolSpec, WriteTool},
+    ToolError, WriteCtx,
+};
 use idem_test::crash::{
     append_synced, assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines,
     point_worker, restarted_registry, run_worker_and_kill, worker_runtime, ChargeArgs, CrashPoint,

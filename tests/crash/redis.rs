@@ -32,9 +32,15 @@ use std::time::{Duration, Instant};
 use idem::redis::RedisStoreBuilder;
 use idem::store::backend::{ClaimOutcome, ClaimRequest};
 use idem::store::conformance::{backend_url, skip};
-use idem::store::{Clock, IdemStore, ManualClock, SystemClock};
 use idem::RedisStore;
-use idem::{CallError, Outcome, RecordState, Registry, StoreError, ToolCall};
+use idem::{
+    store::{Clock, ManualClock, SystemClock},
+    IdemStore,
+};
+use idem::{
+    store::{RecordState, StoreError},
+    CallError, Outcome, Registry, ToolCall,
+};
 use idem_test::crash::{
     assert_unknown_after_crash, kill_at_point_and_restart, ledger_lines, point_worker,
     restarted_registry, run_worker_and_kill, unique, worker_runtime, CrashPoint, LedgerCharge,
@@ -473,7 +479,7 @@ async fn redis_process_kill_and_restart_with_aof_loses_nothing() {
             "charge_card",
             idem::identity::KeyMaterial::Intent("in-flight"),
         ),
-        fingerprint: idem::Fingerprint::of_canonical(b"{}"),
+        fingerprint: idem::identity::Fingerprint::of_canonical(b"{}"),
         tool: "charge_card".into(),
         lease: Duration::from_secs(3600),
         operation: None,

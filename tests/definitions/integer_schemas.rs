@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use idem::{
-    toolbox, CallError, DefinitionOptions, Format, Registry, ToolCall, ToolError, WriteCtx,
+    definitions::DefinitionOptions, toolbox, CallError, Format, Registry, ToolCall, ToolError,
+    WriteCtx,
 };
 use serde_json::{json, Value};
 

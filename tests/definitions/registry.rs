@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use idem::{
-    tool, toolbox, CallError, Format, ReadCtx, ReadTool, Registry, ToolCall, ToolError, ToolSpec,
-    WriteCtx, WriteTool,
+    tool,
+    tool::{ReadTool, ToolSpec, WriteTool},
+    toolbox, CallError, Format, ReadCtx, Registry, ToolCall, ToolError, WriteCtx,
 };
 use serde_json::{json, Value};
 

@@ -14,8 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::{
-    CallError, Downstream, IdemStore, KeyFormat, KeyMigration, OutcomeClass, Reconciler,
-    RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    identity::{KeyFormat, KeyMigration},
+    registry::RetryPolicy,
+    store::RecordState,
+    tool::{Downstream, ToolSpec, WriteTool},
+    CallError, IdemStore, OutcomeClass, Reconciler, Registry, ToolCall, ToolError, WriteCtx,
 };
 use idem_test::stores::durables;
 use serde_json::{json, Value};

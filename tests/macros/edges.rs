@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::{
-    tool, toolbox, BuildError, DefinitionOptions, Format, ReadCtx, Registry, ToolCall, ToolError,
-    WriteCtx,
+    definitions::DefinitionOptions, tool, toolbox, BuildError, Format, ReadCtx, Registry, ToolCall,
+    ToolError, WriteCtx,
 };
 use serde_json::{json, Value};
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use idem::reconcile::Action;
 use idem::{
-    tool, toolbox, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
-    RecordState, Registry, ToolCall, ToolError, WriteCtx,
+    store::RecordState, tool, toolbox, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx,
+    Reconciler, Registry, ToolCall, ToolError, WriteCtx,
 };
 use serde_json::json;
 

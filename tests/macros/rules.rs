@@ -7,7 +7,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use idem::{BuildError, Registry, ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::{
+    tool::{ToolSpec, WriteTool},
+    BuildError, Registry, ToolError, WriteCtx,
+};
 
 #[test]
 fn ui_rules() {

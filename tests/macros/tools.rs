@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::{tool, toolbox, Downstream, Format, ReadCtx, Registry, ToolCall, ToolError, WriteCtx};
+use idem::{
+    tool, tool::Downstream, toolbox, Format, ReadCtx, Registry, ToolCall, ToolError, WriteCtx,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -253,7 +255,7 @@ async fn calls_run_and_writes_replay() {
 #[tokio::test]
 async fn handlers_can_be_unit_tested_with_a_test_context() {
     use idem::identity::KeyMaterial;
-    use idem::{IdemKey, Scope, WriteTool};
+    use idem::{tool::WriteTool, IdemKey, Scope};
     let key = IdemKey::derive(
         &Scope::run("test"),
         "charge_card",

@@ -18,8 +18,8 @@ use std::time::Duration;
 use idem::reconcile::Action;
 use idem::store::Clock;
 use idem::{
-    CallError, IdemStore, MemoryStore, Outcome, OutcomeClass, Reconciler, RecordState, Registry,
-    ToolCall,
+    store::RecordState, CallError, IdemStore, MemoryStore, Outcome, OutcomeClass, Reconciler,
+    Registry, ToolCall,
 };
 use idem_test::payments::{
     Keys, Leg, Misstep, Payments, Proxy, RefundStatus, STRIPE_KEY_RETENTION,

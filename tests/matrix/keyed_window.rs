@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::store::{Clock, Timestamp, TokioClock};
-use idem::{toolbox, MemoryStore, Registry, RetryPolicy, ToolCall, ToolError, WriteCtx};
+use idem::{registry::RetryPolicy, toolbox, MemoryStore, Registry, ToolCall, ToolError, WriteCtx};
 use serde_json::json;
 use tokio::time::Instant;
 

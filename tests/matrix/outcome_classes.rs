@@ -11,15 +11,17 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem::reconcile::CallbackSink;
+use idem::escalation::CallbackSink;
 use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem::store::{
     ClaimToken, Clock, ListCursor, ReleaseNote, ReleaseRecord, StoreError, Timestamp, TokioClock,
 };
 use idem::{
-    toolbox, CallError, Escalation, IdemKey, IdemStore, MemoryStore, Outcome, OutcomeClass,
-    Reconciler, Record, RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolResult,
-    WriteCtx,
+    escalation::Escalation,
+    registry::RetryPolicy,
+    store::{Record, RecordState},
+    toolbox, CallError, IdemKey, IdemStore, MemoryStore, Outcome, OutcomeClass, Reconciler,
+    Registry, ToolCall, ToolError, ToolResult, WriteCtx,
 };
 use serde_json::json;
 
@@ -449,7 +451,7 @@ impl IdemStore for NoRelease {
         token: idem::store::ClaimToken,
         settlement: idem::store::backend::Settlement,
         note: &idem::store::ReleaseNote,
-    ) -> Result<(), idem::StoreError> {
+    ) -> Result<(), idem::store::StoreError> {
         idem::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await
@@ -459,7 +461,7 @@ impl IdemStore for NoRelease {
         &self,
         _after: Option<&idem::store::ListCursor>,
         _limit: usize,
-    ) -> Result<Vec<idem::store::ReleaseRecord>, idem::StoreError> {
+    ) -> Result<Vec<idem::store::ReleaseRecord>, idem::store::StoreError> {
         Ok(Vec::new())
     }
 

@@ -15,8 +15,8 @@ use std::time::Duration;
 use idem::reconcile::{resolve, Action, Resolution};
 use idem::store::{Clock, Retention};
 use idem::{
-    CallError, IdemStore, Outcome, OutcomeClass, Reconciler, RecordState, Registry, SqliteStore,
-    ToolCall, ToolResult,
+    store::RecordState, CallError, IdemStore, Outcome, OutcomeClass, Reconciler, Registry,
+    SqliteStore, ToolCall, ToolResult,
 };
 use idem_test::payments::{
     Keys, Leg, Misstep, Payments, Proxy, RefundStatus, STRIPE_KEY_RETENTION,

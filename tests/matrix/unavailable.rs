@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::{
-    toolbox, IdemStore, OutcomeClass, ReadCtx, Registry, RetryPolicy, ToolCall, ToolError, WriteCtx,
+    registry::RetryPolicy, toolbox, IdemStore, OutcomeClass, ReadCtx, Registry, ToolCall,
+    ToolError, WriteCtx,
 };
 use serde_json::json;
 use tokio::time::Instant;

@@ -500,7 +500,7 @@ async fn tools_list_has_the_registrys_definitions_and_hints() {
     let tools = result(&reply)["tools"].as_array().unwrap().clone();
     // An in-memory store forgets every record with the process: a repeat sent to a
     // restarted server would run again, so no write is listed as idempotent.
-    let unhinted = idem::DefinitionOptions::default().idempotent_hint(false);
+    let unhinted = idem::definitions::DefinitionOptions::default().idempotent_hint(false);
     assert_eq!(
         tools,
         registry.definitions_with(idem::Format::Mcp, &unhinted)
@@ -701,7 +701,10 @@ async fn completed_calls_carry_structured_content_valid_against_the_output_schem
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_result_of_a_tool_with_an_output_schema_is_not_an_empty_success() {
     use idem::store::Retention;
-    use idem::{ManualClock, MemoryStore, Timestamp};
+    use idem::{
+        store::{ManualClock, Timestamp},
+        MemoryStore,
+    };
 
     let clock = ManualClock::new(Timestamp(1_600_000_000_000));
     let store = MemoryStore::with_clock(Arc::new(clock.clone())).retention(Retention {

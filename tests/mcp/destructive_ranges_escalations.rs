@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use crate::support::{is_error, outcome, result, LineClient};
 use idem::mcp::McpServer;
 use idem::reconcile::{resolve, Resolution};
-use idem::{toolbox, IdemStore, ReadCtx, Reconciler, RecordState, Registry, ToolError, WriteCtx};
+use idem::{
+    store::RecordState, toolbox, IdemStore, ReadCtx, Reconciler, Registry, ToolError, WriteCtx,
+};
 use serde_json::{json, Value};
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
 

@@ -42,7 +42,7 @@ async fn a_durable_store_lists_writes_as_idempotent_where_the_server_scopes_them
     use crate::billing::{sqlite_file, sqlite_store};
     let bank = Arc::new(Bank::default());
     let store = sqlite_store(&sqlite_file().await).await;
-    assert_eq!(store.durability(), idem::Durability::Durable);
+    assert_eq!(store.durability(), idem::store::Durability::Durable);
     let scoped = McpServer::new(registry(&bank, Some(store.clone()))).single_caller();
     assert_eq!(
         hint_of_charge(&listed_over_http(scoped).await),
@@ -58,6 +58,6 @@ fn the_memory_store_says_it_lives_in_the_process() {
     use idem::IdemStore;
     assert_eq!(
         idem::MemoryStore::new().durability(),
-        idem::Durability::Process
+        idem::store::Durability::Process
     );
 }

@@ -13,8 +13,8 @@ use idem::providers::openai::{
 };
 use idem::providers::{call_all, is_error};
 use idem::{
-    toolbox, CallError, DefinitionOptions, Format, ReadCtx, Registry, Scope, ToolCall, ToolError,
-    WriteCtx,
+    definitions::DefinitionOptions, toolbox, CallError, Format, ReadCtx, Registry, Scope, ToolCall,
+    ToolError, WriteCtx,
 };
 use serde_json::{json, Value};
 use tokio::sync::{Barrier, Notify};

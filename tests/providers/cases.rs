@@ -10,8 +10,8 @@ use idem::providers::anthropic::{self, AssistantMessage, ToolResultBlock};
 use idem::providers::openai::{self, ChatAssistantMessage, ResponsesOutput};
 use idem::reconcile::{resolve, Resolution};
 use idem::{
-    toolbox, IdemStore, ReadCtx, Reconciler, RecordState, Registry, Scope, ToolCall, ToolError,
-    WriteCtx,
+    store::RecordState, toolbox, IdemStore, ReadCtx, Reconciler, Registry, Scope, ToolCall,
+    ToolError, WriteCtx,
 };
 use serde_json::{json, Value};
 

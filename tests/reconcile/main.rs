@@ -12,9 +12,11 @@ use std::time::Duration;
 
 use idem::reconcile::{resolve, Action, Resolution};
 use idem::{
-    toolbox, CallbackSink, Escalation, IdemKey, IdemStore, ManualClock, MemoryStore, OutcomeClass,
-    ReadBack, ReadBackCtx, Reconciler, Record, RecordState, Registry, RetryPolicy, Timestamp,
-    ToolCall, ToolError, ToolResult, WriteCtx,
+    escalation::{CallbackSink, Escalation},
+    registry::RetryPolicy,
+    store::{ManualClock, Record, RecordState, Timestamp},
+    toolbox, IdemKey, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
+    Registry, ToolCall, ToolError, ToolResult, WriteCtx,
 };
 use serde_json::json;
 

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::store::{IdemStore, ManualClock, Record, RecordState, Retention};
+use idem::store::{ManualClock, Record, RecordState, Retention};
+use idem::IdemStore;
 use idem::{IdemKey, OutcomeClass};
 use idem_test::stores::durables;
 use serde_json::{json, Value};
@@ -33,12 +34,12 @@ struct RaceArgs {
     cents: u64,
 }
 
-impl idem::WriteTool for KeyedCharge {
+impl idem::tool::WriteTool for KeyedCharge {
     type Args = RaceArgs;
     type Output = Value;
 
-    fn spec(&self) -> idem::ToolSpec {
-        idem::ToolSpec::new("charge").downstream(idem::Downstream::Keyed)
+    fn spec(&self) -> idem::tool::ToolSpec {
+        idem::tool::ToolSpec::new("charge").downstream(idem::tool::Downstream::Keyed)
     }
 
     async fn call(&self, ctx: idem::WriteCtx, _args: RaceArgs) -> Result<Value, idem::ToolError> {
@@ -80,7 +81,7 @@ async fn two_reconcilers_retry_once(
         idem::Registry::builder()
             .store(store)
             .clock(Arc::new(clock.clone()))
-            .retry_policy(idem::RetryPolicy::never())
+            .retry_policy(idem::registry::RetryPolicy::never())
             .tool(tool())
             .build()
             .expect("a registry")

@@ -11,8 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::{
-    CallError, Downstream, IdemStore, MemoryStore, OutcomeClass, Reconciler, RecordState, Registry,
-    RetryPolicy, Scope, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    registry::RetryPolicy,
+    store::RecordState,
+    tool::{Downstream, ToolSpec, WriteTool},
+    CallError, IdemStore, MemoryStore, OutcomeClass, Reconciler, Registry, Scope, ToolCall,
+    ToolError, WriteCtx,
 };
 use idem_test::stores::durables;
 use serde_json::{json, Value};

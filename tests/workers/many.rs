@@ -15,9 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::{
-    CallError, CallbackSink, Downstream, Escalation, IdemStore, OutcomeClass, ReadBack,
-    ReadBackCtx, Reconciler, RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec,
-    WriteCtx, WriteTool,
+    escalation::{CallbackSink, Escalation},
+    registry::RetryPolicy,
+    store::RecordState,
+    tool::{Downstream, ToolSpec, WriteTool},
+    CallError, IdemStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler, Registry, ToolCall,
+    ToolError, WriteCtx,
 };
 use idem_test::stores::durables;
 use serde_json::{json, Value};

@@ -11,7 +11,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use idem::{Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::{
+    tool::{ToolSpec, WriteTool},
+    Registry, ToolCall, ToolError, WriteCtx,
+};
 use idem_test::stores::{durables, Durable};
 use serde_json::{json, Value};
 

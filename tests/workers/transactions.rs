@@ -15,8 +15,10 @@ use std::time::Duration;
 
 use idem::store::Retention;
 use idem::{
-    CallError, IdemKey, IdemStore, OutcomeClass, PostgresStore, RecordState, Registry, ToolCall,
-    ToolError, ToolSpec, WriteCtx, WriteTool,
+    store::RecordState,
+    tool::{ToolSpec, WriteTool},
+    CallError, IdemKey, IdemStore, OutcomeClass, PostgresStore, Registry, ToolCall, ToolError,
+    WriteCtx,
 };
 use idem_test::stores::PostgresSchema;
 use serde_json::{json, Value};

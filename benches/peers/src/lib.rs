@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use idem::{ToolError, ToolSpec, WriteCtx, WriteTool};
+use idem::{ToolError, tool::{ToolSpec, WriteTool}, WriteCtx};
 use serde::{Deserialize, Serialize};
 
 /// The payload every case runs on, as the model's text.

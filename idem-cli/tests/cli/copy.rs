@@ -11,7 +11,10 @@ use crate::support::{idem, stderr, stdout, unique, unknown_record, RecordText};
 use idem_redis::RedisStore;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest};
 use idem_runtime::store::conformance::backend_url;
-use idem_runtime::{Fingerprint, IdemKey, IdemStore, Scope};
+use idem_runtime::{
+    identity::{Fingerprint, IdemKey, Scope},
+    store::IdemStore,
+};
 
 /// `idem … list --state unknown --json`'s keys.
 fn unknown_keys(url: &str, store_args: &[&str]) -> Vec<String> {

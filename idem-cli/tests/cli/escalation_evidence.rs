@@ -9,8 +9,12 @@ use std::sync::Arc;
 
 use idem_runtime::reconcile::Action;
 use idem_runtime::{
-    IdemStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler, RecordState, Registry, ToolCall,
-    ToolError, ToolSpec, WriteCtx, WriteTool,
+    call::ToolCall,
+    outcome::OutcomeClass,
+    reconcile::Reconciler,
+    registry::Registry,
+    store::{IdemStore, RecordState},
+    tool::{ReadBack, ReadBackCtx, ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use idem_sqlite::SqliteStore;
 use serde_json::{json, Value};

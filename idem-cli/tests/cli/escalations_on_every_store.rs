@@ -14,8 +14,13 @@ use std::sync::Arc;
 use crate::support::{idem, stderr, stdout, unique};
 use idem_runtime::store::Retention;
 use idem_runtime::{
-    IdemKey, IdemStore, OutcomeClass, Reconciler, RecordState, Registry, ToolCall, ToolError,
-    ToolSpec, WriteCtx, WriteTool,
+    call::ToolCall,
+    identity::IdemKey,
+    outcome::OutcomeClass,
+    reconcile::Reconciler,
+    registry::Registry,
+    store::{IdemStore, RecordState},
+    tool::{ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use idem_test::stores::{PostgresSchema, RedisPrefix};
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use crate::support::{idem_at, stderr, stdout, unknown_record, RecordText, TempDb};
-use idem_runtime::RecordState;
+use idem_runtime::store::RecordState;
 use serde_json::Value;
 
 /// The cursor the human listing offers for the next page, if any.

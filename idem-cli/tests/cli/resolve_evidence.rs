@@ -4,7 +4,10 @@
 //! as one JSON line first.
 
 use crate::support::{idem, stderr, stdout, unknown_record, RecordText, TempDb};
-use idem_runtime::{Clock, IdemKey, IdemStore, Record, RecordState, SystemClock};
+use idem_runtime::{
+    identity::IdemKey,
+    store::{Clock, IdemStore, Record, RecordState, SystemClock},
+};
 use serde_json::Value;
 
 /// Command-line arguments, or environment variables as (name, value).

@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use idem_runtime::store::conformance::backend_url;
 use idem_runtime::{
-    IdemStore, OutcomeClass, RecordState, Registry, ToolCall, ToolError, ToolSpec, WriteCtx,
-    WriteTool,
+    call::ToolCall,
+    outcome::OutcomeClass,
+    registry::Registry,
+    store::{IdemStore, RecordState},
+    tool::{ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde_json::{json, Value};
 

@@ -9,7 +9,9 @@ use std::time::Duration;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::{AttemptKind, AttemptRecord, OperationDraft, ReadBackRecord};
 use idem_runtime::{
-    Clock, Fingerprint, IdemKey, IdemStore, OutcomeClass, RecordState, Scope, SystemClock,
+    identity::{Fingerprint, IdemKey, Scope},
+    outcome::OutcomeClass,
+    store::{Clock, IdemStore, RecordState, SystemClock},
 };
 use idem_sqlite::{SqliteStore, SqliteSync};
 use serde_json::Value;

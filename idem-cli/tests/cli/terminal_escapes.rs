@@ -3,7 +3,7 @@
 //! retitle the window or reorder text on the operator's terminal. `--json` stays exact JSON.
 
 use crate::support::{idem_at, stderr, stdout, unknown_record, RecordText, TempDb};
-use idem_runtime::Record;
+use idem_runtime::store::Record;
 use serde_json::{json, Value};
 
 /// Characters a terminal acts on or that reorder what is shown: C0 (but the newlines

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_postgres::PostgresStore;
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::conformance;
 use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ManualClock, Record, RecordState, Retention, StoreError,
 };
-use idem_runtime::IdemKey;
 use serde_json::json;
 
 use idem_test::stores::PostgresSchema;

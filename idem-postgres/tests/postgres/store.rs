@@ -10,7 +10,7 @@ use idem_postgres::PostgresStore;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest};
 use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{IdemStore, ManualClock, StoreError};
-use idem_runtime::{IdemKey, RecordState};
+use idem_runtime::{identity::IdemKey, store::RecordState};
 
 const VAR: &str = "IDEM_POSTGRES_URL";
 
@@ -226,7 +226,7 @@ async fn lease_expiry_reads_like_every_backend() {
         .connect()
         .await
         .expect("connect");
-    let memory = idem_runtime::MemoryStore::with_clock(std::sync::Arc::new(clock.clone()));
+    let memory = idem_runtime::store::MemoryStore::with_clock(std::sync::Arc::new(clock.clone()));
     let req = request("message", Duration::from_secs(5));
     assert!(matches!(
         store.claim(&req).await,

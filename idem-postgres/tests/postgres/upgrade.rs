@@ -13,7 +13,7 @@ use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ManualClock, Record, ReleaseRecord, StoreError, Timestamp,
 };
-use idem_runtime::{IdemKey, RecordState};
+use idem_runtime::{identity::IdemKey, store::RecordState};
 
 /// The layout as version 2 left it; `{schema}` stands for the schema's name.
 const LAYOUT_V2: &str = include_str!("layout_v2.sql");

@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use idem_redis::RedisStore;
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{IdemStore, RecordState, StoreError};
-use idem_runtime::IdemKey;
 
 const VAR: &str = "IDEM_REDIS_CLUSTER_URLS";
 

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_redis::RedisStore;
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::conformance;
 use idem_runtime::store::{
     IdemStore, ManualClock, RecordState, ReleaseNote, Retention, StoreError, Timestamp,
 };
-use idem_runtime::IdemKey;
 
 const LEASE: Duration = Duration::from_secs(10);
 

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_redis::RedisStore;
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::conformance;
 use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ManualClock, Record, RecordState, Retention, StoreError,
 };
-use idem_runtime::IdemKey;
 use idem_test::stores::RedisPrefix;
 use serde_json::json;
 

@@ -2,9 +2,9 @@
 //! key prefix per check, deleted afterwards.
 
 use idem_redis::RedisStore;
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::conformance::{StoreFactory, StoreOptions};
 use idem_runtime::store::StoreError;
-use idem_runtime::IdemKey;
 use idem_test::stores::RedisPrefix;
 
 use crate::garbage;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use crate::factory::{skip_reason, url, Redis};
 use idem_redis::RedisStore;
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::conformance;
 use idem_runtime::store::{IdemStore, StoreError};
-use idem_runtime::IdemKey;
 use idem_test::stores::RedisPrefix;
 
 idem_runtime::store_conformance_tests!(Redis {
@@ -223,7 +223,9 @@ async fn only_terminal_records_have_a_ttl() {
         .settle(
             &key,
             token,
-            idem_runtime::store::backend::Settlement::new(idem_runtime::RecordState::Completed),
+            idem_runtime::store::backend::Settlement::new(
+                idem_runtime::store::RecordState::Completed,
+            ),
         )
         .await
         .expect("settle");
@@ -251,7 +253,7 @@ async fn times_are_written_as_whole_decimal_text() {
     };
     let at = RedisPrefix::on(url.clone(), "redis");
     let now: u64 = 1_796_092_353_026;
-    let clock = idem_runtime::ManualClock::new(idem_runtime::Timestamp(now));
+    let clock = idem_runtime::store::ManualClock::new(idem_runtime::store::Timestamp(now));
     let store = RedisStore::builder(url.as_str())
         .prefix(at.prefix.as_str())
         .clock(std::sync::Arc::new(clock.clone()))
@@ -320,7 +322,9 @@ async fn times_are_written_as_whole_decimal_text() {
         .settle(
             &short.key,
             t,
-            idem_runtime::store::backend::Settlement::new(idem_runtime::RecordState::Completed),
+            idem_runtime::store::backend::Settlement::new(
+                idem_runtime::store::RecordState::Completed,
+            ),
         )
         .await
         .expect("settle");

@@ -17,10 +17,10 @@ use idem_test::stores::unique_prefix;
 use std::time::Duration;
 
 use idem_redis::{RedisStore, RedisStoreBuilder};
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{IdemStore, RecordState, StoreError};
-use idem_runtime::IdemKey;
 
 /// One partition per master of the three-master test cluster.
 const PARTITIONS: u16 = 3;

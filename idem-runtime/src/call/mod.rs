@@ -26,7 +26,7 @@ pub(crate) enum CallArgs {
 /// without one. The run id, tenant and principal come from the host, never from the model.
 ///
 /// ```
-/// # use idem_runtime::ToolCall;
+/// # use idem_runtime::call::ToolCall;
 /// # use serde_json::json;
 /// let call = ToolCall::new("run-7", "charge_card", json!({"customer": "acme", "cents": 4900}))
 ///     .call_id("toolu_01A")          // the model's tool_use_id: logged, never part of the key

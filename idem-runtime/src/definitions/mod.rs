@@ -3,7 +3,6 @@
 
 mod strict;
 
-pub use crate::tool::{input_schema_for, output_schema_for};
 pub use strict::to_strict;
 
 use serde_json::{json, Value};
@@ -31,10 +30,10 @@ pub enum Format {
     Mcp,
 }
 
-/// Options of [`crate::Registry::definitions_with`].
+/// Options of [`crate::registry::Registry::definitions_with`].
 ///
 /// ```
-/// # use idem_runtime::DefinitionOptions;
+/// # use idem_runtime::definitions::DefinitionOptions;
 /// let strict = DefinitionOptions::default().strict(true);
 /// assert!(strict.strict);
 /// ```
@@ -210,8 +209,8 @@ fn mcp_output(spec: &ToolSpec) -> Option<McpOutput> {
 /// not a JSON Schema object. [`mcp_structured_content`] shapes the output to match.
 ///
 /// ```
-/// # use idem_runtime::definitions::{mcp_output_schema, output_schema_for};
-/// # use idem_runtime::ToolSpec;
+/// # use idem_runtime::{definitions::mcp_output_schema, tool::output_schema_for};
+/// # use idem_runtime::tool::ToolSpec;
 /// let spec = ToolSpec::new("customers").output_schema(output_schema_for::<Vec<String>>());
 /// let schema = mcp_output_schema(&spec).unwrap();
 /// assert_eq!(schema["type"], "object");

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// breaking callers:
 ///
 /// ```
-/// # use idem_runtime::RetryPolicy;
+/// # use idem_runtime::registry::RetryPolicy;
 /// # use std::time::Duration;
 /// let policy = RetryPolicy::default()
 ///     .max_attempts(5)

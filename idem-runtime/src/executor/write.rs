@@ -534,7 +534,7 @@ impl Executor {
     /// A copy that reached it another way (a proxy's or load balancer's redelivery) may
     /// still have run, and the caller is about to be told nothing was done. The trace is
     /// what lets the reconciler read the operation back for a while and put a record back
-    /// if the effect is there ([`crate::Reconciler::watch_released_for`]); a plain release
+    /// if the effect is there ([`crate::reconcile::Reconciler::watch_released_for`]); a plain release
     /// would leave such an effect with no record at all.
     ///
     /// The record is settled unknown (with the attempts) and released with its trace in one

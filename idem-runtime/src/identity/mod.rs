@@ -9,7 +9,7 @@ mod format;
 mod hex;
 mod key;
 
-pub use canonical::CanonicalJson;
+pub use canonical::text::CanonicalJson;
 pub use fingerprint::Fingerprint;
 pub use format::{KeyFormat, KeyMigration, ParseKeyFormatError};
 pub use key::{IdemKey, KeyMaterial, ParseKeyError, Scope};

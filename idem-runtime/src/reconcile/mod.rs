@@ -27,9 +27,9 @@
 //! | unknown | not found, after that, only the built-in default bound | escalate |
 //!
 //! The *in-flight bound* is the tool's effective one
-//! ([`ToolSpec::effective_in_flight_bound`](crate::ToolSpec::effective_in_flight_bound)): the
+//! ([`ToolSpec::effective_in_flight_bound`](crate::tool::ToolSpec::effective_in_flight_bound)): the
 //! declared `in_flight`, else the registry's
-//! [`default_in_flight_bound`](crate::RegistryBuilder::default_in_flight_bound), else
+//! [`default_in_flight_bound`](crate::registry::RegistryBuilder::default_in_flight_bound), else
 //! [`default_in_flight_bound`](crate::tool::default_in_flight_bound) of the timeout (4 × the
 //! timeout, between 2 and 30 minutes). The executor drops a timed-out handler at the same
 //! bound, so "may still report" and "can no longer commit" mean the same time in both.
@@ -56,17 +56,13 @@ mod plan;
 mod released;
 mod resolve;
 
-// Escalations and read-backs are what the reconciler produces and consumes; they live in
-// lower layers (the executor escalates too, tools declare read-backs) and are re-exported
-// here where a reader of this module looks for them.
-pub use crate::escalation::{CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink};
-pub use crate::tool::{ReadBack, ReadBackCtx};
 pub use resolve::{resolve, resolve_as, Resolution, ResolveError};
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::escalation::{Escalation, EscalationSink};
 use crate::executor::{restore, ClaimedRun, Restored};
 use crate::identity::{ArgsIdentity, IdemKey};
 use crate::outcome::OutcomeClass;
@@ -76,6 +72,7 @@ use crate::store::{
     Settlement, StoreError, Timestamp,
 };
 use crate::tool::{DynTool, ToolKind};
+use crate::tool::{ReadBack, ReadBackCtx};
 use plan::{evidence_of, plan, Facts, Limits, Plan};
 use released::{watch, Watch};
 
@@ -84,7 +81,7 @@ use released::{watch, Watch};
 #[non_exhaustive]
 pub struct Decision {
     /// The record's key.
-    pub key: crate::IdemKey,
+    pub key: crate::identity::IdemKey,
     /// The tool.
     pub tool: String,
     /// The state before.
@@ -110,7 +107,7 @@ impl Decision {
 /// What the reconciler did with one record.
 ///
 /// ```
-/// use idem_runtime::{Action, Reconciler, Registry};
+/// use idem_runtime::{reconcile::{Action, Reconciler}, registry::Registry};
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let registry = Registry::builder().build()?;
 /// let decisions = Reconciler::new(&registry).run_all().await?;
@@ -657,7 +654,7 @@ impl Reconciler {
         })
     }
 
-    /// During a key-format migration ([`crate::RegistryBuilder::key_migration`]), the key
+    /// During a key-format migration ([`crate::registry::RegistryBuilder::key_migration`]), the key
     /// under the other format of `record`'s operation, if a record holds it: the operation
     /// was claimed twice (a worker stood back from a claim it could not release, or crashed
     /// between its claim and its look under the other key), and only one of the claims may

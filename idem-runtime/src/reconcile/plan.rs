@@ -25,7 +25,7 @@ pub(crate) struct Facts {
     /// timed-out handler at.
     pub(crate) in_flight_bound: Duration,
     /// Someone said how late the downstream can commit: the tool (`in_flight`) or the
-    /// registry ([`crate::RegistryBuilder::default_in_flight_bound`]). The built-in default
+    /// registry ([`crate::registry::RegistryBuilder::default_in_flight_bound`]). The built-in default
     /// bounds how long a stuck handler is kept, but it is a guess about the downstream, and a
     /// guess never frees a key: a "not found" under it goes to a person.
     pub(crate) bound_declared: bool,

@@ -11,14 +11,14 @@ use std::time::Duration;
 use serde_json::Value;
 use tracing::Instrument;
 
-pub use crate::call::{ToolCall, ToolResult};
+pub use crate::executor::RetryPolicy;
 pub use error::BuildError;
 pub use size::MAX_ARGS_DEPTH;
 
-use crate::call::{CallArgs, CallError};
+use crate::call::{CallArgs, CallError, ToolCall, ToolResult};
 use crate::definitions::{definition, DefinitionOptions, Format};
 use crate::escalation::{Escalation, EscalationSink, LogSink, NoticeGate, RedactingSink, Redactor};
-use crate::executor::{Executed, Executor, RetryPolicy};
+use crate::executor::{Executed, Executor};
 use crate::identity::KeyMigration;
 use crate::store::{Clock, IdemStore, Instrumented, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
@@ -90,7 +90,7 @@ impl std::fmt::Debug for RedactHook {
 }
 
 impl RegistryBuilder {
-    /// Registers a tool: a `#[tool]` fn, a [`crate::ReadTool`] or [`crate::WriteTool`] value,
+    /// Registers a tool: a `#[tool]` fn, a [`crate::tool::ReadTool`] or [`crate::tool::WriteTool`] value,
     /// or a [`DynTool`].
     pub fn tool<M, T: IntoDynTool<M>>(mut self, tool: T) -> Self {
         self.tools.push(tool.into_dyn_tool());
@@ -148,7 +148,7 @@ impl RegistryBuilder {
     /// and 30 minutes).
     ///
     /// A timed-out handler is dropped this long after its timeout, and the
-    /// [`crate::Reconciler`] built from this registry waits as long for its late result and
+    /// [`crate::reconcile::Reconciler`] built from this registry waits as long for its late result and
     /// twice as long before a read-back's "not found" frees the key
     /// ([`ToolSpec::effective_in_flight_bound`]). Set the same value on every registry that
     /// shares the store, the `idem` CLI's included.
@@ -158,7 +158,7 @@ impl RegistryBuilder {
     }
 
     /// Where escalations go (default: [`LogSink`], the `tracing` error log). The
-    /// [`crate::Reconciler`] built from this registry uses it too.
+    /// [`crate::reconcile::Reconciler`] built from this registry uses it too.
     pub fn escalation_sink(mut self, sink: Arc<dyn EscalationSink>) -> Self {
         self.sink = Some(sink);
         self
@@ -166,10 +166,10 @@ impl RegistryBuilder {
 
     /// Masks what escalations must not carry (arguments, refused arguments, reasons quoting
     /// them) before any sink sees them — the default log, a JSON-lines file, a pager — and
-    /// before the [`crate::Reconciler`] built from this registry sends its own.
+    /// before the [`crate::reconcile::Reconciler`] built from this registry sends its own.
     ///
     /// ```
-    /// # use idem_runtime::{identity::CanonicalJson, Registry};
+    /// # use idem_runtime::{identity::CanonicalJson, registry::Registry};
     /// # use serde_json::json;
     /// let registry = Registry::builder()
     ///     .redact(|e| {
@@ -179,7 +179,7 @@ impl RegistryBuilder {
     ///         e.refused_args = None;
     ///     })
     ///     .build()?;
-    /// # Ok::<(), idem_runtime::BuildError>(())
+    /// # Ok::<(), idem_runtime::registry::BuildError>(())
     /// ```
     pub fn redact(mut self, redact: impl Fn(&mut Escalation) + Send + Sync + 'static) -> Self {
         self.redact = Some(RedactHook(Arc::new(redact)));
@@ -188,14 +188,14 @@ impl RegistryBuilder {
 
     /// Refuse every call whose scope names no tenant (default: `false`).
     ///
-    /// The key is derived from the call's [`Scope`](crate::Scope): run id, tenant and
+    /// The key is derived from the call's [`Scope`](crate::identity::Scope): run id, tenant and
     /// principal. [`ToolCall::new`] scopes by run id alone, so two tenants whose hosts happen
     /// to use the same run id (a counter, a conversation number, a resumed checkpoint's id)
     /// derive the same keys in a shared store: one tenant's repeat would be answered with the
     /// other's saved result. With this set, a call without a tenant (or with an empty one) is
     /// refused with [`CallError::InvalidCall`] before anything runs or is claimed, reads
     /// included; give every call its tenant with [`ToolCall::tenant`] (or a whole
-    /// [`Scope`](crate::Scope) with [`ToolCall::scope`]). Set it whenever one store serves
+    /// [`Scope`](crate::identity::Scope) with [`ToolCall::scope`]). Set it whenever one store serves
     /// several tenants.
     pub fn require_tenant(mut self, require: bool) -> Self {
         self.require_tenant = require;
@@ -211,7 +211,7 @@ impl RegistryBuilder {
     /// Moves this registry's claims from one key format to another (see [`KeyMigration`]).
     ///
     /// Only for an upgrade across a key-format change, and only for its duration: by default
-    /// a registry claims under [`crate::KeyFormat::CURRENT`] and honours nothing else. With
+    /// a registry claims under [`crate::identity::KeyFormat::CURRENT`] and honours nothing else. With
     /// a migration it also finds a claim made under the other format's key, so a repeat of
     /// an operation claimed before the upgrade is replayed (or waited for, or refused), never
     /// run again. `docs/keys.md` says how to roll an upgrade out in two phases.

@@ -91,12 +91,12 @@ pub(crate) fn instant_after(at: tokio::time::Instant, d: Duration) -> tokio::tim
 /// A source of wall-clock time: what leases, retention and retry windows are measured by.
 ///
 /// Give one clock to the store; a registry built over the store uses the store's
-/// ([`crate::IdemStore::clock`]).
+/// ([`crate::store::IdemStore::clock`]).
 ///
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use idem_runtime::{Clock, ManualClock, MemoryStore, Registry, Timestamp};
+/// use idem_runtime::{store::{Clock, ManualClock, MemoryStore, Timestamp}, registry::Registry};
 ///
 /// let clock = ManualClock::new(Timestamp(1_700_000_000_000));
 /// let registry = Registry::builder()
@@ -104,7 +104,7 @@ pub(crate) fn instant_after(at: tokio::time::Instant, d: Duration) -> tokio::tim
 ///     .build()?;
 /// clock.advance(Duration::from_secs(3600)); // leases and retention see the hour pass
 /// assert_eq!(clock.now(), Timestamp(1_700_003_600_000));
-/// # Ok::<(), idem_runtime::BuildError>(())
+/// # Ok::<(), idem_runtime::registry::BuildError>(())
 /// ```
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Now.
@@ -114,7 +114,7 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 /// The system clock (the default everywhere).
 ///
 /// ```
-/// use idem_runtime::{Clock, SystemClock};
+/// use idem_runtime::store::{Clock, SystemClock};
 /// assert!(SystemClock.now().0 > 1_600_000_000_000); // milliseconds since the epoch
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
@@ -135,7 +135,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::{Clock, ManualClock, Timestamp};
+/// use idem_runtime::store::{Clock, ManualClock, Timestamp};
 /// let clock = ManualClock::new(Timestamp(0));
 /// let same = clock.clone();
 /// same.advance(Duration::from_millis(250));
@@ -181,7 +181,7 @@ impl Clock for ManualClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::{Clock, Timestamp, TokioClock};
+/// use idem_runtime::store::{Clock, Timestamp, TokioClock};
 /// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
 /// let clock = TokioClock::starting_at(Timestamp(1_000));
 /// tokio::time::sleep(Duration::from_secs(2)).await; // paused time: returns at once

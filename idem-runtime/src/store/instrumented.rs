@@ -29,7 +29,7 @@ type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + S
 /// [`STORE_OP_DURATION`](crate::observe::STORE_OP_DURATION) by backend, operation and
 /// result. See [`crate::observe`] for the fields and labels.
 ///
-/// A [`Registry`](crate::Registry) applies it to its store by itself; wrap a store yourself
+/// A [`Registry`](crate::registry::Registry) applies it to its store by itself; wrap a store yourself
 /// only for code that uses it without a registry (an operator tool). When no subscriber
 /// wants the span and the `metrics` feature is off, an operation is handed to the inner
 /// store as it is: no span is built, nothing is timed, no future is wrapped.

@@ -12,7 +12,7 @@ use super::{input_schema_for, ReadBack, ReadBackCtx};
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
 use crate::identity::{identify, ArgsIdentity, CanonicalJson};
 
-/// A registered tool with its types erased: what [`crate::Registry`] stores and dispatches to.
+/// A registered tool with its types erased: what [`crate::registry::Registry`] stores and dispatches to.
 ///
 /// Built from any [`ReadTool`] or [`WriteTool`] (see [`DynTool::read`], [`DynTool::write`]);
 /// the spec is read and the input schema generated once, here.

@@ -24,7 +24,7 @@ pub enum ToolError {
     /// The downstream refused the request in a way that guarantees nothing ran, and said to
     /// come back later: a 503, a 429, an overload shed before any work. The executor tries
     /// again after a pause (at least `retry_after` when the downstream gave one), keyed
-    /// downstream or not, within the call's retry budget ([`crate::RetryPolicy`]); when the
+    /// downstream or not, within the call's retry budget ([`crate::registry::RetryPolicy`]); when the
     /// budget is spent it releases the claim and tells the model nothing was done and it may
     /// try again later. Only for refusals that are *provably* not executed: a 5xx after which
     /// the effect may have happened is [`ToolError::Unknown`].

@@ -9,11 +9,11 @@ use crate::identity::{IdemKey, Scope};
 #[serde(tag = "found", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ReadBack {
-    /// The tool has no read-back (the default of [`crate::WriteTool::read_back`]).
+    /// The tool has no read-back (the default of [`crate::tool::WriteTool::read_back`]).
     Unsupported,
     /// Nothing downstream carries this operation's key or metadata. This only means "did
     /// not happen" once the original attempt can no longer commit (see
-    /// [`crate::ToolSpec::in_flight_bound`]).
+    /// [`crate::tool::ToolSpec::in_flight_bound`]).
     NotFound,
     /// The effect exists and succeeded.
     Completed {

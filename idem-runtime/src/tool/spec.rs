@@ -42,7 +42,7 @@ pub const MIN_DEFAULT_IN_FLIGHT_BOUND: Duration = Duration::from_secs(120);
 pub const MAX_DEFAULT_IN_FLIGHT_BOUND: Duration = Duration::from_secs(30 * 60);
 
 /// The in-flight bound of a tool that declares none, in a registry that sets no default
-/// ([`crate::RegistryBuilder::default_in_flight_bound`]): four times the tool's timeout, at
+/// ([`crate::registry::RegistryBuilder::default_in_flight_bound`]): four times the tool's timeout, at
 /// least [`MIN_DEFAULT_IN_FLIGHT_BOUND`] (2 min) and at most [`MAX_DEFAULT_IN_FLIGHT_BOUND`]
 /// (30 min). With the default 30 s timeout: 2 minutes.
 ///
@@ -110,7 +110,7 @@ impl ToolSpec {
     /// timeout + twice this bound has passed.
     ///
     /// Undeclared, the registry's default applies
-    /// ([`crate::RegistryBuilder::default_in_flight_bound`]), else
+    /// ([`crate::registry::RegistryBuilder::default_in_flight_bound`]), else
     /// [`default_in_flight_bound`] of the timeout; [`ToolSpec::effective_in_flight_bound`]
     /// is the one rule both the executor and the reconciler use. The built-in default is a
     /// guess: under it a read-back's "not found" is escalated to a person instead of freeing
@@ -127,7 +127,7 @@ impl ToolSpec {
     }
 
     /// The in-flight bound this tool is held to: the declared one; else `registry_default`
-    /// (a registry's [`crate::RegistryBuilder::default_in_flight_bound`]); else
+    /// (a registry's [`crate::registry::RegistryBuilder::default_in_flight_bound`]); else
     /// [`default_in_flight_bound`] of the timeout.
     ///
     /// The executor drops a timed-out handler this long after its timeout, and the
@@ -179,7 +179,7 @@ impl ToolSpec {
 
     /// Lease of a running claim. It is renewed while the handler runs, so only a dead or
     /// stuck worker's claim expires (and becomes *unknown*). Default: the timeout plus 30 s.
-    /// At least 10 ms ([`crate::Registry`]'s build refuses less): it is renewed every third
+    /// At least 10 ms ([`crate::registry::Registry`]'s build refuses less): it is renewed every third
     /// of its length.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);

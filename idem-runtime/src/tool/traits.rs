@@ -103,7 +103,7 @@ pub trait Toolbox: Send + Sync + 'static {
     fn tools(self: Arc<Self>) -> Vec<DynTool>;
 }
 
-/// Anything [`crate::RegistryBuilder::tool`] accepts: a [`ReadTool`], a [`WriteTool`] or a
+/// Anything [`crate::registry::RegistryBuilder::tool`] accepts: a [`ReadTool`], a [`WriteTool`] or a
 /// [`DynTool`]. The marker parameter keeps the blanket impls apart; callers never name it.
 pub trait IntoDynTool<Marker> {
     /// Erases the tool's types.

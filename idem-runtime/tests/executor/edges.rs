@@ -10,8 +10,13 @@ use idem_runtime::reconcile::Action;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::{ClaimToken, Record, StoreError, Timestamp, TokioClock};
 use idem_runtime::{
-    Downstream, IdemKey, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
-    RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    call::ToolCall,
+    identity::IdemKey,
+    outcome::OutcomeClass,
+    reconcile::Reconciler,
+    registry::{Registry, RetryPolicy},
+    store::{IdemStore, MemoryStore, RecordState},
+    tool::{Downstream, ReadBack, ReadBackCtx, ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde_json::json;
 
@@ -287,10 +292,10 @@ impl IdemStore for RenewalOutage {
     // it, a traced release settles and then releases, and no trace is listed.
     async fn release_unsettled(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         expected: idem_runtime::store::ClaimToken,
         _note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         let token = self
             .reclaim(key, expected, std::time::Duration::from_secs(60))
             .await?;
@@ -299,11 +304,11 @@ impl IdemStore for RenewalOutage {
 
     async fn release_traced(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         token: idem_runtime::store::ClaimToken,
         settlement: idem_runtime::store::backend::Settlement,
         note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await
@@ -311,8 +316,8 @@ impl IdemStore for RenewalOutage {
 
     async fn releases(
         &self,
-        _key: &idem_runtime::IdemKey,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        _key: &idem_runtime::identity::IdemKey,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
@@ -320,7 +325,7 @@ impl IdemStore for RenewalOutage {
         &self,
         _after: Option<&idem_runtime::store::ListCursor>,
         _limit: usize,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 

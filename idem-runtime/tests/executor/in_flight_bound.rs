@@ -12,9 +12,13 @@ use std::time::Duration;
 use idem_runtime::store::{AttemptKind, Timestamp, TokioClock};
 use idem_runtime::tool::default_in_flight_bound;
 use idem_runtime::{
-    Action, IdemKey, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx, Reconciler,
-    Record, RecordState, Registry, RegistryBuilder, ToolCall, ToolError, ToolSpec, WriteCtx,
-    WriteTool,
+    call::ToolCall,
+    identity::IdemKey,
+    outcome::OutcomeClass,
+    reconcile::{Action, Reconciler},
+    registry::{Registry, RegistryBuilder},
+    store::{IdemStore, MemoryStore, Record, RecordState},
+    tool::{ReadBack, ReadBackCtx, ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde_json::json;
 
@@ -218,8 +222,9 @@ async fn the_reconciler_waits_for_the_default_bound_and_no_longer() {
     let w = world(charge(), |b| b);
     let key = w.call_times_out().await;
     let reconciler = Reconciler::new(&w.registry);
-    let actions =
-        |d: Vec<idem_runtime::Decision>| d.into_iter().map(|d| d.action).collect::<Vec<_>>();
+    let actions = |d: Vec<idem_runtime::reconcile::Decision>| {
+        d.into_iter().map(|d| d.action).collect::<Vec<_>>()
+    };
 
     // Inside the bound: the handler may still report, so the read-back is not asked yet.
     tokio::time::sleep(Duration::from_secs(119)).await;

@@ -11,8 +11,11 @@ use std::time::Duration;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::{ClaimToken, ListCursor, Record, StoreError, Timestamp, TokioClock};
 use idem_runtime::{
-    Clock, IdemKey, IdemStore, MemoryStore, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec,
-    WriteCtx, WriteTool,
+    call::ToolCall,
+    identity::IdemKey,
+    registry::{Registry, RetryPolicy},
+    store::{Clock, IdemStore, MemoryStore},
+    tool::{ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde_json::json;
 
@@ -32,10 +35,10 @@ impl IdemStore for SlowReads {
     // it, a traced release settles and then releases, and no trace is listed.
     async fn release_unsettled(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         expected: idem_runtime::store::ClaimToken,
         _note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         let token = self
             .reclaim(key, expected, std::time::Duration::from_secs(60))
             .await?;
@@ -44,11 +47,11 @@ impl IdemStore for SlowReads {
 
     async fn release_traced(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         token: idem_runtime::store::ClaimToken,
         settlement: idem_runtime::store::backend::Settlement,
         note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await
@@ -56,8 +59,8 @@ impl IdemStore for SlowReads {
 
     async fn releases(
         &self,
-        _key: &idem_runtime::IdemKey,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        _key: &idem_runtime::identity::IdemKey,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
@@ -65,7 +68,7 @@ impl IdemStore for SlowReads {
         &self,
         _after: Option<&idem_runtime::store::ListCursor>,
         _limit: usize,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
@@ -110,14 +113,14 @@ impl IdemStore for SlowReads {
     }
     async fn list(
         &self,
-        state: idem_runtime::RecordState,
+        state: idem_runtime::store::RecordState,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
         self.inner.list(state, limit).await
     }
     async fn list_after(
         &self,
-        state: idem_runtime::RecordState,
+        state: idem_runtime::store::RecordState,
         after: Option<&ListCursor>,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {

@@ -6,8 +6,12 @@ use std::time::Duration;
 
 use idem_runtime::reconcile::resolve;
 use idem_runtime::{
-    CallbackSink, Escalation, IdemStore, MemoryStore, RecordState, Registry, Resolution, ToolCall,
-    ToolError, ToolSpec, WriteCtx,
+    call::ToolCall,
+    escalation::{CallbackSink, Escalation},
+    reconcile::Resolution,
+    registry::Registry,
+    store::{IdemStore, MemoryStore, RecordState},
+    tool::{ToolError, ToolSpec, WriteCtx},
 };
 use serde_json::json;
 
@@ -21,7 +25,7 @@ struct Billing {
 /// declares it may take (undeclared, its handler would be dropped after the default bound).
 struct SlowCharge(Arc<Billing>);
 
-impl idem_runtime::WriteTool for SlowCharge {
+impl idem_runtime::tool::WriteTool for SlowCharge {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = String;
     fn spec(&self) -> ToolSpec {
@@ -55,7 +59,10 @@ async fn a_late_result_after_a_release_is_recorded_again_and_reported() {
     let first = registry
         .call(ToolCall::new("run", "charge", json!({})))
         .await;
-    assert_eq!(first.class(), Some(idem_runtime::OutcomeClass::Unknown));
+    assert_eq!(
+        first.class(),
+        Some(idem_runtime::outcome::OutcomeClass::Unknown)
+    );
     let key = first.key().unwrap().clone();
 
     // A person, seeing nothing in the ledger yet, frees the key.

@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use idem_runtime::store::{ManualClock, Timestamp};
 use idem_runtime::{
-    CallError, Downstream, IdemStore, MemoryStore, Outcome, OutcomeClass, ReadCtx, ReadTool,
-    RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    call::{CallError, ToolCall},
+    outcome::{Outcome, OutcomeClass},
+    registry::{Registry, RetryPolicy},
+    store::{IdemStore, MemoryStore, RecordState},
+    tool::{Downstream, ReadCtx, ReadTool, ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -152,7 +155,9 @@ struct Setup {
 
 fn setup_with(
     tool: Charge,
-    configure: impl FnOnce(idem_runtime::RegistryBuilder) -> idem_runtime::RegistryBuilder,
+    configure: impl FnOnce(
+        idem_runtime::registry::RegistryBuilder,
+    ) -> idem_runtime::registry::RegistryBuilder,
 ) -> Setup {
     let clock = ManualClock::new(Timestamp(1_800_000_000_000));
     let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
@@ -186,7 +191,7 @@ fn acme() -> ToolCall {
     )
 }
 
-async fn record_of(s: &Setup, r: &idem_runtime::ToolResult) -> idem_runtime::Record {
+async fn record_of(s: &Setup, r: &idem_runtime::call::ToolResult) -> idem_runtime::store::Record {
     s.store
         .get(r.key().expect("a key"))
         .await
@@ -485,10 +490,10 @@ impl IdemStore for WatchClaims {
     // it, a traced release settles and then releases, and no trace is listed.
     async fn release_unsettled(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         expected: idem_runtime::store::ClaimToken,
         _note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         let token = self
             .reclaim(key, expected, std::time::Duration::from_secs(60))
             .await?;
@@ -497,11 +502,11 @@ impl IdemStore for WatchClaims {
 
     async fn release_traced(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         token: idem_runtime::store::ClaimToken,
         settlement: idem_runtime::store::backend::Settlement,
         note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await
@@ -509,8 +514,8 @@ impl IdemStore for WatchClaims {
 
     async fn releases(
         &self,
-        _key: &idem_runtime::IdemKey,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        _key: &idem_runtime::identity::IdemKey,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
@@ -518,14 +523,14 @@ impl IdemStore for WatchClaims {
         &self,
         _after: Option<&idem_runtime::store::ListCursor>,
         _limit: usize,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
     async fn claim(
         &self,
         req: &idem_runtime::store::backend::ClaimRequest,
-    ) -> Result<idem_runtime::store::backend::ClaimOutcome, idem_runtime::StoreError> {
+    ) -> Result<idem_runtime::store::backend::ClaimOutcome, idem_runtime::store::StoreError> {
         let outcome = self.inner.claim(req).await;
         if let Ok(idem_runtime::store::backend::ClaimOutcome::Existing(r)) = &outcome {
             if r.state == RecordState::Running
@@ -538,53 +543,53 @@ impl IdemStore for WatchClaims {
     }
     async fn renew(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         token: idem_runtime::store::ClaimToken,
         lease: Duration,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         self.inner.renew(key, token, lease).await
     }
     async fn settle(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         token: idem_runtime::store::ClaimToken,
         settlement: idem_runtime::store::backend::Settlement,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         self.inner.settle(key, token, settlement).await
     }
     async fn release(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         token: idem_runtime::store::ClaimToken,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         self.inner.release(key, token).await
     }
     async fn reclaim(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         expected: idem_runtime::store::ClaimToken,
         lease: Duration,
-    ) -> Result<idem_runtime::store::ClaimToken, idem_runtime::StoreError> {
+    ) -> Result<idem_runtime::store::ClaimToken, idem_runtime::store::StoreError> {
         self.inner.reclaim(key, expected, lease).await
     }
     async fn get(
         &self,
-        key: &idem_runtime::IdemKey,
-    ) -> Result<Option<idem_runtime::Record>, idem_runtime::StoreError> {
+        key: &idem_runtime::identity::IdemKey,
+    ) -> Result<Option<idem_runtime::store::Record>, idem_runtime::store::StoreError> {
         self.inner.get(key).await
     }
     async fn list(
         &self,
         state: RecordState,
         limit: usize,
-    ) -> Result<Vec<idem_runtime::Record>, idem_runtime::StoreError> {
+    ) -> Result<Vec<idem_runtime::store::Record>, idem_runtime::store::StoreError> {
         self.inner.list(state, limit).await
     }
     async fn wait_settled(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         timeout: Duration,
-    ) -> Result<Option<idem_runtime::Record>, idem_runtime::StoreError> {
+    ) -> Result<Option<idem_runtime::store::Record>, idem_runtime::store::StoreError> {
         self.inner.wait_settled(key, timeout).await
     }
 }
@@ -631,8 +636,8 @@ async fn sixty_four_concurrent_calls_run_the_handler_once() {
 }
 
 async fn futures_join(
-    handles: impl Iterator<Item = tokio::task::JoinHandle<idem_runtime::ToolResult>>,
-) -> Vec<idem_runtime::ToolResult> {
+    handles: impl Iterator<Item = tokio::task::JoinHandle<idem_runtime::call::ToolResult>>,
+) -> Vec<idem_runtime::call::ToolResult> {
     let mut out = Vec::new();
     for h in handles.collect::<Vec<_>>() {
         out.push(h.await.unwrap());
@@ -725,8 +730,8 @@ async fn the_key_is_the_documented_derivation_of_scope_tool_and_canonical_args()
     let ledger = Ledger::new(false, []);
     let s = setup(charge(&ledger));
     let r = s.registry.call(acme()).await;
-    let expected = idem_runtime::IdemKey::derive(
-        &idem_runtime::Scope::run("run-1"),
+    let expected = idem_runtime::identity::IdemKey::derive(
+        &idem_runtime::identity::Scope::run("run-1"),
         "charge",
         idem_runtime::identity::KeyMaterial::Args(br#"{"cents":4900,"customer":"acme"}"#),
     );
@@ -734,7 +739,7 @@ async fn the_key_is_the_documented_derivation_of_scope_tool_and_canonical_args()
     let record = record_of(&s, &r).await;
     assert_eq!(
         record.fingerprint,
-        idem_runtime::Fingerprint::of_canonical(br#"{"cents":4900,"customer":"acme"}"#)
+        idem_runtime::identity::Fingerprint::of_canonical(br#"{"cents":4900,"customer":"acme"}"#)
     );
     let op = record
         .operation
@@ -948,13 +953,13 @@ fn duplicate_and_invalid_names_fail_the_build() {
         .build();
     assert_eq!(
         dup.unwrap_err(),
-        idem_runtime::BuildError::DuplicateName("charge".into())
+        idem_runtime::registry::BuildError::DuplicateName("charge".into())
     );
     let mut bad = charge(&ledger);
     bad.spec = ToolSpec::new("charge card");
     assert!(matches!(
         Registry::builder().tool(bad).build(),
-        Err(idem_runtime::BuildError::InvalidName(_))
+        Err(idem_runtime::registry::BuildError::InvalidName(_))
     ));
     let mut typo = charge(&ledger);
     typo.spec = typo.spec.key_fields(["customer_id"]);

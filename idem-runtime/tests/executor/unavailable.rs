@@ -6,8 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::{
-    Downstream, IdemStore, MemoryStore, OutcomeClass, Registry, RetryPolicy, ToolCall, ToolError,
-    ToolSpec, WriteCtx,
+    call::ToolCall,
+    outcome::OutcomeClass,
+    registry::{Registry, RetryPolicy},
+    store::{IdemStore, MemoryStore},
+    tool::{Downstream, ToolError, ToolSpec, WriteCtx},
 };
 use serde_json::json;
 use tokio::time::Instant;
@@ -26,7 +29,7 @@ struct Billing {
 
 struct Charge(Arc<Billing>, Downstream);
 
-impl idem_runtime::WriteTool for Charge {
+impl idem_runtime::tool::WriteTool for Charge {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = String;
     fn spec(&self) -> ToolSpec {
@@ -116,7 +119,7 @@ async fn unavailable_after_an_unknown_attempt_stays_unknown() {
     // A keyed write times out (unknown), and the retry with the same key is refused as
     // unavailable: the first send may still have landed, so the key must not be freed.
     struct Slow(Arc<Billing>);
-    impl idem_runtime::WriteTool for Slow {
+    impl idem_runtime::tool::WriteTool for Slow {
         type Args = serde_json::Map<String, serde_json::Value>;
         type Output = String;
         fn spec(&self) -> ToolSpec {
@@ -156,6 +159,6 @@ async fn unavailable_after_an_unknown_attempt_stays_unknown() {
         result.text()
     );
     let record = store.get(result.key().unwrap()).await.unwrap().unwrap();
-    assert_eq!(record.state, idem_runtime::RecordState::Unknown);
+    assert_eq!(record.state, idem_runtime::store::RecordState::Unknown);
     assert_eq!(billing.requests.lock().unwrap().len(), 2);
 }

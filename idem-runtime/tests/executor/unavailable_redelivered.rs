@@ -9,9 +9,13 @@ use std::time::Duration;
 
 use idem_runtime::store::{ManualClock, ReleaseNote, Timestamp};
 use idem_runtime::{
-    Action, Downstream, Escalation, EscalationSink, IdemStore, MemoryStore, OutcomeClass, ReadBack,
-    ReadBackCtx, Reconciler, RecordState, Registry, RetryPolicy, ToolCall, ToolError, ToolSpec,
-    WriteCtx,
+    call::ToolCall,
+    escalation::{Escalation, EscalationSink},
+    outcome::OutcomeClass,
+    reconcile::{Action, Reconciler},
+    registry::{Registry, RetryPolicy},
+    store::{IdemStore, MemoryStore, RecordState},
+    tool::{Downstream, ReadBack, ReadBackCtx, ToolError, ToolSpec, WriteCtx},
 };
 use serde_json::json;
 
@@ -82,7 +86,7 @@ impl Billing {
     }
 
     /// How many read-backs asked about `key`.
-    fn read_backs_of(&self, key: &idem_runtime::IdemKey) -> usize {
+    fn read_backs_of(&self, key: &idem_runtime::identity::IdemKey) -> usize {
         let keys = self.read_back_keys.lock().unwrap();
         keys.iter().filter(|k| **k == key.to_string()).count()
     }
@@ -94,7 +98,7 @@ impl Billing {
 
 struct Charge(Arc<Billing>);
 
-impl idem_runtime::WriteTool for Charge {
+impl idem_runtime::tool::WriteTool for Charge {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = String;
 
@@ -153,7 +157,7 @@ impl idem_runtime::WriteTool for Charge {
 /// The same downstream behind a tool whose copies may land for two hours.
 struct SlowCharge(Arc<Billing>);
 
-impl idem_runtime::WriteTool for SlowCharge {
+impl idem_runtime::tool::WriteTool for SlowCharge {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = String;
 
@@ -165,11 +169,11 @@ impl idem_runtime::WriteTool for SlowCharge {
     }
 
     async fn call(&self, ctx: WriteCtx, args: Self::Args) -> Result<String, ToolError> {
-        idem_runtime::WriteTool::call(&Charge(self.0.clone()), ctx, args).await
+        idem_runtime::tool::WriteTool::call(&Charge(self.0.clone()), ctx, args).await
     }
 
     async fn read_back(&self, ctx: ReadBackCtx, args: Self::Args) -> Result<ReadBack, ToolError> {
-        idem_runtime::WriteTool::read_back(&Charge(self.0.clone()), ctx, args).await
+        idem_runtime::tool::WriteTool::read_back(&Charge(self.0.clone()), ctx, args).await
     }
 }
 
@@ -216,14 +220,14 @@ impl World {
         }
     }
 
-    async fn call(&self) -> idem_runtime::ToolResult {
+    async fn call(&self) -> idem_runtime::call::ToolResult {
         self.registry
             .call(ToolCall::new("run-1", "charge", json!({"order": 7})))
             .await
     }
 
     /// Calls once; the downstream refuses it. Returns the key it was released under.
-    async fn refused(&self) -> idem_runtime::IdemKey {
+    async fn refused(&self) -> idem_runtime::identity::IdemKey {
         let told = self.call().await;
         assert_eq!(
             told.class(),

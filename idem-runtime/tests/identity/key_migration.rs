@@ -14,8 +14,12 @@ use idem_runtime::identity::canonical::to_canonical_vec;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::{ClaimToken, Record, StoreError};
 use idem_runtime::{
-    CallError, IdemKey, IdemStore, KeyFormat, KeyMigration, MemoryStore, OutcomeClass, RecordState,
-    Registry, Scope, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    call::{CallError, ToolCall},
+    identity::{IdemKey, KeyFormat, KeyMigration, Scope},
+    outcome::OutcomeClass,
+    registry::Registry,
+    store::{IdemStore, MemoryStore, RecordState},
+    tool::{ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -476,10 +480,10 @@ impl IdemStore for ClaimsMeet {
     // it, a traced release settles and then releases, and no trace is listed.
     async fn release_unsettled(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         expected: idem_runtime::store::ClaimToken,
         _note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         let token = self
             .reclaim(key, expected, std::time::Duration::from_secs(60))
             .await?;
@@ -488,11 +492,11 @@ impl IdemStore for ClaimsMeet {
 
     async fn release_traced(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         token: idem_runtime::store::ClaimToken,
         settlement: idem_runtime::store::backend::Settlement,
         note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await
@@ -500,8 +504,8 @@ impl IdemStore for ClaimsMeet {
 
     async fn releases(
         &self,
-        _key: &idem_runtime::IdemKey,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        _key: &idem_runtime::identity::IdemKey,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
@@ -509,7 +513,7 @@ impl IdemStore for ClaimsMeet {
         &self,
         _after: Option<&idem_runtime::store::ListCursor>,
         _limit: usize,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
@@ -585,7 +589,12 @@ impl Race {
     }
 
     /// Both calls, concurrently; their answers in the order (phase one, phase two).
-    async fn run(&self) -> (idem_runtime::ToolResult, idem_runtime::ToolResult) {
+    async fn run(
+        &self,
+    ) -> (
+        idem_runtime::call::ToolResult,
+        idem_runtime::call::ToolResult,
+    ) {
         let call = |registry: &Registry| {
             let registry = registry.clone();
             tokio::spawn(async move { registry.call(charge("run-1", "acme", 1)).await })
@@ -739,7 +748,7 @@ fn the_documented_v1_vectors_hold() {
 async fn a_reconciler_never_resends_an_operation_claimed_under_both_formats() {
     use idem_runtime::identity::CanonicalJson;
     use idem_runtime::store::{ManualClock, Operation, Timestamp};
-    use idem_runtime::{Downstream, Fingerprint, Reconciler};
+    use idem_runtime::{identity::Fingerprint, reconcile::Reconciler, tool::Downstream};
 
     let clock = ManualClock::new(Timestamp(1_800_000_000_000));
     let store: Arc<dyn IdemStore> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
@@ -785,7 +794,7 @@ async fn a_reconciler_never_resends_an_operation_claimed_under_both_formats() {
     assert_eq!(on_v2.len(), 1, "{decisions:?}");
     assert_eq!(
         on_v2[0].action,
-        idem_runtime::Action::Escalated,
+        idem_runtime::reconcile::Action::Escalated,
         "{decisions:?}"
     );
     assert_eq!(

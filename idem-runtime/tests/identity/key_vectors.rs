@@ -15,7 +15,10 @@ use std::sync::{Arc, Mutex};
 use idem_runtime::identity::canonical::to_canonical_vec;
 use idem_runtime::identity::{identify, identify_value, Fingerprint, IdemKey, KeyMaterial, Scope};
 use idem_runtime::{
-    IdemStore, MemoryStore, Registry, ToolCall, ToolError, ToolSpec, WriteCtx, WriteTool,
+    call::ToolCall,
+    registry::Registry,
+    store::{IdemStore, MemoryStore},
+    tool::{ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde::Deserialize;
 use serde_json::Value;

@@ -11,8 +11,12 @@ use std::time::Duration;
 
 use idem_runtime::store::{ManualClock, Timestamp};
 use idem_runtime::{
-    IdemKey, IdemStore, MemoryStore, Reconciler, Registry, RetryPolicy, ToolCall, ToolError,
-    ToolResult, ToolSpec, WriteCtx, WriteTool,
+    call::{ToolCall, ToolResult},
+    identity::IdemKey,
+    reconcile::Reconciler,
+    registry::{Registry, RetryPolicy},
+    store::{IdemStore, MemoryStore},
+    tool::{ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -74,7 +78,7 @@ pub struct Ran {
     /// The timed-out call's result (unknown, then escalated).
     pub timed_out: ToolResult,
     /// The reconciliation pass's decisions.
-    pub decisions: Vec<idem_runtime::Decision>,
+    pub decisions: Vec<idem_runtime::reconcile::Decision>,
 }
 
 impl Ran {
@@ -133,15 +137,18 @@ pub async fn run() -> Ran {
     assert!(replay.is_completed() && replay.replayed());
     assert!(matches!(
         changed.error(),
-        Some(idem_runtime::CallError::ChangedParams { .. })
+        Some(idem_runtime::call::CallError::ChangedParams { .. })
     ));
     assert!(matches!(
         unknown_tool.error(),
-        Some(idem_runtime::CallError::UnknownTool { .. })
+        Some(idem_runtime::call::CallError::UnknownTool { .. })
     ));
-    assert_eq!(timed_out.class(), Some(idem_runtime::OutcomeClass::Unknown));
+    assert_eq!(
+        timed_out.class(),
+        Some(idem_runtime::outcome::OutcomeClass::Unknown)
+    );
     let slow = store.get(timed_out.key().unwrap()).await.unwrap().unwrap();
-    assert_eq!(slow.state, idem_runtime::RecordState::Escalated);
+    assert_eq!(slow.state, idem_runtime::store::RecordState::Escalated);
     Ran {
         sends: sends.load(Ordering::SeqCst),
         fresh,

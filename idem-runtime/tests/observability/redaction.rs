@@ -9,14 +9,18 @@ use idem_runtime::identity::CanonicalJson;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::ClaimToken;
 use idem_runtime::{
-    CallbackSink, Escalation, IdemKey, IdemStore, MemoryStore, Record, RecordState, Registry,
-    StoreError, ToolCall, ToolError, ToolSpec, WriteCtx,
+    call::ToolCall,
+    escalation::{CallbackSink, Escalation},
+    identity::IdemKey,
+    registry::Registry,
+    store::{IdemStore, MemoryStore, Record, RecordState, StoreError},
+    tool::{ToolError, ToolSpec, WriteCtx},
 };
 use serde_json::json;
 
 struct Charge;
 
-impl idem_runtime::WriteTool for Charge {
+impl idem_runtime::tool::WriteTool for Charge {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = &'static str;
     fn spec(&self) -> ToolSpec {
@@ -68,10 +72,10 @@ impl IdemStore for SettleFails {
     // it, a traced release settles and then releases, and no trace is listed.
     async fn release_unsettled(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         expected: idem_runtime::store::ClaimToken,
         _note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         let token = self
             .reclaim(key, expected, std::time::Duration::from_secs(60))
             .await?;
@@ -80,11 +84,11 @@ impl IdemStore for SettleFails {
 
     async fn release_traced(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         token: idem_runtime::store::ClaimToken,
         settlement: idem_runtime::store::backend::Settlement,
         note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await
@@ -92,8 +96,8 @@ impl IdemStore for SettleFails {
 
     async fn releases(
         &self,
-        _key: &idem_runtime::IdemKey,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+        _key: &idem_runtime::identity::IdemKey,
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
@@ -101,7 +105,7 @@ impl IdemStore for SettleFails {
         &self,
         _after: Option<&idem_runtime::store::ListCursor>,
         _limit: usize,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
@@ -150,7 +154,10 @@ async fn the_model_never_reads_the_stores_error_text() {
     let result = registry
         .call(ToolCall::new("run", "charge", json!({})))
         .await;
-    assert_eq!(result.class(), Some(idem_runtime::OutcomeClass::Unknown));
+    assert_eq!(
+        result.class(),
+        Some(idem_runtime::outcome::OutcomeClass::Unknown)
+    );
     let text = result.text();
     assert!(
         !text.contains("secret-host") && !text.contains("10.0.0.7"),

@@ -171,7 +171,10 @@ fn a_reconcile_pass_and_its_decisions_have_spans() {
     assert_eq!(d.field("from"), Some("unknown"));
     assert_eq!(d.field("attempts"), Some("1"));
     assert_eq!(d.field("action"), Some("escalated"));
-    assert_eq!(ran.decisions[0].action, idem_runtime::Action::Escalated);
+    assert_eq!(
+        ran.decisions[0].action,
+        idem_runtime::reconcile::Action::Escalated
+    );
 }
 
 #[test]

@@ -5,13 +5,20 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::reconcile::{resolve, Action, Escalation, EscalationSink};
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::{ClaimToken, ListCursor, ManualClock, Record, StoreError, Timestamp};
 use idem_runtime::{
-    CallError, Downstream, IdemKey, IdemStore, MemoryStore, OutcomeClass, ReadBack, ReadBackCtx,
-    Reconciler, RecordState, Registry, Resolution, RetryPolicy, ToolCall, ToolError, ToolSpec,
-    WriteCtx, WriteTool,
+    call::{CallError, ToolCall},
+    identity::IdemKey,
+    outcome::OutcomeClass,
+    reconcile::{Reconciler, Resolution},
+    registry::{Registry, RetryPolicy},
+    store::{IdemStore, MemoryStore, RecordState},
+    tool::{Downstream, ReadBack, ReadBackCtx, ToolError, ToolSpec, WriteCtx, WriteTool},
+};
+use idem_runtime::{
+    escalation::{Escalation, EscalationSink},
+    reconcile::{resolve, Action},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -202,11 +209,11 @@ impl IdemStore for Trapped {
     // A traced release settles and then releases, in two steps; no trace is listed.
     async fn release_traced(
         &self,
-        key: &idem_runtime::IdemKey,
+        key: &idem_runtime::identity::IdemKey,
         token: idem_runtime::store::ClaimToken,
         settlement: idem_runtime::store::backend::Settlement,
         note: &idem_runtime::store::ReleaseNote,
-    ) -> Result<(), idem_runtime::StoreError> {
+    ) -> Result<(), idem_runtime::store::StoreError> {
         idem_runtime::store::backend::rules::releasable_settlement(key, &settlement)?;
         self.settle(key, token, settlement).await?;
         self.release_unsettled(key, token, note).await
@@ -216,11 +223,11 @@ impl IdemStore for Trapped {
         &self,
         _after: Option<&idem_runtime::store::ListCursor>,
         _limit: usize,
-    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::StoreError> {
+    ) -> Result<Vec<idem_runtime::store::ReleaseRecord>, idem_runtime::store::StoreError> {
         Ok(Vec::new())
     }
 
-    fn clock(&self) -> Arc<dyn idem_runtime::Clock> {
+    fn clock(&self) -> Arc<dyn idem_runtime::store::Clock> {
         self.inner.clock()
     }
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
@@ -343,7 +350,7 @@ impl World {
         }
     }
 
-    async fn call(&self) -> idem_runtime::ToolResult {
+    async fn call(&self) -> idem_runtime::call::ToolResult {
         self.registry
             .call(ToolCall::new(
                 "run-1",
@@ -353,7 +360,7 @@ impl World {
             .await
     }
 
-    async fn state(&self, r: &idem_runtime::ToolResult) -> Option<RecordState> {
+    async fn state(&self, r: &idem_runtime::call::ToolResult) -> Option<RecordState> {
         self.store
             .get(r.key().unwrap())
             .await
@@ -576,11 +583,11 @@ async fn not_found_without_a_declared_bound_goes_to_a_person_after_the_default_b
 }
 
 /// The key's record, which must exist.
-async fn record_of(w: &World, r: &idem_runtime::ToolResult) -> idem_runtime::Record {
+async fn record_of(w: &World, r: &idem_runtime::call::ToolResult) -> idem_runtime::store::Record {
     w.store.get(r.key().unwrap()).await.unwrap().unwrap()
 }
 
-fn failed_read_backs(record: &idem_runtime::Record) -> usize {
+fn failed_read_backs(record: &idem_runtime::store::Record) -> usize {
     record
         .read_backs
         .iter()
@@ -880,7 +887,7 @@ async fn changed_params_are_refused_and_reported_to_a_person() {
 
 impl World {
     /// A charge for its own customer: a key of its own.
-    async fn call_for(&self, customer: &str) -> idem_runtime::ToolResult {
+    async fn call_for(&self, customer: &str) -> idem_runtime::call::ToolResult {
         self.registry
             .call(ToolCall::new(
                 "run-1",

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use idem_runtime::store::backend::ClaimRequest;
 use idem_runtime::store::{IdemStore, Timestamp};
-use idem_runtime::{Escalation, EscalationSink, IdemKey, JsonLinesSink, MemoryStore, Scope};
+use idem_runtime::{
+    escalation::{Escalation, EscalationSink, JsonLinesSink},
+    identity::{IdemKey, Scope},
+    store::MemoryStore,
+};
 
 async fn an_escalation() -> Escalation {
     let store = MemoryStore::new();
@@ -17,7 +21,7 @@ async fn an_escalation() -> Escalation {
     );
     let req = ClaimRequest {
         key: key.clone(),
-        fingerprint: idem_runtime::Fingerprint::of_canonical(b"{}"),
+        fingerprint: idem_runtime::identity::Fingerprint::of_canonical(b"{}"),
         tool: "charge".into(),
         lease: Duration::from_secs(30),
         operation: None,

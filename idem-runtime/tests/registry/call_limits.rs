@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use idem_runtime::{
-    CallError, IdemStore, MemoryStore, RecordState, Registry, ToolCall, ToolError, ToolSpec,
-    WriteCtx, MAX_ARGS_DEPTH,
+    call::{CallError, ToolCall},
+    registry::{Registry, MAX_ARGS_DEPTH},
+    store::{IdemStore, MemoryStore, RecordState},
+    tool::{ToolError, ToolSpec, WriteCtx},
 };
 use serde_json::{json, Value};
 
@@ -19,7 +21,7 @@ struct Args {
 /// Counts the handler's runs: the downstream's ledger of this test.
 struct Charge(Arc<AtomicU32>);
 
-impl idem_runtime::WriteTool for Charge {
+impl idem_runtime::tool::WriteTool for Charge {
     type Args = Args;
     type Output = u64;
     fn spec(&self) -> ToolSpec {

@@ -6,14 +6,17 @@ use std::time::Duration;
 
 use idem_runtime::store::{ManualClock, Timestamp};
 use idem_runtime::{
-    CallError, CallbackSink, Escalation, MemoryStore, Registry, ToolCall, ToolError, ToolSpec,
-    WriteCtx, CHANGED_PARAMS_NOTICE_WINDOW,
+    call::{CallError, ToolCall},
+    escalation::{CallbackSink, Escalation},
+    registry::{Registry, CHANGED_PARAMS_NOTICE_WINDOW},
+    store::MemoryStore,
+    tool::{ToolError, ToolSpec, WriteCtx},
 };
 use serde_json::json;
 
 struct Charge(Arc<Mutex<u32>>);
 
-impl idem_runtime::WriteTool for Charge {
+impl idem_runtime::tool::WriteTool for Charge {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = &'static str;
     fn spec(&self) -> ToolSpec {

@@ -5,12 +5,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::store::{IdemStore, ManualClock, Timestamp};
-use idem_runtime::{BuildError, MemoryStore, Registry, ToolCall, ToolError, ToolSpec, WriteCtx};
+use idem_runtime::{
+    call::ToolCall,
+    registry::{BuildError, Registry},
+    store::MemoryStore,
+    tool::{ToolError, ToolSpec, WriteCtx},
+};
 use serde_json::json;
 
 struct Charge;
 
-impl idem_runtime::WriteTool for Charge {
+impl idem_runtime::tool::WriteTool for Charge {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = &'static str;
     fn spec(&self) -> ToolSpec {

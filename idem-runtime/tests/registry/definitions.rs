@@ -2,12 +2,14 @@
 //! against the published MCP JSON Schemas (`Tool`, both versions kept in `tests/data`), output
 //! schemas included, with the structured content of real calls valid against them.
 
-use idem_runtime::definitions::{
-    mcp_output_schema, mcp_structured_content, output_schema_for, to_strict,
+use idem_runtime::{
+    definitions::{mcp_output_schema, mcp_structured_content, to_strict},
+    tool::output_schema_for,
 };
 use idem_runtime::{
-    DefinitionOptions, Downstream, Format, ReadCtx, ReadTool, Registry, ToolError, ToolSpec,
-    WriteCtx, WriteTool,
+    definitions::{DefinitionOptions, Format},
+    registry::Registry,
+    tool::{Downstream, ReadCtx, ReadTool, ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -163,7 +165,7 @@ fn mcp_definitions_validate_against_the_published_schemas() {
 #[tokio::test]
 async fn a_tool_without_arguments_accepts_an_empty_object() {
     let r = registry()
-        .call(idem_runtime::ToolCall::new("run", "ping", json!({})))
+        .call(idem_runtime::call::ToolCall::new("run", "ping", json!({})))
         .await;
     assert_eq!(r.output(), Some(&json!("pong")), "{:?}", r.as_result());
 }
@@ -354,7 +356,7 @@ async fn structured_content_of_completed_calls_validates_against_the_output_sche
         let schema = mcp_output_schema(tool.spec()).unwrap();
         let validator = jsonschema::validator_for(&schema).unwrap();
         let result = registry
-            .call(idem_runtime::ToolCall::new("run", name, args.clone()))
+            .call(idem_runtime::call::ToolCall::new("run", name, args.clone()))
             .await;
         let output = result
             .output()
@@ -390,7 +392,7 @@ async fn structured_content_of_completed_calls_validates_against_the_output_sche
     for name in ["anything", "no_schema"] {
         let tool = registry.get(name).unwrap();
         let result = registry
-            .call(idem_runtime::ToolCall::new(
+            .call(idem_runtime::call::ToolCall::new(
                 "run",
                 name,
                 json!({"text": "hi"}),

@@ -6,15 +6,18 @@ use std::sync::Arc;
 
 use idem_runtime::store::RecordState;
 use idem_runtime::{
-    CallError, IdemStore, MemoryStore, ReadCtx, Registry, Scope, ToolCall, ToolError, ToolSpec,
-    WriteCtx,
+    call::{CallError, ToolCall},
+    identity::Scope,
+    registry::Registry,
+    store::{IdemStore, MemoryStore},
+    tool::{ReadCtx, ToolError, ToolSpec, WriteCtx},
 };
 use serde_json::json;
 
 /// A write tool that counts the charges it makes.
 struct Charge(Arc<AtomicUsize>);
 
-impl idem_runtime::WriteTool for Charge {
+impl idem_runtime::tool::WriteTool for Charge {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = &'static str;
     fn spec(&self) -> ToolSpec {
@@ -29,7 +32,7 @@ impl idem_runtime::WriteTool for Charge {
 /// A read tool that counts its reads.
 struct Lookup(Arc<AtomicUsize>);
 
-impl idem_runtime::ReadTool for Lookup {
+impl idem_runtime::tool::ReadTool for Lookup {
     type Args = serde_json::Map<String, serde_json::Value>;
     type Output = &'static str;
     fn spec(&self) -> ToolSpec {

@@ -8,8 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::{
-    CallError, Downstream, MemoryStore, OutcomeClass, Registry, RetryPolicy, ToolCall, ToolError,
-    ToolSpec, WriteCtx, WriteTool,
+    call::{CallError, ToolCall},
+    outcome::OutcomeClass,
+    registry::{Registry, RetryPolicy},
+    store::MemoryStore,
+    tool::{Downstream, ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde_json::{json, Value};
 

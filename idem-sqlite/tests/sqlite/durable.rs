@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest};
 use idem_runtime::store::conformance;
 use idem_runtime::store::{IdemStore, ManualClock};
-use idem_runtime::IdemKey;
 use idem_sqlite::SqliteStore;
 
 const LEASE: Duration = Duration::from_secs(10);

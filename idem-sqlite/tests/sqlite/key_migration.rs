@@ -6,8 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_runtime::{
-    IdemStore, KeyFormat, KeyMigration, Registry, ToolCall, ToolError, ToolSpec, WriteCtx,
-    WriteTool,
+    call::ToolCall,
+    identity::{KeyFormat, KeyMigration},
+    registry::Registry,
+    store::IdemStore,
+    tool::{ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::conformance::{self, StoreFactory, StoreOptions};
 use idem_runtime::store::{IdemStore, ManualClock, RecordState, Retention, StoreError};
-use idem_runtime::IdemKey;
 use idem_sqlite::{SqliteStore, SqliteSync};
 use idem_test::stores::TempDir;
 use serde_json::json;
@@ -51,7 +51,11 @@ impl StoreFactory for Sqlite {
         crate::durable::SqliteRows(db(at)).raw(key).await
     }
 
-    async fn corrupt(&self, at: &TempDir, key: &idem_runtime::IdemKey) -> Result<bool, StoreError> {
+    async fn corrupt(
+        &self,
+        at: &TempDir,
+        key: &idem_runtime::identity::IdemKey,
+    ) -> Result<bool, StoreError> {
         raw(&db(at))
             .execute(
                 "UPDATE idem_records SET state = 'exploded' WHERE key = ?1",

@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use idem_runtime::identity::IdemKey;
 use idem_runtime::store::conformance::{StoreFactory, StoreOptions};
 use idem_runtime::store::{Clock, IdemStore, ManualClock, StoreError};
-use idem_runtime::IdemKey;
 use idem_sqlite::SqliteStore;
 use idem_test::stores::TempDir;
 

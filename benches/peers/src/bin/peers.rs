@@ -56,7 +56,7 @@ const TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// The floor with the typed value in hand: canonical JSON (idem's one-pass serializer) and
 /// SHA-256 of it.
-fn value_floor(args: &ChargeArgs) -> idem::Fingerprint {
+fn value_floor(args: &ChargeArgs) -> idem::identity::Fingerprint {
     identify(args, NO_KEY_FIELDS)
         .expect("serializes")
         .fingerprint
@@ -64,7 +64,7 @@ fn value_floor(args: &ChargeArgs) -> idem::Fingerprint {
 
 /// The floor with the model's text in hand: decode it into the arguments' type, then the
 /// value floor; both dropped.
-fn text_floor(text: &str) -> idem::Fingerprint {
+fn text_floor(text: &str) -> idem::identity::Fingerprint {
     let args: ChargeArgs = serde_json::from_str(text).expect("decodes");
     value_floor(&args)
 }

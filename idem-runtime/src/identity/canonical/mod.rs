@@ -6,9 +6,7 @@
 //! two spellings of one operation would hash to two keys — a duplicate charge.
 
 pub(crate) mod serializer;
-mod text;
-
-pub use text::CanonicalJson;
+pub(super) mod text;
 
 use std::io::Write as _;
 
