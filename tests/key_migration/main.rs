@@ -135,6 +135,33 @@ fn phase_two() -> KeyMigration {
     KeyMigration::honour_previous(KeyFormat::V1)
 }
 
+/// The process restarts on the new build: the old build's handle is gone, and the new build
+/// (phase 2, on a handle of its own over the same store) replays what the old one settled,
+/// keyed by its arguments and by an intent id alike.
+#[tokio::test]
+async fn an_upgrade_across_a_restart_finds_the_records_of_the_old_build() {
+    for d in durables("migration_restart") {
+        let bank = Arc::new(Bank::default());
+        {
+            let old_build = build(d.open().await, &bank, old(), None, false);
+            assert!(old_build.call(charge("acme", 4900)).await.is_completed());
+            assert!(old_build
+                .call(charge("globex", 100).intent("order-7"))
+                .await
+                .is_completed());
+        }
+        let new_build = build(d.open().await, &bank, phase_two(), None, false);
+        let acme = new_build.call(charge("acme", 4900).call_id("toolu_r1")).await;
+        let globex = new_build
+            .call(charge("globex", 100).intent("order-7").call_id("toolu_r2"))
+            .await;
+        assert!(acme.replayed(), "{}: {:?}", d.name, acme.as_result());
+        assert!(globex.replayed(), "{}: {:?}", d.name, globex.as_result());
+        assert_eq!(bank.keys_sent_for("acme").len(), 1, "{}", d.name);
+        assert_eq!(bank.keys_sent_for("globex").len(), 1, "{}", d.name);
+    }
+}
+
 /// Direction 1: an old (v1) build's claim, running and then settled, is found by a phase-2
 /// build (which claims under v2). Direction 2: a phase-2 build's claim (under v2) is found by
 /// a phase-1 build (which claims under v1). Neither is run again.

@@ -5,6 +5,5 @@
 mod decode_fuzz;
 mod durable;
 mod files;
-mod key_migration;
 mod store;
 mod upgrade;
