@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
-use idem_runtime::store::conformance;
+use idem_runtime::store::conformance::{self, claim, get, request_leased};
 use idem_runtime::store::{ClaimToken, IdemStore, ManualClock, Record, RecordState, Retention};
 use idem_test::stores::RedisPrefix;
 use serde_json::json;
@@ -29,31 +29,6 @@ const RETENTION: Retention = Retention {
     tombstones: Duration::from_secs(24 * 3600),
 };
 
-fn request(name: &str, lease: Duration) -> ClaimRequest {
-    ClaimRequest {
-        key: conformance::key(name),
-        fingerprint: conformance::fingerprint("args"),
-        tool: "backend_tool".into(),
-        lease,
-        operation: None,
-    }
-}
-
-async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
-    match store.claim(req).await {
-        Ok(ClaimOutcome::Claimed(t)) => t,
-        other => panic!("claim of a free key must be granted, got {other:?}"),
-    }
-}
-
-async fn get(store: &impl IdemStore, key: &IdemKey) -> Record {
-    store
-        .get(key)
-        .await
-        .unwrap_or_else(|e| panic!("get failed: {e}"))
-        .unwrap_or_else(|| panic!("record {key} vanished"))
-}
-
 /// The server's functions and script cache are flushed (a restart without persistence, a
 /// failover to a node that never had them, an operator's FUNCTION FLUSH or SCRIPT FLUSH):
 /// the next call loads the library again and works; nothing is lost.
@@ -69,7 +44,7 @@ async fn redis_script_flush_is_survived() {
         .function_library()
         .expect("Redis 7 has FUNCTION")
         .to_owned();
-    let req = request("flush", LEASE);
+    let req = request_leased("flush", LEASE);
     let t = claim(&s, &req).await;
     let mut conn = conn(&at.url).await;
     let flush = || {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use idem_redis::RedisStore;
 use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
-use idem_runtime::store::conformance;
+use idem_runtime::store::conformance::{self, claim, get, request_leased};
 use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ManualClock, Record, RecordState, Retention, StoreError,
 };
@@ -37,31 +37,6 @@ const RETENTION: Retention = Retention {
     results: Duration::from_secs(60),
     tombstones: Duration::from_secs(24 * 3600),
 };
-
-fn request(name: &str, lease: Duration) -> ClaimRequest {
-    ClaimRequest {
-        key: conformance::key(name),
-        fingerprint: conformance::fingerprint("args"),
-        tool: "backend_tool".into(),
-        lease,
-        operation: None,
-    }
-}
-
-async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
-    match store.claim(req).await {
-        Ok(ClaimOutcome::Claimed(t)) => t,
-        other => panic!("claim of a free key must be granted, got {other:?}"),
-    }
-}
-
-async fn get(store: &impl IdemStore, key: &IdemKey) -> Record {
-    store
-        .get(key)
-        .await
-        .unwrap_or_else(|e| panic!("get failed: {e}"))
-        .unwrap_or_else(|| panic!("record {key} vanished"))
-}
 
 async fn pttl(at: &RedisPrefix, key: &str) -> i64 {
     let mut conn = conn(&at.url).await;
@@ -183,10 +158,10 @@ async fn redis_ttls_only_on_terminal_records_and_keys_only_under_the_prefix() {
     let clock = ManualClock::starting_now();
     let s = at.open_on(Arc::new(clock.clone()), RETENTION).await;
     let mut by_state: HashMap<&str, IdemKey> = HashMap::new();
-    let running = request("ttl-running", Duration::from_secs(3600));
+    let running = request_leased("ttl-running", Duration::from_secs(3600));
     claim(&s, &running).await;
     by_state.insert("running", running.key.clone());
-    let expiring = request("ttl-expired", Duration::from_secs(1));
+    let expiring = request_leased("ttl-expired", Duration::from_secs(1));
     claim(&s, &expiring).await;
     by_state.insert("expired", expiring.key.clone());
     for (name, state) in [
@@ -195,7 +170,7 @@ async fn redis_ttls_only_on_terminal_records_and_keys_only_under_the_prefix() {
         ("pending", RecordState::Pending),
         ("unknown", RecordState::Unknown),
     ] {
-        let req = request(&format!("ttl-{name}"), LEASE);
+        let req = request_leased(&format!("ttl-{name}"), LEASE);
         let t = claim(&s, &req).await;
         s.settle(&req.key, t, Settlement::new(state).payload(json!(name)))
             .await
@@ -204,7 +179,7 @@ async fn redis_ttls_only_on_terminal_records_and_keys_only_under_the_prefix() {
     }
     // Escalated via a takeover of an unknown record, and a takeover left running.
     for name in ["escalated", "taken-over"] {
-        let req = request(&format!("ttl-{name}"), LEASE);
+        let req = request_leased(&format!("ttl-{name}"), LEASE);
         let t = claim(&s, &req).await;
         s.settle(&req.key, t, Settlement::new(RecordState::Unknown))
             .await
@@ -221,7 +196,7 @@ async fn redis_ttls_only_on_terminal_records_and_keys_only_under_the_prefix() {
         by_state.insert(name, req.key.clone());
     }
     // A completed record settled again by its holder keeps its TTL.
-    let again = request("ttl-again", LEASE);
+    let again = request_leased("ttl-again", LEASE);
     let t = claim(&s, &again).await;
     s.settle(&again.key, t, Settlement::new(RecordState::Completed))
         .await
@@ -286,7 +261,7 @@ async fn redis_killed_connection_is_an_error_then_recovers() {
     let at = RedisPrefix::on(format!("{base}/9"), "redis");
     let clock = ManualClock::starting_now();
     let s = at.open_on(Arc::new(clock.clone()), RETENTION).await;
-    let req = request("killed", LEASE);
+    let req = request_leased("killed", LEASE);
     let t = claim(&s, &req).await;
     let mut admin = conn(&at.url).await;
     let me: i64 = redis::cmd("CLIENT")
@@ -374,7 +349,7 @@ async fn redis_foreign_hashes_are_corrupt_never_free() {
         ("no-tool", vec![]),
     ];
     for (name, overrides) in cases {
-        let req = request(&format!("foreign-{name}"), LEASE);
+        let req = request_leased(&format!("foreign-{name}"), LEASE);
         let rk = s.record_key(&req.key);
         let mut fields: Vec<(&str, String)> = vec![
             ("v", "1".into()),
@@ -431,7 +406,7 @@ async fn redis_huge_lease_reads_back() {
     let at = RedisPrefix::on(url.clone(), "redis");
     let clock = ManualClock::starting_now();
     let s = at.open_on(Arc::new(clock.clone()), RETENTION).await;
-    let req = request("huge-lease", Duration::MAX);
+    let req = request_leased("huge-lease", Duration::MAX);
     let t = claim(&s, &req).await;
     match s.claim(&req).await {
         Ok(ClaimOutcome::Existing(r)) => {
@@ -459,7 +434,7 @@ async fn redis_forever_retention_settles() {
         tombstones: Duration::MAX,
     };
     let s = at.open_on(Arc::new(clock.clone()), forever).await;
-    let req = request("forever", LEASE);
+    let req = request_leased("forever", LEASE);
     let t = claim(&s, &req).await;
     let settled = s
         .settle(

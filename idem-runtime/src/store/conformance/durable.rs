@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{fingerprint, key, StoreFactory, StoreOptions};
+use super::{claim, fingerprint, get, key, request_leased, StoreFactory, StoreOptions};
 use crate::identity::{IdemKey, Scope};
 use crate::outcome::OutcomeClass;
 use crate::store::{
@@ -191,31 +191,6 @@ impl Clocks {
     }
 }
 
-fn request(name: &str, lease: Duration) -> ClaimRequest {
-    ClaimRequest {
-        key: key(name),
-        fingerprint: fingerprint("args"),
-        tool: "backend_tool".into(),
-        lease,
-        operation: None,
-    }
-}
-
-async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
-    match store.claim(req).await {
-        Ok(ClaimOutcome::Claimed(t)) => t,
-        other => panic!("claim of a free key must be granted, got {other:?}"),
-    }
-}
-
-async fn get(store: &impl IdemStore, key: &IdemKey) -> Record {
-    store
-        .get(key)
-        .await
-        .unwrap_or_else(|e| panic!("get failed: {e}"))
-        .unwrap_or_else(|| panic!("record {key} vanished"))
-}
-
 fn stale<T: std::fmt::Debug>(what: &str, r: Result<T, StoreError>) {
     match r {
         Err(StoreError::StaleToken { .. }) => {}
@@ -243,7 +218,7 @@ fn attempt(n: u32, class: OutcomeClass, at: Timestamp, message: &str) -> Attempt
 /// takes over, A's late result must not overwrite B's decision. Both handles read the same
 /// record throughout.
 async fn skewed_workers<S: IdemStore>(a: &S, b: &S, clocks: &Clocks) {
-    let req = request("skew", LEASE);
+    let req = request_leased("skew", LEASE);
     let t1 = claim(a, &req).await;
     match b.claim(&req).await {
         Ok(ClaimOutcome::Existing(r)) => {
@@ -330,7 +305,7 @@ async fn skewed_workers<S: IdemStore>(a: &S, b: &S, clocks: &Clocks) {
 /// other: exactly one wins.
 async fn late_settle_race<S: IdemStore + 'static>(a: Arc<S>, b: Arc<S>) {
     for i in 0..12 {
-        let req = request(&format!("race-{i}"), LEASE);
+        let req = request_leased(&format!("race-{i}"), LEASE);
         let t = claim(&*a, &req).await;
         a.settle(
             &req.key,
@@ -415,7 +390,7 @@ async fn write_every_state<S: IdemStore>(s: &S, clock: &ManualClock, nul: bool) 
     let with_op = |name: &str, lease: Duration| ClaimRequest {
         operation: Some(op(Some(&format!("intent-{name}-\u{2603}"))).into()),
         tool: format!("tool-{name}").into(),
-        ..request(name, lease)
+        ..request_leased(name, lease)
     };
     let long = Duration::from_secs(12 * 3600);
     let mut keys = Vec::new();
@@ -617,7 +592,7 @@ async fn check_every_state<S: IdemStore>(s: &S, before: &[Record], nul: bool) {
 /// `wait_settled` notices a lease that expires while it waits (unknown, not running), and
 /// returns the running record itself when its timeout passes.
 async fn wait_expiry<S: IdemStore + 'static>(s: Arc<S>, clock: WatchedClock) {
-    let req = request("wait-expiry", Duration::from_secs(2));
+    let req = request_leased("wait-expiry", Duration::from_secs(2));
     let token = claim(&*s, &req).await;
     let r = s
         .wait_settled(&req.key, Duration::from_millis(30))
@@ -689,7 +664,7 @@ impl Clock for WatchedClock {
 async fn paging_while<S: IdemStore + 'static>(a: Arc<S>, b: Arc<S>, clock: &ManualClock) {
     let mut tokens = Vec::new();
     for i in 0..30 {
-        let req = request(&format!("walk-{i:02}"), LEASE);
+        let req = request_leased(&format!("walk-{i:02}"), LEASE);
         let t = claim(&*a, &req).await;
         a.settle(&req.key, t, Settlement::new(RecordState::Unknown))
             .await
@@ -758,7 +733,7 @@ async fn paging_while<S: IdemStore + 'static>(a: Arc<S>, b: Arc<S>, clock: &Manu
 /// ("keep forever"): the claim reads back as running, is renewed, settles, and the result is
 /// still replayed ten years on.
 async fn huge_durations<S: IdemStore>(s: &S, clock: &ManualClock) {
-    let req = request("huge", Duration::MAX);
+    let req = request_leased("huge", Duration::MAX);
     let t = claim(s, &req).await;
     match s.claim(&req).await {
         Ok(ClaimOutcome::Existing(r)) => {
@@ -887,7 +862,7 @@ async fn corruption_checks<F: StoreFactory>(
     let mut broken = Vec::new();
     for how in corruptions {
         for op in OPERATIONS {
-            let req = request(&format!("corrupt-{how}-{op}"), LEASE);
+            let req = request_leased(&format!("corrupt-{how}-{op}"), LEASE);
             let token = claim(s, &req).await;
             f.break_record(at, s, &req.key, how).await;
             let before = f.raw_record(at, s, &req.key).await;

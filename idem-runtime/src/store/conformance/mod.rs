@@ -434,6 +434,14 @@ pub fn request(name: &str) -> ClaimRequest {
     }
 }
 
+/// [`request`] with a lease of its own (the durable checks expire leases on a clock).
+pub fn request_leased(name: &str, lease: Duration) -> ClaimRequest {
+    ClaimRequest {
+        lease,
+        ..request(name)
+    }
+}
+
 /// Claims `req`, which must be granted (panics otherwise).
 pub async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
     match store.claim(req).await {
