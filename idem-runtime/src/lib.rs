@@ -1,8 +1,9 @@
 //! Runtime of idem: exactly-once tool calls for Rust agents.
 //!
 //! Users depend on the `idem` facade crate; this crate holds the machinery. Its top-level
-//! modules are layers, listed here bottom-up in the order a call travels through them; each
-//! uses only the ones above it in this list (`.ci/check-layers` enforces it):
+//! modules are layers, listed here from the bottom up, in the order a call travels through
+//! them; each uses only the layers below it, the ones listed before it (`.ci/check-layers`
+//! enforces it):
 //!
 //! 1. [`identity`]: canonical JSON, the idempotency key ([`IdemKey`](identity::IdemKey)) and the
 //!    [`Fingerprint`](identity::Fingerprint) of the arguments;
