@@ -119,10 +119,16 @@ impl Outcome {
 
     /// The short text the model gets. `replayed` is true when this call did not execute the
     /// handler but returned what an earlier call recorded.
+    ///
+    /// A completed output that is a JSON string reaches the model as its text (`charged 4900
+    /// cents`, not `"charged 4900 cents"`); any other output as its JSON.
     pub fn model_text(&self, replayed: bool) -> String {
         match self {
             Outcome::Completed { output } => {
-                let out = serde_json::to_string(output).unwrap_or_else(|_| "null".into());
+                let out = match output {
+                    serde_json::Value::String(text) => text.clone(),
+                    other => serde_json::to_string(other).unwrap_or_else(|_| "null".into()),
+                };
                 if replayed {
                     format!("already completed earlier; not sent again. result: {out}")
                 } else {

@@ -424,6 +424,42 @@ async fn answers_have_the_documented_shapes() {
     assert!(!v.is_valid(&json!({"type": "tool_result", "tool_use_id": "bad id!"})));
 }
 
+/// A tool that returns a `String` answers with that text in every format, fresh or
+/// replayed: the model reads `shipment of o-1`, not a JSON-quoted `"shipment of o-1"`.
+#[tokio::test]
+async fn a_string_output_reaches_the_model_as_its_text() {
+    let (shop, registry) = shop();
+    let args = r#"{"order":"o-1","address":{"line1":"1 Main St"}}"#;
+    let message: ChatAssistantMessage = serde_json::from_value(json!({"tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "ship", "arguments": args}}
+    ]}))
+    .unwrap();
+    let chat = openai::chat_tool_messages(&registry, &scope(), &message).await;
+    assert_eq!(chat[0].content, "shipment of o-1");
+
+    let output: ResponsesOutput = serde_json::from_value(json!({"output": [
+        {"type": "function_call", "call_id": "call_2", "name": "ship", "arguments": args}
+    ]}))
+    .unwrap();
+    let items = openai::function_call_outputs(&registry, &scope(), &output).await;
+    assert_eq!(
+        items[0].output,
+        "already completed earlier; not sent again. result: shipment of o-1"
+    );
+
+    let reply: AssistantMessage = serde_json::from_value(json!({"content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "meet", "input": {"who": "c"}}
+    ]}))
+    .unwrap();
+    let blocks = anthropic::tool_results(&registry, &scope(), &reply).await;
+    assert_eq!(blocks[0].content, "hello c");
+    assert_eq!(
+        shop.ledger(),
+        ["shipped o-1 to 1 Main St", "met c"],
+        "the repeat replayed"
+    );
+}
+
 // ---- the model's mistakes ---------------------------------------------------------------------
 
 #[tokio::test]
