@@ -40,6 +40,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 c.id, c.customer, c.invoice, c.cents, c.key
             );
         }
+        // What a charge left unknown or pending is settled by a reconciler, never by the
+        // model.
+        let decisions = idem::Reconciler::new(&registry).run_once().await?;
+        println!("reconciler: {} record(s) to settle", decisions.len());
         println!();
     }
     Ok(())

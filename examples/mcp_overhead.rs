@@ -23,7 +23,7 @@ use idem::mcp::rmcp::service::{RequestContext, RoleServer};
 use idem::mcp::rmcp::transport::StreamableHttpServerConfig;
 use idem::mcp::rmcp::{ErrorData, ServerHandler};
 use idem::mcp::{McpHttpGuard, McpHttpService, McpServer};
-use idem::{toolbox, Registry, ToolError, WriteCtx};
+use idem::{toolbox, Reconciler, Registry, ToolError, WriteCtx};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -265,6 +265,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = || StreamableHttpServerConfig::default().with_json_response(true);
     let idem_ledger = Arc::new(Ledger::default());
     let registry = Registry::builder().toolbox(idem_ledger.clone()).build()?;
+    // As in production: a reconciler beside the server (its passes find nothing to settle
+    // here, and run once a minute, outside the measured calls).
+    let _reconciler = Reconciler::new(&registry).spawn(Duration::from_secs(60));
     let idem_addr = serve(
         McpServer::new(registry)
             .single_caller()

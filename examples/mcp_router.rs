@@ -8,6 +8,7 @@
 //! ```
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use idem::mcp::rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
 use idem::mcp::rmcp::handler::server::tool::ToolCallContext;
@@ -18,7 +19,7 @@ use idem::mcp::rmcp::model::{
 use idem::mcp::rmcp::service::{RequestContext, RoleServer};
 use idem::mcp::rmcp::{ErrorData, ServerHandler, ServiceExt};
 use idem::mcp::{JoinError, McpServer};
-use idem::{toolbox, Registry, ToolError, WriteCtx};
+use idem::{toolbox, Reconciler, Registry, ToolError, WriteCtx};
 use serde_json::{json, Value};
 
 /// Arguments of `charge`.
@@ -134,7 +135,10 @@ pub fn registry(billing: Arc<Billing>) -> Result<Registry, Box<dyn std::error::E
 // `pub`: the tests run this very `main` as a server.
 #[tokio::main]
 pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let desk = Desk::new(registry(Arc::new(Billing::default()))?)?;
+    let registry = registry(Arc::new(Billing::default()))?;
+    // A reconciler (never the model) settles what a write left unknown or pending.
+    let _reconciler = Reconciler::new(&registry).spawn(Duration::from_secs(30));
+    let desk = Desk::new(registry)?;
     let mut args = std::env::args().skip(1);
     match (args.next().as_deref(), args.next()) {
         (None, _) => {

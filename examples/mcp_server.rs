@@ -28,9 +28,10 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use idem::mcp::{McpCaller, McpHttpGuard, McpServer};
-use idem::{toolbox, IdemStore, ReadCtx, Registry, ToolError, WriteCtx};
+use idem::{toolbox, IdemStore, ReadCtx, Reconciler, Registry, ToolError, WriteCtx};
 
 /// Arguments of `charge`.
 #[idem::args]
@@ -76,7 +77,9 @@ struct Billing {
 impl Billing {
     /// Charge a customer's card. Safe to repeat: the same charge by the same caller is made
     /// once, across reconnects and, on a durable store, restarts.
-    #[tool(write, timeout = "10s")]
+    // Keyed by who pays and how much, never by the free-text memo: a repeat whose memo the
+    // model re-worded is the same charge (refused as changed parameters, not made twice).
+    #[tool(write, key(customer, cents), timeout = "10s")]
     async fn charge(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<Charge, ToolError> {
         let mut charges = self.charges.lock().unwrap_or_else(|e| e.into_inner());
         let charge = Charge {
@@ -197,8 +200,12 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(store) = store_from_env().await? {
         builder = builder.shared_store(store);
     }
+    let registry = builder.build()?;
+    // A reconciler (never the model) settles what a charge left unknown or pending: a
+    // charge cut off by a crash, a client gone mid-call.
+    let _reconciler = Reconciler::new(&registry).spawn(Duration::from_secs(30));
     let server =
-        McpServer::new(builder.build()?).named("idem-billing-demo", env!("CARGO_PKG_VERSION"));
+        McpServer::new(registry).named("idem-billing-demo", env!("CARGO_PKG_VERSION"));
     let tokens = tokens_from_env()?;
     match http {
         None => server.serve_stdio().await?,

@@ -9,13 +9,13 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use idem::{tool, toolbox, Format, ReadCtx, Registry, ToolCall, ToolError, WriteCtx};
-use serde::{Deserialize, Serialize};
+use idem::{tool, toolbox, Format, ReadCtx, Reconciler, Registry, ToolCall, ToolError, WriteCtx};
+use serde::Serialize;
 use serde_json::json;
 
 // --- Arguments: what the model sends. Their JSON Schema becomes the tool's input schema. ---
 
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+#[idem::args]
 struct ChargeArgs {
     /// Customer id, e.g. `cus_42`.
     customer: String,
@@ -25,18 +25,18 @@ struct ChargeArgs {
     cents: u64,
 }
 
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+#[idem::args]
 struct ListArgs {
     customer: String,
 }
 
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+#[idem::args]
 struct ReceiptArgs {
     customer: String,
     invoice: String,
 }
 
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+#[idem::args]
 struct RateArgs {
     /// ISO currency code, e.g. `EUR`.
     currency: String,
@@ -184,5 +184,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ))
         .await;
     println!("exchange_rate: {}", rate.text());
+
+    // Whatever a write left unknown or pending is settled by a reconciler, never by the
+    // model. A one-shot program runs a pass before it exits; a long-lived one spawns it
+    // (`Reconciler::new(&registry).spawn(Duration::from_secs(30))`).
+    let decisions = Reconciler::new(&registry).run_once().await?;
+    println!("reconciler: {} record(s) to settle", decisions.len());
     Ok(())
 }

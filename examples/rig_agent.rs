@@ -12,7 +12,7 @@ mod scripted;
 use std::sync::{Arc, Mutex};
 
 use idem::rig::AgentRunnerExt;
-use idem::{toolbox, Registry, Scope, ToolError, WriteCtx};
+use idem::{toolbox, Reconciler, Registry, Scope, ToolError, WriteCtx};
 use rig_agent::AgentBuilder;
 use scripted::{text_reply, tool_call_reply, ScriptedHttp};
 use serde_json::json;
@@ -95,5 +95,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for line in ledger.iter() {
         println!("  {line}");
     }
+    drop(ledger);
+    // What a charge left unknown or pending is settled by a reconciler, never by the model.
+    let decisions = Reconciler::new(&registry).run_once().await?;
+    println!("reconciler: {} record(s) to settle", decisions.len());
     Ok(())
 }

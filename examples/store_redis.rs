@@ -13,7 +13,7 @@ mod demo {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use idem::RedisStore;
-    use idem::{tool, Registry, ToolCall, ToolError, WriteCtx};
+    use idem::{tool, Reconciler, Registry, ToolCall, ToolError, WriteCtx};
     use serde::{Deserialize, Serialize};
     use serde_json::json;
 
@@ -71,6 +71,10 @@ mod demo {
             );
         }
         println!("charges made: {}", CHARGES.load(Ordering::SeqCst));
+        // Any worker can settle what another left unknown: one reconciler pass over the
+        // shared store (a service spawns it: `Reconciler::new(&a).spawn(every)`).
+        let decisions = Reconciler::new(&a).run_once().await?;
+        println!("reconciler: {} record(s) to settle", decisions.len());
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ mod demo {
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    use idem::{tool, Registry, ToolCall, ToolError, WriteCtx};
+    use idem::{tool, Reconciler, Registry, ToolCall, ToolError, WriteCtx};
     use idem::{SqliteStore, SqliteSync};
     use serde::{Deserialize, Serialize};
     use serde_json::json;
@@ -70,6 +70,10 @@ mod demo {
             result.replayed(),
             result.text()
         );
+        // What a crash left unknown is settled by a reconciler over the same file, not by
+        // the model: one pass at every start.
+        let decisions = Reconciler::new(&registry).run_once().await?;
+        println!("  reconciler: {} record(s) to settle", decisions.len());
         Ok(())
     }
 
