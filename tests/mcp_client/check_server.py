@@ -15,7 +15,10 @@ streamable HTTP, and checks what must hold, on the server's ledger rather than i
   wrong type or shape, oversized arguments, malformed JSON-RPC, a call before `initialize`;
   and the server keeps serving afterwards;
 - over HTTP: a sessionless client (protocol 2026-07-28) sending a write twice is charged
-  once; a request from a foreign `Origin` is refused (403), nothing charged.
+  once; a request from a foreign `Origin` is refused (403), nothing charged;
+- over HTTP with bearer tokens (IDEM_MCP_TOKENS): two callers sending the same write under
+  the same `_meta` idempotency key are two charges and never see each other's result; a
+  caller's own repeat replays; a missing or wrong token is refused, nothing charged.
 
 The steps share one store (and, the example serving one caller, one scope): each charges
 customers of its own.
@@ -38,8 +41,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import jsonschema
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 HERE = Path(__file__).resolve().parent
@@ -375,6 +380,63 @@ async def restart_checks(c: Checks, server: str, ledger: Path) -> None:
     )
 
 
+def http_server(server: str, ledger: Path, **extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Starts the example over HTTP on a free port; returns the process and its endpoint."""
+    env = dict(os.environ, **server_env(IDEM_MCP_LEDGER=str(ledger), **extra))
+    proc = subprocess.Popen([server, "--http", "127.0.0.1:0"], stderr=subprocess.PIPE, env=env, text=True)
+    assert proc.stderr
+    return proc, proc.stderr.readline().strip().removeprefix("listening on ")
+
+
+def with_headers(url: str, headers: dict[str, str]) -> Any:
+    """A streamable HTTP transport that sends `headers` on every request."""
+    return streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=STEP_TIMEOUT))
+
+
+async def refused(url: str, headers: dict[str, str]) -> bool:
+    """True when a client sending `headers` cannot get a charge through."""
+    try:
+        async with Client(with_headers(url, headers), mode="legacy") as client:
+            result = await client.call_tool("charge", {"customer": "mallory", "cents": 1})
+            return bool(result.is_error)
+    except Exception:  # refused at the HTTP layer: the SDK raises
+        return True
+
+
+async def caller_checks(c: Checks, server: str, ledger: Path) -> None:
+    """Callers told apart by their bearer tokens never share keys or results."""
+    proc, url = http_server(server, ledger, IDEM_MCP_TOKENS="alice:token-a,bob:token-b")
+    try:
+        charge = charge_of("callers")
+        alice = Client(with_headers(url, {"Authorization": "Bearer token-a"}), mode="legacy")
+        bob = Client(with_headers(url, {"Authorization": "Bearer token-b"}), mode="legacy")
+        async with alice, bob:
+            hers = await alice.call_tool("charge", charge, meta={"idempotencyKey": "order-7"})
+            his = await bob.call_tool("charge", charge, meta={"idempotencyKey": "order-7"})
+            hers_again = await alice.call_tool("charge", charge, meta={"idempotencyKey": "order-7"})
+        c.check(
+            "http: two callers, the same write and key: two charges, neither replays the other's",
+            ledger_lines(ledger) == 2
+            and (his.meta or {}).get("idem/replayed") is not True
+            and (his.meta or {}).get("idem/key") != (hers.meta or {}).get("idem/key"),
+            (ledger_lines(ledger), wire(hers), wire(his)),
+        )
+        c.check(
+            "http: a caller re-sending its own write: replayed, nothing charged",
+            ledger_lines(ledger) == 2 and (hers_again.meta or {}).get("idem/replayed") is True,
+            (ledger_lines(ledger), wire(hers_again)),
+        )
+        c.check("http: no token: refused", await refused(url, {}), "")
+        c.check("http: a wrong token: refused", await refused(url, {"Authorization": "Bearer guess"}), "")
+        c.check("http: none of the refused requests charged", ledger_lines(ledger) == 2, ledger_lines(ledger))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STEP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 async def main(server: str) -> int:
     c = Checks()
     with tempfile.TemporaryDirectory(prefix="idem-mcp-py-") as tmp:
@@ -383,6 +445,7 @@ async def main(server: str) -> int:
             ("stdio raw", lambda: raw_stdio_checks(c, server, Path(tmp) / "raw.jsonl")),
             ("http", lambda: http_checks(c, server, Path(tmp) / "http.jsonl")),
             ("restart", lambda: restart_checks(c, server, Path(tmp) / "restart.jsonl")),
+            ("callers", lambda: caller_checks(c, server, Path(tmp) / "callers.jsonl")),
         ]
         for name, step in steps:
             try:
