@@ -28,6 +28,13 @@
 # here), and IDEM_REDIS_TLS_CLIENT_CERT / IDEM_REDIS_TLS_CLIENT_KEY (a client certificate the
 # servers accept). The CA is never put in the system's trust store: a test must name it.
 #
+# A primary and its replica (two plain redis-servers, the replica started with `--replicaof`
+# the primary, no persistence: they exist to be failed over) for the failover test, which
+# stalls the replica (SIGSTOP), kills the primary and promotes the replica: nothing else may
+# use them. Exported once the replica reports `master_link_status:up`: IDEM_REDIS_PRIMARY_URL,
+# IDEM_REDIS_REPLICA_URL, and IDEM_REDIS_PRIMARY_PID / IDEM_REDIS_REPLICA_PID (the servers'
+# pids, to signal).
+#
 # Knobs (environment):
 #   IDEM_SERVICES=0      start nothing (the backend tests then skip, saying why; otherwise
 #                        .ci/run sets IDEM_REQUIRE_BACKENDS=1 and a skip is a failure)
@@ -39,6 +46,7 @@ IDEM_REDIS_PID=""
 IDEM_REDIS_CLUSTER_PIDS=""
 IDEM_REDIS_TLS_PIDS=""
 IDEM_REDIS_TLS_PID=""
+IDEM_REDIS_PAIR_PIDS=""
 IDEM_PG_DATA=""
 IDEM_PG_BIN=""
 IDEM_PG_USER=""
@@ -321,6 +329,57 @@ idem_start_redis_tls() {
     idem_start_redis_cluster tls
 }
 
+# The primary and replica the failover test fails over (see the top of this file).
+idem_start_redis_pair() {
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+        idem_log "redis-server or redis-cli not found: the Redis failover test will skip"
+        return 0
+    fi
+    local try primary replica dir pp rp i up
+    for try in 1 2 3; do
+        primary=$(idem_free_port) || { idem_log "no free port for the Redis pair"; return 1; }
+        replica=$(idem_free_port) || { idem_log "no free port for the Redis pair"; return 1; }
+        [ "$primary" = "$replica" ] && continue
+        dir="$IDEM_SVC_DIR/redis-pair-$try"
+        mkdir -p "$dir/primary" "$dir/replica"
+        redis-server --bind 127.0.0.1 --port "$primary" --protected-mode yes --daemonize no \
+            --dir "$dir/primary" --save '' --appendonly no --logfile "$dir/primary/redis.log" &
+        pp=$!
+        redis-server --bind 127.0.0.1 --port "$replica" --protected-mode yes --daemonize no \
+            --dir "$dir/replica" --save '' --appendonly no --replicaof 127.0.0.1 "$primary" \
+            --logfile "$dir/replica/redis.log" &
+        rp=$!
+        IDEM_REDIS_PAIR_PIDS="$pp $rp"
+        up=0
+        for i in $(seq 1 300); do
+            redis-cli -h 127.0.0.1 -p "$replica" info replication 2>/dev/null \
+                | grep -q '^master_link_status:up' && { up=1; break; }
+            kill -0 "$pp" 2>/dev/null && kill -0 "$rp" 2>/dev/null || break
+            sleep 0.1
+        done
+        if [ $up = 1 ]; then
+            export IDEM_REDIS_PRIMARY_URL="redis://127.0.0.1:$primary/"
+            export IDEM_REDIS_REPLICA_URL="redis://127.0.0.1:$replica/"
+            export IDEM_REDIS_PRIMARY_PID=$pp IDEM_REDIS_REPLICA_PID=$rp
+            idem_log "Redis primary on 127.0.0.1:$primary (pid $pp), its replica on 127.0.0.1:$replica (pid $rp)"
+            return 0
+        fi
+        idem_log "the Redis pair did not come up on ports $primary/$replica (try $try)"
+        idem_stop_redis_pair
+    done
+    return 1
+}
+
+# Stops the pair (either may be stopped with SIGSTOP, or dead already).
+idem_stop_redis_pair() {
+    local pid
+    for pid in $IDEM_REDIS_PAIR_PIDS; do
+        kill -CONT "$pid" 2>/dev/null
+        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    done
+    IDEM_REDIS_PAIR_PIDS=""
+}
+
 # Runs a command as the unprivileged cluster owner (PostgreSQL refuses to run as root).
 idem_as_pg_user() {
     if [ -n "$IDEM_PG_USER" ]; then
@@ -450,6 +509,7 @@ idem_services_stop() {
     fi
     idem_stop_redis_cluster plain
     idem_stop_redis_cluster tls
+    idem_stop_redis_pair
     if [ -n "$IDEM_REDIS_TLS_PID" ]; then
         kill "$IDEM_REDIS_TLS_PID" 2>/dev/null && wait "$IDEM_REDIS_TLS_PID" 2>/dev/null
         IDEM_REDIS_TLS_PID=""
@@ -487,6 +547,7 @@ idem_services_start() {
     idem_install_missing || idem_log "installing services failed; continuing with what is there"
     idem_start_redis
     idem_start_redis_cluster plain
+    idem_start_redis_pair
     idem_start_redis_tls
     idem_start_postgres
     idem_start_postgres_tls

@@ -230,8 +230,8 @@ pub mod reconcile {
     //! Reconciliation: the decisions a [`Reconciler`](crate::Reconciler) pass records, and a
     //! person's [`resolve`].
     pub use idem_runtime::reconcile::{
-        class_of, resolve, resolve_as, Action, Decision, Resolution, ResolveError,
-        DEFAULT_MAX_FAILED_READ_BACKS, DEFAULT_WATCH_RELEASED_FOR, RECONCILER,
+        class_of, releasable_at, resolve, resolve_as, resolve_in, Action, Decision, Resolution,
+        ResolveError, DEFAULT_MAX_FAILED_READ_BACKS, DEFAULT_WATCH_RELEASED_FOR, RECONCILER,
     };
 }
 

@@ -120,9 +120,16 @@ pub enum Command {
         /// The effect failed terminally, for this reason.
         #[arg(long, group = "decision", value_name = "REASON")]
         failed: Option<String>,
-        /// The effect never happened: free the key so the intent may run again.
+        /// The effect never happened: free the key so the intent may run again. Refused
+        /// while a send of the record may still land (until the last send + the tool's
+        /// timeout + twice its in-flight bound; a tool this binary does not register is
+        /// assumed to have the largest defaults, 30 minutes each), saying until when.
         #[arg(long, group = "decision")]
         release: bool,
+        /// With --release: free the key even while a send may still land, because REASON
+        /// (how you know it will not; kept in the release trace, marked as forced).
+        #[arg(long, requires = "release", value_name = "REASON")]
+        force: Option<String>,
         /// Why (required; kept in the record with who decided and when).
         #[arg(long, required = true)]
         note: String,
@@ -277,6 +284,7 @@ impl Plan {
                 output,
                 failed,
                 release,
+                force,
                 note,
                 operator,
             } => Plan::Resolve(resolve::Request::check(
@@ -284,7 +292,7 @@ impl Plan {
                 completed,
                 output.as_deref(),
                 failed,
-                release,
+                (release, force),
                 &note,
                 operator,
             )?),
@@ -310,7 +318,8 @@ impl Plan {
 }
 
 /// Runs the CLI. `registry` builds the registry (your tools) on the opened store; it is only
-/// called for `reconcile`.
+/// called for `reconcile` and `resolve` (a release is held to the in-flight bound its tool
+/// declares there).
 ///
 /// Input is checked before the store is opened: a bad key, a missing note or decision
 /// touches nothing.
@@ -406,7 +415,7 @@ where
                 Err(e) => fail(e),
             }
         }
-        Plan::Resolve(request) => match request.apply(&*store, json).await {
+        Plan::Resolve(request) => match request.apply(&registry(store).await, json).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         },

@@ -1,16 +1,19 @@
 //! `idem resolve`: a person's decision, signed and kept.
 //!
 //! The runtime's record has no field for who resolved it, so the CLI signs the note it
-//! passes to [`idem_runtime::reconcile::resolve_as`]: the record's reason then reads
+//! passes to [`idem_runtime::reconcile::resolve_in`]: the record's reason then reads
 //! `resolved by a person: NOTE (by OPERATOR at TIME)`. A release frees the key and the
 //! store keeps a trace of it, with the operator and the note ([`IdemStore::releases`];
 //! `idem show KEY` prints it). Before releasing, the CLI also writes the whole record, with
 //! the operator, note and time, to stderr as one JSON line, for a log kept outside the store.
+//! A release while a send of the record may still land is refused, saying until when,
+//! unless `--force REASON` says how the operator knows it will not (the trace keeps it).
 
-use idem_runtime::reconcile::{resolve_as, Resolution};
+use idem_runtime::reconcile::{releasable_at, resolve_in, Resolution, ResolveError};
 use idem_runtime::{
     identity::IdemKey,
-    store::{IdemStore, Record, RecordState},
+    registry::Registry,
+    store::{Record, RecordState},
 };
 use serde::Serialize;
 
@@ -34,7 +37,7 @@ impl Request {
         completed: Option<String>,
         output: Option<&str>,
         failed: Option<String>,
-        release: bool,
+        (release, force): (bool, Option<String>),
         note: &str,
         operator: Option<String>,
     ) -> Result<Request, String> {
@@ -52,13 +55,21 @@ impl Request {
         if failed.as_deref().is_some_and(|r| r.trim().is_empty()) {
             return Err("--failed needs the reason the effect failed".into());
         }
+        if force.as_deref().is_some_and(|r| r.trim().is_empty()) {
+            return Err("--force needs the reason you know the send will not land".into());
+        }
         let resolution = match (completed, failed, release) {
             (Some(downstream_ref), None, false) => Resolution::Completed {
                 downstream_ref,
                 output,
             },
             (None, Some(reason), false) => Resolution::Failed { reason },
-            (None, None, true) => Resolution::Release,
+            (None, None, true) => match force {
+                Some(reason) => Resolution::ForceRelease {
+                    reason: reason.trim().to_owned(),
+                },
+                None => Resolution::Release,
+            },
             _ => {
                 return Err("say exactly one of --completed REF, --failed REASON, --release".into())
             }
@@ -84,9 +95,13 @@ impl Request {
     }
 
     /// Applies the decision and prints the record as it is afterwards (or the release).
-    pub(crate) async fn apply(self, store: &dyn IdemStore, json: bool) -> Result<(), String> {
+    pub(crate) async fn apply(self, registry: &Registry, json: bool) -> Result<(), String> {
+        let store = &**registry.store();
         let at = store.clock().now().to_string();
-        let release = matches!(self.resolution, Resolution::Release);
+        let release = matches!(
+            self.resolution,
+            Resolution::Release | Resolution::ForceRelease { .. }
+        );
         // A release's trace names the operator and the time in fields of its own; a
         // settled record has only its message to say who decided.
         let (operator, signed) = if release {
@@ -98,11 +113,11 @@ impl Request {
             )
         };
         let previous = if release {
-            self.before_release(store, &at).await?
+            self.before_release(registry, &at).await?
         } else {
             None
         };
-        match resolve_as(store, &self.key, self.resolution, &operator, &signed).await {
+        match resolve_in(registry, &self.key, self.resolution, &operator, &signed).await {
             Ok(Some(record)) => output::record(&record, json),
             Ok(None) => {
                 // `previous` is `None` only if the record became resolvable between the
@@ -128,6 +143,7 @@ impl Request {
                     );
                 }
             }
+            Err(e @ ResolveError::MayStillLand { .. }) => return Err(refused(e)),
             Err(e) => return Err(e.to_string()),
         }
         Ok(())
@@ -135,11 +151,14 @@ impl Request {
 
     /// Writes the record about to be released to stderr, for a log kept outside the store.
     /// Returns it (`None` when it is not a person's to release: `resolve` says why).
+    /// A release refused for the in-flight bound is refused here, before the line: the log
+    /// holds only releases that were tried.
     async fn before_release(
         &self,
-        store: &dyn IdemStore,
+        registry: &Registry,
         at: &str,
     ) -> Result<Option<Record>, String> {
+        let store = &**registry.store();
         let Some(previous) = store.get(&self.key).await.map_err(|e| e.to_string())? else {
             return Ok(None);
         };
@@ -148,6 +167,13 @@ impl Request {
             RecordState::Unknown | RecordState::Pending | RecordState::Escalated
         ) {
             return Ok(None);
+        }
+        let until = releasable_at(registry, &previous);
+        if matches!(self.resolution, Resolution::Release) && store.clock().now() < until {
+            return Err(refused(ResolveError::MayStillLand {
+                key: self.key.clone(),
+                until,
+            }));
         }
         // One line of JSON and nothing else, so `2>>releases.jsonl` keeps exactly it.
         eprintln!(
@@ -164,6 +190,11 @@ impl Request {
         );
         Ok(Some(previous))
     }
+}
+
+/// A release refused for the in-flight bound, with the flag that forces it.
+fn refused(e: ResolveError) -> String {
+    format!("{e} (--force REASON)")
 }
 
 /// What a release leaves behind: the record as it was, who released it, when and why.

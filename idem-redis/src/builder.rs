@@ -35,6 +35,17 @@ pub struct RedisStoreBuilder {
     /// Runs the code with `EVALSHA` even where `FUNCTION` exists (tests of that path).
     pub(crate) force_script: bool,
     pub(crate) read_before_claim: bool,
+    pub(crate) replicas: Option<ReplicaWait>,
+}
+
+/// What [`RedisStoreBuilder::wait_for_replicas`] set: how many replicas must confirm a
+/// claim or a settle, and how long to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaWait {
+    /// `WAIT`'s `numreplicas`.
+    pub(crate) replicas: u32,
+    /// `WAIT`'s timeout.
+    pub(crate) timeout: Duration,
 }
 
 impl RedisStoreBuilder {
@@ -52,6 +63,7 @@ impl RedisStoreBuilder {
             tls: TlsOptions::default(),
             force_script: false,
             read_before_claim: false,
+            replicas: None,
         }
     }
 
@@ -100,6 +112,37 @@ impl RedisStoreBuilder {
     /// which the read applies as the script does.
     pub fn read_before_claim(mut self, on: bool) -> Self {
         self.read_before_claim = on;
+        self
+    }
+
+    /// Wait for `replicas` replicas to confirm each claim and settle, for at most `timeout`
+    /// (default: no wait). A failover then does not forget a claim: without it, a claim the
+    /// primary acknowledged and died before replicating is gone from the promoted replica,
+    /// and the next call runs the handler again.
+    ///
+    /// Each `claim` and `settle` is sent with a `WAIT replicas timeout` behind it, in one
+    /// pipeline on the same connection (on a Redis Cluster, to the master of the key's
+    /// slot: the wait is per shard), so the wait covers exactly that write:
+    ///
+    /// - A claim fewer replicas confirm in time is released and refused with
+    ///   [`StoreError::Unavailable`]: the handler does not run. (Were the release lost in a
+    ///   failover too, the claim survives on no replica; on the old primary it is a running
+    ///   claim of nobody that turns unknown at its lease's end, for the reconciler.)
+    /// - A settle fewer replicas confirm in time is kept as it is (the effect happened; the
+    ///   caller gets its answer) and logged as a warning. Should the primary then fail over,
+    ///   the promoted replica holds the record as the confirmed claim left it, running: it
+    ///   turns unknown when its lease passes and the reconciler settles it (read-back or a
+    ///   retry with the same key), never a second run of the handler.
+    ///
+    /// `WAIT` confirms that replicas received the write, not that they fsynced it (Redis
+    /// 7.0 has no `WAITAOF`). It blocks the connection it is sent on until the replicas
+    /// answer: every command pipelined behind it waits too, so on a healthy replica each
+    /// claim and settle pays a replica round trip (see the README's durability table for
+    /// the measured cost), and a stalled replica holds them up to `timeout`. `replicas`
+    /// must be at least 1 and `timeout` at least 1 ms and under the response timeout
+    /// ([`RedisStoreBuilder::response_timeout`]), or `connect` refuses.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some(ReplicaWait { replicas, timeout });
         self
     }
 
@@ -165,6 +208,19 @@ impl RedisStoreBuilder {
             ));
         }
         let layout = Layout::new(&self.prefix, self.partitions)?;
+        if let Some(wait) = self.replicas {
+            if wait.replicas == 0
+                || wait.timeout < Duration::from_millis(1)
+                || wait.timeout >= self.response_timeout
+            {
+                return Err(StoreError::Backend(format!(
+                    "wait_for_replicas({}, {:?}) needs at least 1 replica and a timeout of at \
+                     least 1 ms under the response timeout ({:?}), or a claim could time out \
+                     unsure whether it was made",
+                    wait.replicas, wait.timeout, self.response_timeout
+                )));
+            }
+        }
         #[cfg(feature = "tls")]
         let certificates = redis_certificates(&self.tls)?;
         #[cfg(feature = "tls")]
@@ -263,6 +319,7 @@ impl RedisStoreBuilder {
                 conn,
                 calls,
                 read_before_claim: self.read_before_claim,
+                replicas: self.replicas,
                 prefix: self.prefix,
                 layout,
                 clock: self.clock,

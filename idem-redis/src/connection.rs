@@ -3,7 +3,9 @@
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, Pipeline, RedisFuture, Value};
+use ::redis::{cmd, pipe, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::builder::ReplicaWait;
 
 /// A connection to the store's Redis: one server (reconnecting), or a cluster (following
 /// its slot map and redirections).
@@ -19,6 +21,30 @@ impl Conn {
     /// True for a Redis Cluster.
     pub(super) fn is_cluster(&self) -> bool {
         matches!(self, Conn::Cluster(_))
+    }
+}
+
+impl Conn {
+    /// Sends `call` with `WAIT` behind it, in one pipeline on one connection, and returns
+    /// its reply and how many replicas confirmed it within `wait`'s timeout.
+    ///
+    /// `WAIT` counts the replicas that acknowledged every write this connection sent
+    /// before it: sent together, nothing else of ours (no reconnection) can come between
+    /// the write and the wait. On a cluster the pipeline goes where its first keyed
+    /// command does, the master of `call`'s slot, so the wait is that shard's.
+    pub(super) async fn query_confirmed(
+        &mut self,
+        call: &Cmd,
+        wait: ReplicaWait,
+    ) -> RedisResult<(Value, u32)> {
+        let mut waiting = cmd("WAIT");
+        waiting
+            .arg(wait.replicas)
+            .arg(u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX));
+        let mut both = pipe();
+        both.add_command(call.clone()).add_command(waiting);
+        let (reply, acks): (Value, u32) = both.query_async(self).await?;
+        Ok((reply, acks))
     }
 }
 

@@ -118,7 +118,11 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 ///   calls move money.
 ///
 /// Replication is asynchronous: a failover to a replica can lose the last acknowledged
-/// claims in the same way. Set `maxmemory-policy noeviction`: an eviction policy that may
+/// claims in the same way, unless the store waits for replicas
+/// ([`RedisStoreBuilder::wait_for_replicas`]): a claim the replicas do not confirm is then
+/// released and refused before the handler runs, and a settle they do not confirm stands
+/// but, after a failover, is the running claim again, which turns unknown at its lease's end
+/// and is settled by the reconciler. Set `maxmemory-policy noeviction`: an eviction policy that may
 /// drop keys can drop a claim (any `allkeys-*` policy) or a tombstone early (`volatile-*`).
 ///
 /// # Faults
@@ -162,6 +166,8 @@ pub(crate) struct Inner {
     pub(crate) calls: Calls,
     /// See [`RedisStoreBuilder::read_before_claim`].
     pub(crate) read_before_claim: bool,
+    /// See [`RedisStoreBuilder::wait_for_replicas`].
+    pub(crate) replicas: Option<crate::builder::ReplicaWait>,
     pub(crate) prefix: String,
     pub(crate) layout: Layout,
     pub(crate) clock: Arc<dyn Clock>,
@@ -369,6 +375,46 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// A claim the replicas did not confirm (fewer than
+    /// [`RedisStoreBuilder::wait_for_replicas`] asks for, in time) is released and refused:
+    /// the handler must not run on a claim a failover could forget.
+    async fn confirm_claim(
+        &self,
+        key: &IdemKey,
+        token: ClaimToken,
+        acks: Option<u32>,
+    ) -> Result<(), StoreError> {
+        let (Some(wait), Some(acks)) = (self.inner.replicas, acks) else {
+            return Ok(());
+        };
+        if acks >= wait.replicas {
+            return Ok(());
+        }
+        let released = match self.release(key, token).await {
+            Ok(()) => "released".to_owned(),
+            Err(e) => {
+                format!("not released ({e}): it turns unknown at its lease's end, with no attempt")
+            }
+        };
+        Err(StoreError::Unavailable(format!(
+            "the claim of {key} was confirmed by {acks} of the {} replicas asked for within              {:?} (WAIT), so a failover could forget it; {released}, nothing was run",
+            wait.replicas, wait.timeout
+        )))
+    }
+
+    /// A settle the replicas did not confirm stands (the effect happened, the caller is
+    /// told); it is only logged.
+    fn confirm_settle(&self, key: &IdemKey, state: RecordState, acks: Option<u32>) {
+        if let (Some(wait), Some(acks)) = (self.inner.replicas, acks) {
+            if acks < wait.replicas {
+                tracing::warn!(key = %key, state = %state, acks, replicas = wait.replicas,
+                    "a settle was confirmed by fewer replicas than asked for in time: after a \
+                     failover now the record is the running claim, which turns unknown for \
+                     the reconciler");
+            }
+        }
+    }
+
     /// Runs one operation of the script on `key`'s record.
     pub(crate) async fn run_on(
         &self,
@@ -389,6 +435,20 @@ impl RedisStore {
         op: &str,
         args: &[&[u8]],
     ) -> Result<Vec<Value>, StoreError> {
+        Ok(self.run_waiting(part, key, op, args, None).await?.0)
+    }
+
+    /// [`RedisStore::run`], followed by a `WAIT` when `wait` is given: also returns how
+    /// many replicas confirmed the write in time (see
+    /// [`RedisStoreBuilder::wait_for_replicas`]).
+    pub(crate) async fn run_waiting(
+        &self,
+        part: &Part,
+        key: Option<&str>,
+        op: &str,
+        args: &[&[u8]],
+        wait: Option<crate::builder::ReplicaWait>,
+    ) -> Result<(Vec<Value>, Option<u32>), StoreError> {
         let inner = &*self.inner;
         // An operation on no record names the first index key in the record's place: every
         // key a call names must be in the partition's slot. Only the releases with a trace
@@ -423,8 +483,40 @@ impl RedisStore {
         ]);
         argv.extend_from_slice(args);
         let mut conn = inner.conn.clone();
-        let reply: Value = match inner.calls {
-            Calls::Function => {
+        let mut acks = None;
+        let reply: Value = match (inner.calls, wait) {
+            (Calls::Function, Some(wait)) => {
+                let call = LIBRARY.fcall(&keys, &argv);
+                let (reply, confirmed) = match conn.query_confirmed(&call, wait).await {
+                    Err(e) if crate::library::function_missing(&e) => {
+                        load_library(&mut conn).await.map_err(map_err)?;
+                        conn.query_confirmed(&call, wait).await.map_err(map_err)?
+                    }
+                    other => other.map_err(map_err)?,
+                };
+                acks = Some(confirmed);
+                reply
+            }
+            (Calls::Script, Some(wait)) => {
+                let mut call = ::redis::cmd("EVALSHA");
+                call.arg(LIBRARY.script().get_hash()).arg(keys.len());
+                for k in &keys {
+                    call.arg(*k);
+                }
+                for a in &argv {
+                    call.arg(*a);
+                }
+                let (reply, confirmed) = match conn.query_confirmed(&call, wait).await {
+                    Err(e) if e.kind() == ::redis::ErrorKind::NoScriptError => {
+                        crate::library::load_script(&mut conn).await?;
+                        conn.query_confirmed(&call, wait).await.map_err(map_err)?
+                    }
+                    other => other.map_err(map_err)?,
+                };
+                acks = Some(confirmed);
+                reply
+            }
+            (Calls::Function, None) => {
                 let call = LIBRARY.fcall(&keys, &argv);
                 match call.query_async(&mut conn).await {
                     Err(e) if crate::library::function_missing(&e) => {
@@ -434,7 +526,7 @@ impl RedisStore {
                     other => other.map_err(map_err)?,
                 }
             }
-            Calls::Script => {
+            (Calls::Script, None) => {
                 let mut inv = LIBRARY.script().prepare_invoke();
                 for k in &keys {
                     inv.key(*k);
@@ -446,10 +538,10 @@ impl RedisStore {
             }
         };
         match reply {
-            Value::Array(items) => Ok(items),
+            Value::Array(items) => Ok((items, acks)),
             // A success with nothing more to say (`ok`, `claimed`) comes as one string: the
             // server then builds no table for it.
-            Value::BulkString(_) | Value::SimpleString(_) => Ok(vec![reply]),
+            Value::BulkString(_) | Value::SimpleString(_) => Ok((vec![reply], acks)),
             other => Err(unexpected(op, &other)),
         }
     }
@@ -645,9 +737,11 @@ impl IdemStore for RedisStore {
             Some(op) => Some(to_json(op, "operation")?),
             None => None,
         };
-        let items = self
-            .run_on(
-                &req.key,
+        let part = self.inner.layout.part(req.key.as_str());
+        let (items, acks) = self
+            .run_waiting(
+                part,
+                Some(req.key.as_str()),
                 "claim",
                 &[
                     req.key.as_str().as_bytes(),
@@ -657,10 +751,14 @@ impl IdemStore for RedisStore {
                     millis(req.lease).to_string().as_bytes(),
                     &opt_arg(operation.as_deref()),
                 ],
+                self.inner.replicas,
             )
             .await?;
         match (tag(&items), items.get(1)) {
-            (Some("claimed"), _) => Ok(ClaimOutcome::Claimed(token)),
+            (Some("claimed"), _) => {
+                self.confirm_claim(&req.key, token, acks).await?;
+                Ok(ClaimOutcome::Claimed(token))
+            }
             (Some("existing"), Some(fields)) => {
                 let record = self.decode(&req.key, fields)?;
                 Ok(rules::claim_against(Some(&record), req)
@@ -706,9 +804,21 @@ impl IdemStore for RedisStore {
         }
         let args = settle_args(token, &settlement)?;
         let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-        let items = self.run_on(key, "settle", &argv).await?;
+        let part = self.inner.layout.part(key.as_str());
+        let (items, acks) = self
+            .run_waiting(
+                part,
+                Some(key.as_str()),
+                "settle",
+                &argv,
+                self.inner.replicas,
+            )
+            .await?;
         match tag(&items) {
-            Some("ok") => Ok(()),
+            Some("ok") => {
+                self.confirm_settle(key, settlement.state, acks);
+                Ok(())
+            }
             _ => Err(refusal(key, "settle", &items)),
         }
     }

@@ -1248,12 +1248,18 @@ async fn an_escalation_holds_every_attempt_and_read_back_and_a_person_resolves_i
     let other = w.registry.call(charge(100)).await;
     assert_eq!(other.class(), Some(OutcomeClass::Unknown));
     let other_key = other.key().unwrap().clone();
-    assert!(
-        resolve(store, &other_key, Resolution::Release, "not in the ledger")
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(resolve(
+        store,
+        &other_key,
+        // Sent just now: only a forced release frees it inside the in-flight bound.
+        Resolution::ForceRelease {
+            reason: "the bank's log has no such request".into()
+        },
+        "not in the ledger"
+    )
+    .await
+    .unwrap()
+    .is_none());
     assert!(w.record(&other_key).await.is_none());
     let rerun = w.registry.call(charge(100).call_id("toolu_4")).await;
     assert!(rerun.is_completed() && !rerun.replayed());

@@ -464,9 +464,17 @@ async fn a_resolved_escalation_is_what_repeats_see() {
     assert!(again.replayed());
     assert!(again.text().contains("mailbox full"), "{}", again.text());
 
-    resolve(store, &key(&b), Resolution::Release, "not in the mail log")
-        .await
-        .unwrap();
+    resolve(
+        store,
+        &key(&b),
+        // Sent just now: only a forced release frees it inside the in-flight bound.
+        Resolution::ForceRelease {
+            reason: "the mail provider never accepted it".into(),
+        },
+        "not in the mail log",
+    )
+    .await
+    .unwrap();
     let rerun = w
         .registry
         .call(ToolCall::new(

@@ -311,11 +311,14 @@ async fn escalations_worked_through_the_cli(
         "{name}"
     );
 
-    // Released: listed as released, and the next call runs once.
+    // Released: listed as released, and the next call runs once. Sent just now, so only a
+    // forced release frees it.
     let out = target.run(&[
         "resolve",
         keys[2].as_str(),
         "--release",
+        "--force",
+        "the mail provider's log shows it was never accepted",
         "--note",
         "never arrived",
         "--operator",

@@ -8,6 +8,7 @@ mod escalation_evidence;
 mod escalations_on_every_store;
 mod list_pages;
 mod reconcile_every_record;
+mod release_bound;
 mod resolve_evidence;
 mod resolve_on_every_store;
 mod store_options;

@@ -158,6 +158,8 @@ async fn person_resolves_through_the_cli(url: &str, store: Arc<dyn IdemStore>) {
             "resolve",
             &key2,
             "--release",
+            "--force",
+            "the bank's request log has no such charge",
             "--note",
             "not in the ledger",
             "--operator",

@@ -11,7 +11,7 @@ use idem_runtime::store::{AttemptKind, AttemptRecord, OperationDraft, ReadBackRe
 use idem_runtime::{
     identity::{Fingerprint, IdemKey, Scope},
     outcome::OutcomeClass,
-    store::{Clock, IdemStore, RecordState, SystemClock},
+    store::{Clock, IdemStore, RecordState, SystemClock, Timestamp},
 };
 use idem_sqlite::{SqliteStore, SqliteSync};
 use serde_json::Value;
@@ -99,6 +99,9 @@ impl Drop for TempDb {
     }
 }
 
+/// Past any in-flight bound the stock binary assumes (90 minutes after the send).
+pub const LONG_AGO: Duration = Duration::from_secs(2 * 3600);
+
 /// Every text field a record can carry, for [`unknown_record`].
 #[derive(Clone, Debug)]
 pub struct RecordText {
@@ -110,6 +113,9 @@ pub struct RecordText {
     pub message: String,
     pub attempt_message: String,
     pub read_back: Option<String>,
+    /// How long ago its one send went out: by default long enough (2 hours) that no send
+    /// can land any more, so a plain `--release` of it is not refused.
+    pub sent_ago: Duration,
 }
 
 impl RecordText {
@@ -124,6 +130,7 @@ impl RecordText {
             message: message.into(),
             attempt_message: message.into(),
             read_back: None,
+            sent_ago: LONG_AGO,
         }
     }
 }
@@ -152,12 +159,13 @@ pub async fn unknown_record(store: &dyn IdemStore, text: &RecordText) -> IdemKey
         panic!("{key} was already claimed");
     };
     let now = SystemClock.now();
+    let sent = Timestamp(now.0.saturating_sub(text.sent_ago.as_millis() as u64));
     let mut settlement = Settlement::new(RecordState::Unknown)
         .message(text.message.clone())
         .attempts(vec![AttemptRecord::new(
             1,
-            now,
-            now,
+            sent,
+            sent,
             AttemptKind::Returned,
             OutcomeClass::Unknown,
             Some(text.attempt_message.clone()),

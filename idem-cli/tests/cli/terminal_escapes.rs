@@ -31,6 +31,7 @@ fn hostile() -> RecordText {
         message: "\u{1b}[31mred\ngone\r\u{202E}evil\u{85}".into(),
         attempt_message: "attempt\u{1b}[1A\u{8}\u{8}".into(),
         read_back: Some("read-back\u{1b}[K\u{200F}\u{2028}".into()),
+        sent_ago: crate::support::LONG_AGO,
     }
 }
 

@@ -9,6 +9,7 @@ mod durable;
 mod factory;
 mod garbage;
 mod read_first;
+mod replica_wait;
 mod store;
 mod tls_cluster;
 mod transport;

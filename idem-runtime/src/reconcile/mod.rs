@@ -56,7 +56,7 @@ mod plan;
 mod released;
 mod resolve;
 
-pub use resolve::{resolve, resolve_as, Resolution, ResolveError};
+pub use resolve::{releasable_at, resolve, resolve_as, resolve_in, Resolution, ResolveError};
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};

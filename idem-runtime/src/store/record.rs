@@ -570,6 +570,29 @@ impl ReleaseNote {
             note: note.into(),
         }
     }
+    /// What [`ReleaseRecord::note`] starts with for a release forced inside the in-flight
+    /// bound ([`ReleaseNote::forced`]).
+    pub const FORCED: &'static str = "forced inside the in-flight bound";
+
+    /// A release by `by` forced while a send of the record may still land (until `until`),
+    /// because `reason`; `note` is the operator's note. The trace's note reads
+    /// `forced inside the in-flight bound (a send may land until UNTIL): REASON; note: NOTE`.
+    pub fn forced(by: impl Into<String>, note: &str, reason: &str, until: Timestamp) -> Self {
+        let mut text = format!("{} (a send may land until {until}): {reason}", Self::FORCED);
+        if !note.is_empty() {
+            text.push_str("; note: ");
+            text.push_str(note);
+        }
+        ReleaseNote {
+            by: by.into(),
+            note: text,
+        }
+    }
+
+    /// Whether a release trace's note says it was forced inside the in-flight bound.
+    pub fn is_forced(note: &str) -> bool {
+        note.starts_with(Self::FORCED)
+    }
 }
 
 /// The trace a release leaves in the store: a key whose record was unknown, pending or

@@ -65,10 +65,18 @@ async fn a_late_result_after_a_release_is_recorded_again_and_reported() {
     );
     let key = first.key().unwrap().clone();
 
-    // A person, seeing nothing in the ledger yet, frees the key.
-    resolve(&*store, &key, Resolution::Release, "not in the ledger")
-        .await
-        .unwrap();
+    // A person, seeing nothing in the ledger yet, frees the key: inside the bound, so only
+    // by forcing it.
+    resolve(
+        &*store,
+        &key,
+        Resolution::ForceRelease {
+            reason: "the bank's log shows no request".into(),
+        },
+        "not in the ledger",
+    )
+    .await
+    .unwrap();
     assert_eq!(store.get(&key).await.unwrap(), None);
 
     // The charge lands after all.

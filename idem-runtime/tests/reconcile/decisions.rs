@@ -835,6 +835,8 @@ async fn a_person_resolves_an_escalation_and_the_next_call_obeys() {
     let w = World::new(Stub::new(false, [Fault::DroppedRequest]), false, |s| s);
     let first = w.call().await;
     w.pass().await;
+    // Once no send can land any more (by the largest defaults: `resolve` has no tool).
+    w.clock.advance(Duration::from_secs(90 * 60));
     resolve(
         &*w.store,
         first.key().unwrap(),

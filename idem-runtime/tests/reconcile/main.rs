@@ -3,3 +3,4 @@
 
 mod decisions;
 mod escalation_sink;
+mod release_bound;
