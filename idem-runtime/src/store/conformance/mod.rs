@@ -228,6 +228,7 @@ macro_rules! store_conformance_tests {
             late_result_refused_after_reclaim,
             results_expire_to_tombstones,
             tombstones_keep_no_arguments_or_outputs,
+            sweep_enforces_retention_unread,
             evidence_is_capped,
             short_tombstone_retention_is_raised,
             unsettled_records_never_expire,
@@ -284,6 +285,7 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     late_result_refused_after_reclaim(f).await;
     results_expire_to_tombstones(f).await;
     tombstones_keep_no_arguments_or_outputs(f).await;
+    sweep_enforces_retention_unread(f).await;
     evidence_is_capped(f).await;
     short_tombstone_retention_is_raised(f).await;
     unsettled_records_never_expire(f).await;
@@ -1161,6 +1163,177 @@ pub async fn tombstones_keep_no_arguments_or_outputs<F: StoreFactory>(f: &F) {
         matches!(s.claim(&changed).await, Ok(ClaimOutcome::Mismatch(_))),
         "a scrubbed tombstone still detects changed parameters"
     );
+}
+
+/// [`IdemStore::sweep_expired`] enforces retention on records nobody reads: past the result
+/// window the *stored* record of a completed or failed call holds no arguments, output,
+/// message or read-back (checked on the backend's raw record,
+/// [`StoreFactory::raw_record`], before anything reads it through the store), a repeat is
+/// still refused by the tombstone, and past the tombstone window the stored record is gone.
+/// A result still inside its window, and unknown, pending and escalated records, are left
+/// exactly as stored, however long the clock runs.
+pub async fn sweep_enforces_retention_unread<F: StoreFactory>(f: &F) {
+    let Some(h) = harness(f, "sweep_enforces_retention_unread").await else {
+        return;
+    };
+    let s = &*h.store;
+    let at = &h.location;
+    let with_op = |name: &str| ClaimRequest {
+        operation: Some(
+            crate::store::Operation {
+                scope: Scope::run("run-secret"),
+                intent: Some(format!("intent-secret-{name}")),
+                args: json!({"card": "secret-card 4242", "cents": 4900}).into(),
+            }
+            .into(),
+        ),
+        ..request(name)
+    };
+    let done = with_op("swept-completed");
+    let failed = with_op("swept-failed");
+    for (req, settlement) in [
+        (&done, completed(json!({"receipt": "secret-output"}))),
+        (
+            &failed,
+            Settlement::new(RecordState::Failed).message("declined: secret reason"),
+        ),
+    ] {
+        let t = claim(s, req).await;
+        let rb = ReadBackRecord {
+            at: h.clock.now(),
+            result: "found completed: secret detail".to_owned(),
+        };
+        settle(
+            s,
+            &req.key,
+            t,
+            settlement
+                .attempts(vec![attempt(1, OutcomeClass::Completed, &h.clock)])
+                .read_backs(vec![rb]),
+        )
+        .await;
+    }
+    let unsettled = [
+        (
+            with_op("swept-unknown"),
+            Settlement::new(RecordState::Unknown).message("timed out: secret kept"),
+        ),
+        (
+            with_op("swept-pending"),
+            Settlement::new(RecordState::Pending).payload(json!({"status": "secret-kept"})),
+        ),
+        (
+            with_op("swept-escalated"),
+            Settlement::new(RecordState::Escalated).message("needs a person: secret kept"),
+        ),
+    ];
+    for (req, settlement) in &unsettled {
+        let t = claim(s, req).await;
+        settle(s, &req.key, t, settlement.clone()).await;
+    }
+    // Settled half a window later: still inside its window when the first two expire.
+    h.clock.advance(RETENTION.results / 2);
+    let fresh = with_op("swept-fresh");
+    let t = claim(s, &fresh).await;
+    settle(
+        s,
+        &fresh.key,
+        t,
+        completed(json!({"receipt": "secret-fresh"})),
+    )
+    .await;
+
+    let raw = |key: IdemKey| async move { f.raw_record(at, s, &key).await };
+    let stored_before = raw(done.key.clone()).await;
+    // A backend without a raw view (MemoryStore) is checked through the API alone.
+    let has_raw = stored_before.is_some();
+    if has_raw {
+        assert!(
+            stored_before
+                .as_deref()
+                .is_some_and(|r| r.contains("secret-output")),
+            "the raw view shows the saved result inside its window: {stored_before:?}"
+        );
+    }
+    let mut unsettled_before = Vec::new();
+    for (req, _) in &unsettled {
+        unsettled_before.push(raw(req.key.clone()).await);
+    }
+    let fresh_before = raw(fresh.key.clone()).await;
+
+    h.clock.advance(RETENTION.results / 2);
+    let swept = s
+        .sweep_expired()
+        .await
+        .unwrap_or_else(|e| panic!("sweep_expired failed: {e}"));
+    if has_raw {
+        for req in [&done, &failed] {
+            let stored = raw(req.key.clone())
+                .await
+                .unwrap_or_else(|| panic!("the tombstone of {} must stay stored", req.key));
+            assert!(
+                !stored.contains("secret"),
+                "past the result window the stored record keeps no arguments, output, \
+                 message or read-back, unread: {stored}"
+            );
+        }
+        assert_eq!(
+            raw(fresh.key.clone()).await,
+            fresh_before,
+            "a result inside its window is left as stored"
+        );
+    } else {
+        assert_eq!(
+            swept.results, 2,
+            "the two results past their window are swept"
+        );
+    }
+    for req in [&done, &failed] {
+        let r = claim_finds(s, req).await;
+        assert!(r.result_expired, "a repeat finds the tombstone");
+        assert_eq!(r.payload, None);
+        assert_eq!(r.operation, None);
+        assert!(!format!("{r:?}").contains("secret"), "{r:?}");
+    }
+    assert_eq!(
+        claim_finds(s, &fresh).await.payload,
+        Some(json!({"receipt": "secret-fresh"})),
+        "a result inside its window is still replayed"
+    );
+
+    h.clock.advance(RETENTION.tombstones);
+    s.sweep_expired()
+        .await
+        .unwrap_or_else(|e| panic!("sweep_expired failed: {e}"));
+    if has_raw {
+        for req in [&done, &failed, &fresh] {
+            assert_eq!(
+                raw(req.key.clone()).await,
+                None,
+                "past the tombstone window the stored record is deleted, unread"
+            );
+        }
+    }
+    for ((req, settlement), before) in unsettled.iter().zip(&unsettled_before) {
+        if has_raw {
+            assert_eq!(
+                &raw(req.key.clone()).await,
+                before,
+                "a sweep leaves a {} record exactly as stored",
+                settlement.state
+            );
+        }
+        let r = claim_finds(s, req).await;
+        assert_eq!(
+            r.state, settlement.state,
+            "{} never expires",
+            settlement.state
+        );
+        assert_eq!(r.payload, settlement.payload);
+        assert_eq!(r.message, settlement.message);
+        assert!(r.operation.is_some(), "its arguments are kept");
+    }
+    claim(s, &done).await;
 }
 
 /// Evidence is capped: a record keeps the first and the last
