@@ -84,6 +84,11 @@ pub struct StoreOptions {
     pub clock: ManualClock,
     /// The retention windows the store must apply.
     pub retention: Retention,
+    /// How often the store's background retention sweep runs (`sweep_every` on the
+    /// durable stores' builders): [`Duration::ZERO`], the task off, for every check but
+    /// [`sweep_task_enforces_retention`], which sets a short one. A factory whose store has
+    /// such a task passes this to its builder.
+    pub sweep_every: Duration,
     /// Set by the checks that count the store's reads of the time.
     watched: Option<durable::WatchedClock>,
 }
@@ -94,6 +99,7 @@ impl StoreOptions {
         StoreOptions {
             clock,
             retention,
+            sweep_every: Duration::ZERO,
             watched: None,
         }
     }
@@ -103,6 +109,7 @@ impl StoreOptions {
         StoreOptions {
             clock: watched.clock.clone(),
             retention,
+            sweep_every: Duration::ZERO,
             watched: Some(watched.clone()),
         }
     }
@@ -229,6 +236,7 @@ macro_rules! store_conformance_tests {
             results_expire_to_tombstones,
             tombstones_keep_no_arguments_or_outputs,
             sweep_enforces_retention_unread,
+            sweep_task_enforces_retention,
             evidence_is_capped,
             short_tombstone_retention_is_raised,
             unsettled_records_never_expire,
@@ -286,6 +294,7 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     results_expire_to_tombstones(f).await;
     tombstones_keep_no_arguments_or_outputs(f).await;
     sweep_enforces_retention_unread(f).await;
+    sweep_task_enforces_retention(f).await;
     evidence_is_capped(f).await;
     short_tombstone_retention_is_raised(f).await;
     unsettled_records_never_expire(f).await;
@@ -352,12 +361,23 @@ async fn harness_with<F: StoreFactory>(
     check: &str,
     retention: Retention,
 ) -> Option<Harness<F>> {
+    harness_sweeping(f, check, retention, Duration::ZERO).await
+}
+
+/// [`harness_with`] whose store sweeps every `sweep_every` by itself.
+async fn harness_sweeping<F: StoreFactory>(
+    f: &F,
+    check: &str,
+    retention: Retention,
+    sweep_every: Duration,
+) -> Option<Harness<F>> {
     if let Some(reason) = f.unavailable() {
         skip(&format!("conformance check `{check}`"), &reason);
         return None;
     }
     let clock = ManualClock::starting_now();
-    let options = StoreOptions::new(clock.clone(), retention);
+    let mut options = StoreOptions::new(clock.clone(), retention);
+    options.sweep_every = sweep_every;
     let location = f
         .location()
         .await
@@ -1334,6 +1354,105 @@ pub async fn sweep_enforces_retention_unread<F: StoreFactory>(f: &F) {
         assert!(r.operation.is_some(), "its arguments are kept");
     }
     claim(s, &done).await;
+}
+
+/// The durable stores' own background task enforces retention: with a short cadence
+/// (`sweep_every`), past the result window the stored record of a completed call loses its
+/// arguments and output and past the tombstone window it is deleted, while nothing calls
+/// the store at all; an unknown record is left exactly as stored. Checked on the raw record
+/// ([`StoreFactory::raw_record`]); a backend without a raw view (MemoryStore, which has no
+/// task) skips it.
+pub async fn sweep_task_enforces_retention<F: StoreFactory>(f: &F) {
+    let Some(h) = harness_sweeping(
+        f,
+        "sweep_task_enforces_retention",
+        RETENTION,
+        Duration::from_millis(20),
+    )
+    .await
+    else {
+        return;
+    };
+    let s = &*h.store;
+    let at = &h.location;
+    let with_op = |name: &str| ClaimRequest {
+        operation: Some(
+            crate::store::Operation {
+                scope: Scope::run("run-secret"),
+                intent: None,
+                args: json!({"card": "secret-card"}).into(),
+            }
+            .into(),
+        ),
+        ..request(name)
+    };
+    let done = with_op("task-completed");
+    let unknown = with_op("task-unknown");
+    let t = claim(s, &done).await;
+    settle(s, &done.key, t, completed(json!({"receipt": "secret-output"}))).await;
+    let t = claim(s, &unknown).await;
+    settle(
+        s,
+        &unknown.key,
+        t,
+        Settlement::new(RecordState::Unknown).message("timed out: secret kept"),
+    )
+    .await;
+    let raw = |key: IdemKey| async move { f.raw_record(at, s, &key).await };
+    let Some(before) = raw(done.key.clone()).await else {
+        eprintln!("skipping sweep_task_enforces_retention: the factory has no raw view");
+        return;
+    };
+    assert!(before.contains("secret-output"), "{before}");
+    let unknown_before = raw(unknown.key.clone()).await;
+
+    /// Reads the raw record until `done` says so; a bound only against hanging.
+    async fn until<Fut: Future<Output = Option<String>>>(
+        read: impl Fn() -> Fut,
+        done: impl Fn(&Option<String>) -> bool,
+        what: &str,
+    ) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let stored = read().await;
+            if done(&stored) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the store's sweep task never {what}; the stored record is {stored:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    h.clock.advance(RETENTION.results);
+    until(
+        || raw(done.key.clone()),
+        |r| r.as_deref().is_some_and(|r| !r.contains("secret")),
+        "dropped the expired result's arguments and output",
+    )
+    .await;
+    assert_eq!(
+        raw(unknown.key.clone()).await,
+        unknown_before,
+        "the sweep leaves an unknown record as stored"
+    );
+    let r = claim_finds(s, &done).await;
+    assert!(r.result_expired, "a repeat finds the tombstone");
+
+    h.clock.advance(RETENTION.tombstones);
+    until(
+        || raw(done.key.clone()),
+        Option::is_none,
+        "deleted the lapsed tombstone",
+    )
+    .await;
+    assert_eq!(
+        raw(unknown.key.clone()).await,
+        unknown_before,
+        "an unknown record never expires"
+    );
 }
 
 /// Evidence is capped: a record keeps the first and the last
