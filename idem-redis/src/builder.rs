@@ -35,6 +35,7 @@ pub struct RedisStoreBuilder {
     /// Runs the code with `EVALSHA` even where `FUNCTION` exists (tests of that path).
     pub(crate) force_script: bool,
     pub(crate) read_before_claim: bool,
+    pub(crate) sweep_every: Duration,
 }
 
 impl RedisStoreBuilder {
@@ -52,6 +53,7 @@ impl RedisStoreBuilder {
             tls: TlsOptions::default(),
             force_script: false,
             read_before_claim: false,
+            sweep_every: idem_runtime::store::backend::DEFAULT_SWEEP_EVERY,
         }
     }
 
@@ -267,9 +269,11 @@ impl RedisStoreBuilder {
                 layout,
                 clock: self.clock,
                 retention: self.retention,
+                sweeper: std::sync::OnceLock::new(),
             }),
         };
         store.check_partitions().await?;
+        store.start_sweeping(self.sweep_every);
         Ok(store)
     }
 }

@@ -1389,7 +1389,13 @@ pub async fn sweep_task_enforces_retention<F: StoreFactory>(f: &F) {
     let done = with_op("task-completed");
     let unknown = with_op("task-unknown");
     let t = claim(s, &done).await;
-    settle(s, &done.key, t, completed(json!({"receipt": "secret-output"}))).await;
+    settle(
+        s,
+        &done.key,
+        t,
+        completed(json!({"receipt": "secret-output"})),
+    )
+    .await;
     let t = claim(s, &unknown).await;
     settle(
         s,
