@@ -80,9 +80,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// [`RedisStoreBuilder::sweep_every`] (default one minute), which takes each partition's
 /// due records from `expiry` and drops the arguments and output of those past the result
 /// window (and deletes lapsed tombstones, ahead of their TTL); it ends when the last handle
-/// on the store is dropped. Records settled by an idem version without this index order
-/// are in `expiry` by their tombstone end: their results are dropped when read, or at the
-/// latest when the tombstone goes.
+/// on the store is dropped.
 ///
 /// # Redis Cluster: partitions
 ///

@@ -73,3 +73,69 @@ impl Drop for SweepTask {
         self.abort.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::OnceLock;
+
+    /// A store's state as the backends hold it: the task's guard inside.
+    struct State {
+        sweeper: OnceLock<SweepTask>,
+    }
+
+    /// The task sweeps on its cadence while the store lives, and once the last handle is
+    /// dropped it ends: its sweep function (and the channel end it holds) is dropped, so
+    /// the receiver sees the channel close instead of waiting for another sweep.
+    #[tokio::test(start_paused = true)]
+    async fn sweeps_on_its_cadence_and_stops_with_the_store() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let state = Arc::new(State {
+            sweeper: OnceLock::new(),
+        });
+        let task = SweepTask::spawn(
+            &state,
+            Duration::from_secs(60),
+            move |_state: Arc<State>| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(());
+                    Ok(Swept::default())
+                }
+            },
+        )
+        .expect("inside a runtime, with a cadence, the task starts");
+        let _ = state.sweeper.set(task);
+        for _ in 0..3 {
+            assert_eq!(
+                rx.recv().await,
+                Some(()),
+                "a sweep per tick while the store lives"
+            );
+        }
+        drop(state);
+        // A sweep already sent may be queued; after it the channel closes.
+        for _ in 0..2 {
+            if rx.recv().await.is_none() {
+                return;
+            }
+        }
+        panic!("the task kept sweeping after the store was dropped");
+    }
+
+    #[tokio::test]
+    async fn a_zero_cadence_starts_no_task() {
+        let state = Arc::new(());
+        let task = SweepTask::spawn(&state, Duration::ZERO, |_| async { Ok(Swept::default()) });
+        assert!(task.is_none());
+    }
+
+    #[test]
+    fn outside_a_runtime_no_task_starts() {
+        let state = Arc::new(());
+        let task = SweepTask::spawn(&state, Duration::from_secs(1), |_| async {
+            Ok(Swept::default())
+        });
+        assert!(task.is_none());
+    }
+}
