@@ -33,7 +33,7 @@ impl RedisStoreBuilder {
     /// [`DEFAULT_SWEEP_EVERY`](idem_runtime::store::backend::DEFAULT_SWEEP_EVERY), one
     /// minute): every `every`, on tokio's clock, one [`IdemStore::sweep_expired`] asks each
     /// partition for its records whose result or tombstone window has ended (a range of its
-    /// `expiry` index, [`SWEEP_PAGE`] records per script call) and drops their arguments and
+    /// `expiry` index, 128 records per script call) and drops their arguments and
     /// output or deletes them, whether or not anyone reads them. What has ended is judged by
     /// the store's [`clock`](Self::clock); the cadence only bounds how long after its
     /// window a result stays in Redis. (A lapsed tombstone also goes by itself: its key's
