@@ -24,6 +24,7 @@ pub struct PostgresStoreBuilder {
     pub(crate) retention: Retention,
     pub(crate) max_connections: usize,
     pub(crate) lock_timeout: Duration,
+    pub(crate) sweep_every: Duration,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<rustls::ClientConfig>,
     #[cfg(feature = "tls")]
@@ -87,6 +88,23 @@ impl PostgresStoreBuilder {
     /// The clock leases and retention are measured with (default: the system clock).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// How often the store's background task sweeps retention (default
+    /// [`DEFAULT_SWEEP_EVERY`](idem_runtime::store::backend::DEFAULT_SWEEP_EVERY), one
+    /// minute): every `every`, on tokio's clock, one
+    /// [`IdemStore::sweep_expired`](idem_runtime::store::IdemStore::sweep_expired) (three
+    /// statements on the retention index) sets the arguments and output of results past
+    /// their window to `NULL` and deletes lapsed tombstones and release traces, whether or
+    /// not anyone reads them. What is past its window is judged by the store's
+    /// [`clock`](Self::clock); the cadence only bounds how long after its window a result
+    /// stays in the table. The task starts when the store connects and ends when the last
+    /// handle on the store is dropped. Every process sweeps on its own (sweeps of several
+    /// processes are harmless: the second finds nothing). `Duration::ZERO` turns the task
+    /// off: then sweep from elsewhere ([`PostgresStore::purge_expired`], a cron).
+    pub fn sweep_every(mut self, every: Duration) -> Self {
+        self.sweep_every = every;
         self
     }
 
@@ -209,9 +227,11 @@ impl PostgresStoreBuilder {
                 retention: self.retention,
                 lock_timeout: self.lock_timeout,
                 fences: Fences::default(),
+                sweeper: std::sync::OnceLock::new(),
             }),
         };
         store.migrate().await?;
+        store.start_sweeping(self.sweep_every);
         Ok(store)
     }
 }

@@ -10,10 +10,12 @@ use crate::schema::Sql;
 use deadpool_postgres::{Object, Pool};
 use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::rules::{self, Aged};
-use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::backend::{
+    ClaimOutcome, ClaimRequest, Settlement, SweepTask, DEFAULT_SWEEP_EVERY,
+};
 use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState, ReleaseNote, ReleaseRecord,
-    Retention, StoreError, SystemClock, Timestamp,
+    Retention, StoreError, Swept, SystemClock, Timestamp,
 };
 use tokio_postgres::Transaction;
 
@@ -58,8 +60,13 @@ pub(crate) const EXPIRED_PAGE: usize = 1000;
 ///   applies [`rules`], the same functions every backend uses.
 /// - Time (leases, retention) comes from the store's [`Clock`], not the database's `now()`,
 ///   so all backends age records alike; keep worker clocks in sync.
-/// - Completed and failed records are aged when read. Call [`PostgresStore::purge_expired`]
-///   periodically to drop the results and tombstones of keys that are never read again.
+/// - Completed and failed records are aged when read, and by a sweep of the whole table
+///   ([`IdemStore::sweep_expired`], [`PostgresStore::purge_expired`]): results past their
+///   window lose their arguments and output (the columns are set to `NULL`), lapsed
+///   tombstones are deleted. The store sweeps by itself: a task it spawns when it connects
+///   runs a sweep every [`PostgresStoreBuilder::sweep_every`] (default one minute), so
+///   retention holds for keys nobody reads again; the task ends when the last handle on the
+///   store is dropped. Unknown, pending and escalated rows are never touched.
 ///
 /// # Durability
 ///
@@ -94,6 +101,9 @@ pub(crate) struct Inner {
     pub(crate) retention: Retention,
     pub(crate) lock_timeout: Duration,
     pub(crate) fences: Fences,
+    /// The background sweep ([`PostgresStoreBuilder::sweep_every`]), stopped when this is
+    /// dropped.
+    pub(crate) sweeper: std::sync::OnceLock<SweepTask>,
 }
 
 /// The row version (`xmin`) each claim this handle inserted was written as, by claim token,
@@ -203,6 +213,7 @@ impl PostgresStore {
             retention: Retention::default(),
             max_connections: 16,
             lock_timeout: Duration::from_secs(2),
+            sweep_every: DEFAULT_SWEEP_EVERY,
             #[cfg(feature = "tls")]
             tls: None,
             #[cfg(feature = "tls")]
@@ -400,8 +411,9 @@ impl PostgresStore {
 
     /// Applies retention to every completed and failed record at once: drops results past
     /// the result window and tombstones past theirs. Records are also aged whenever they
-    /// are read; call this periodically (e.g. hourly) so keys that are never seen again do
-    /// not stay forever. Release traces past the tombstone window go too. Returns (results
+    /// are read, and the store's background task calls this every
+    /// [`PostgresStoreBuilder::sweep_every`], so keys that are never seen again do not stay
+    /// forever. Release traces past the tombstone window go too. Returns (results
     /// dropped, tombstones and release traces deleted).
     pub async fn purge_expired(&self) -> Result<(u64, u64), StoreError> {
         let now = self.inner.clock.now();
@@ -422,6 +434,16 @@ impl PostgresStore {
             .await
             .map_err(pg_err)?;
         Ok((results, tombstones + releases))
+    }
+
+    /// Starts the background sweep of [`PostgresStoreBuilder::sweep_every`].
+    pub(crate) fn start_sweeping(&self, every: Duration) {
+        let task = SweepTask::spawn(&self.inner, every, |inner| async move {
+            PostgresStore { inner }.sweep_expired().await
+        });
+        if let Some(task) = task {
+            let _ = self.inner.sweeper.set(task);
+        }
     }
 }
 
@@ -477,6 +499,11 @@ impl IdemStore for PostgresStore {
     fn durability(&self) -> idem_runtime::store::Durability {
         idem_runtime::store::Durability::Durable
     }
+    async fn sweep_expired(&self) -> Result<Swept, StoreError> {
+        let (results, tombstones) = self.purge_expired().await?;
+        Ok(Swept::new(results, tombstones))
+    }
+
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

@@ -36,6 +36,7 @@ pub struct RedisStoreBuilder {
     pub(crate) force_script: bool,
     pub(crate) read_before_claim: bool,
     pub(crate) replicas: Option<ReplicaWait>,
+    pub(crate) sweep_every: Duration,
 }
 
 /// What [`RedisStoreBuilder::wait_for_replicas`] set: how many replicas must confirm a
@@ -64,6 +65,7 @@ impl RedisStoreBuilder {
             force_script: false,
             read_before_claim: false,
             replicas: None,
+            sweep_every: idem_runtime::store::backend::DEFAULT_SWEEP_EVERY,
         }
     }
 
@@ -324,9 +326,11 @@ impl RedisStoreBuilder {
                 layout,
                 clock: self.clock,
                 retention: self.retention,
+                sweeper: std::sync::OnceLock::new(),
             }),
         };
         store.check_partitions().await?;
+        store.start_sweeping(self.sweep_every);
         Ok(store)
     }
 }

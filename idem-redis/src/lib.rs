@@ -11,8 +11,8 @@
 //! a store's keys live: its layout on the server), `codec` (hashes ↔ records, replies and
 //! errors), `library` (the Lua function library and its loading, including the upgrade from
 //! a server that only runs scripts), `builder`, `store` (the
-//! [`IdemStore`](idem_runtime::store::IdemStore) implementation) and `copy` (a store copied
-//! into another).
+//! [`IdemStore`](idem_runtime::store::IdemStore) implementation), `sweep` (retention applied
+//! without a read, and the task that runs it) and `copy` (a store copied into another).
 
 mod builder;
 mod codec;
@@ -21,6 +21,7 @@ mod copy;
 mod library;
 mod partition;
 mod store;
+mod sweep;
 
 pub use builder::RedisStoreBuilder;
 pub use copy::RedisCopy;

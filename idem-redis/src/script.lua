@@ -16,7 +16,8 @@
 --
 -- KEYS[2..7]: per-state sorted sets (score = created_at, member = key), in
 -- RecordState::ALL order; KEYS[8]: running leases (score = lease end); KEYS[9]: terminal
--- records by tombstone expiry (score = updated_at + tombstone window); KEYS[10]: the release
+-- records by their next retention step (score = updated_at + result window while the result
+-- is kept, updated_at + tombstone window once it expired: `due_at`); KEYS[10]: the release
 -- trace of KEYS[1]'s key, KEYS[11]: every kept release (only the releases with a trace use
 -- them, and only their calls name them).
 --
@@ -279,6 +280,8 @@ local function age(rk)
       -- read-backs; attempts keep their numbers, times, kinds and classes.
       redis.call('HSET', rk, 'rx', '1', 'rb', '[]')
       redis.call('HDEL', rk, 'pl', 'msg', 'op')
+      -- Its next step is the tombstone's end.
+      redis.call('ZADD', EXPIRY, num(r.ua + TOMBS), r.k)
       if f[9] ~= '[]' then
         local atts = cjson.decode(f[9])
         for _, a in ipairs(atts) do
@@ -335,11 +338,22 @@ local function move(r, to)
   end
 end
 
--- Terminal records get the tombstone TTL; everything else must never expire.
-local function retain(rk, k, st)
+-- When rules::age next changes a terminal record last updated at ua (`rx` its result_expired
+-- field): the end of its result window while the result is kept, of its tombstone window
+-- after. The EXPIRY index is scored by it, so a sweep finds both steps by one range.
+local function due_at(ua, rx)
+  if rx == '1' then
+    return ua + TOMBS
+  end
+  return ua + RESULTS
+end
+
+-- Terminal records (just updated, `rx` their result_expired field) get the tombstone TTL
+-- and their next retention step in EXPIRY; everything else must never expire.
+local function retain(rk, k, st, rx)
   if terminal(st) then
     redis.call('PEXPIRE', rk, num(TOMBS + TTL_SLACK))
-    redis.call('ZADD', EXPIRY, num(NOW + TOMBS), k)
+    redis.call('ZADD', EXPIRY, num(due_at(NOW, rx)), k)
   else
     redis.call('PERSIST', rk)
     redis.call('ZREM', EXPIRY, k)
@@ -441,8 +455,9 @@ local function append(rk)
   cap(rk)
 end
 
--- Ages a few terminal records whose tombstone window has passed, so the indexes do not
--- keep members of records that Redis already expired.
+-- Ages a few terminal records whose next retention step is due (a result to drop, a
+-- tombstone to delete), so retention keeps up with the claims and the indexes do not keep
+-- members of records that Redis already expired.
 local function sweep()
   local due = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', now_text(), 'LIMIT', 0, 4)
   for _, k in ipairs(due) do
@@ -454,7 +469,7 @@ local function sweep()
     elseif not terminal(r.st) then
       redis.call('ZREM', EXPIRY, k)
     else
-      redis.call('ZADD', EXPIRY, num(r.ua + TOMBS), k)
+      redis.call('ZADD', EXPIRY, num(due_at(r.ua, r.rx)), k)
     end
   end
 end
@@ -550,7 +565,7 @@ local function settle(rk)
     -- result, add the evidence.
     append(rk)
     redis.call('HSET', rk, 'ua', now_text())
-    retain(rk, r.k, r.st)
+    retain(rk, r.k, r.st, r.rx)
     return 'ok'
   elseif r.st == 'unknown' then
     if new == 'unknown' or new == 'running' then
@@ -593,7 +608,7 @@ local function settle(rk)
   end
   move(r, new)
   redis.call('ZREM', LEASES, r.k)
-  retain(rk, r.k, new)
+  retain(rk, r.k, new, '0')
   return 'ok'
 end
 
@@ -702,7 +717,7 @@ local function import(rk)
   if terminal(r.st) then
     -- The tombstone ends when it would have ended in the old store (the new store's window).
     redis.call('PEXPIRE', rk, num(ua + TOMBS - NOW + TTL_SLACK))
-    redis.call('ZADD', EXPIRY, num(ua + TOMBS), r.k)
+    redis.call('ZADD', EXPIRY, num(due_at(ua, r.rx)), r.k)
   end
   return 'ok'
 end
@@ -794,7 +809,7 @@ local function dispatch(rk)
     redis.call('HSET', rk, 'st', 'running', 'tok', ARGV[7], 'lease', lease, 'ua', now_text())
     move(r, 'running')
     redis.call('ZADD', LEASES, lease, r.k)
-    retain(rk, r.k, 'running')
+    retain(rk, r.k, 'running', '0')
     return 'ok'
   elseif OP == 'release_unsettled' then
     -- ARGV: 6 expected token, 7 who, 8 note, 9 how many releases a trace keeps
@@ -852,6 +867,39 @@ local function dispatch(rk)
       end
     end
     return { #due == page and 1 or 0, offset }
+  elseif OP == 'sweep' then
+    -- KEYS[1] is unused; ARGV: 6 the page size. Applies retention to at most one page of
+    -- the terminal records whose next step is due (EXPIRY up to now): a result past its
+    -- window becomes a tombstone, a lapsed tombstone is deleted. Every record it sees leaves
+    -- the due range (re-scored to its next step, or removed), so the next page is new ones.
+    -- Returns { 1 when a full page was seen (call again), results dropped, tombstones
+    -- deleted, corrupt keys (dropped from the index; every read of them reports them) }.
+    local page = tonumber(ARGV[6])
+    local due = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', now_text(), 'LIMIT', 0, page)
+    local dropped, deleted, bad = 0, 0, {}
+    for _, k in ipairs(due) do
+      local rk = RPREFIX .. k
+      local before = redis.pcall('HGET', rk, 'rx')
+      local existed = redis.call('EXISTS', rk) == 1
+      local ok, r = pcall(age, rk)
+      if not ok then
+        redis.call('ZREM', EXPIRY, k)
+        table.insert(bad, k)
+      elseif r == nil then
+        forget(k)
+        if existed then
+          deleted = deleted + 1
+        end
+      elseif not terminal(r.st) then
+        redis.call('ZREM', EXPIRY, k)
+      else
+        if before ~= '1' and r.rx == '1' then
+          dropped = dropped + 1
+        end
+        redis.call('ZADD', EXPIRY, num(due_at(r.ua, r.rx)), k)
+      end
+    end
+    return { #due == page and 1 or 0, dropped, deleted, bad }
   elseif OP == 'list' then
     -- KEYS[1] is unused; ARGV: 6 state, 7 limit, then optionally the cursor to list strictly
     -- after: 8 its created_at (ms), 9 its key. Returns { records, corrupt keys }.

@@ -65,7 +65,7 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// | `p` `r:` *idem key* | hash | the record; a running claim's lease end is a field in it |
 /// | `p` `s:` *state* | sorted set | keys in that state, scored by claim time (for [`IdemStore::list`]; equal scores sort by key, which is exactly [`ListCursor`] order) |
 /// | `p` `leases` | sorted set | running keys by lease end (expired leases become *unknown* on listing) |
-/// | `p` `expiry` | sorted set | completed/failed keys by tombstone end (index clean-up) |
+/// | `p` `expiry` | sorted set | completed/failed keys by their next retention step: the result window's end while the result is kept, the tombstone window's end after (swept by [`IdemStore::sweep_expired`]) |
 /// | `p` `rel:` *idem key* | string | the key's release trace (JSON; [`IdemStore::releases`]), expiring a tombstone window after its newest release |
 /// | `p` `releases` | sorted set | every kept release as *time*`|`*key*, all scores 0, so in (time, key) order (for [`IdemStore::list_releases`]) |
 /// | `p` `partitions` | string | the store's partition count, written by the first store to connect and checked by every later one |
@@ -74,8 +74,13 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 /// on an unsettled claim would free a key whose handler may have committed — the duplicate
 /// this library exists to prevent. Lease expiry is decided by the lease end stored *in* the
 /// record. Completed and failed records get a `PEXPIRE` of the tombstone window (plus a
-/// minute of slack for clock skew); the shorter result window is a timestamp in the value,
-/// applied when the record is read.
+/// minute of slack for clock skew). The shorter result window is a timestamp in the value,
+/// applied when the record is read and by a sweep without any read: a task the store
+/// spawns when it connects runs [`IdemStore::sweep_expired`] every
+/// [`RedisStoreBuilder::sweep_every`] (default one minute), which takes each partition's
+/// due records from `expiry` and drops the arguments and output of those past the result
+/// window (and deletes lapsed tombstones, ahead of their TTL); it ends when the last handle
+/// on the store is dropped.
 ///
 /// # Redis Cluster: partitions
 ///
@@ -172,6 +177,9 @@ pub(crate) struct Inner {
     pub(crate) layout: Layout,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) retention: Retention,
+    /// The background sweep ([`RedisStoreBuilder::sweep_every`]), stopped when this is
+    /// dropped.
+    pub(crate) sweeper: std::sync::OnceLock<idem_runtime::store::backend::SweepTask>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -722,6 +730,10 @@ impl IdemStore for RedisStore {
     fn durability(&self) -> idem_runtime::store::Durability {
         idem_runtime::store::Durability::Durable
     }
+    async fn sweep_expired(&self) -> Result<idem_runtime::store::Swept, StoreError> {
+        self.sweep_all().await
+    }
+
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

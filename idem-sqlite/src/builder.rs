@@ -2,7 +2,7 @@
 //! database file, created owner-only.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::schema::migrate;
@@ -55,6 +55,7 @@ pub struct SqliteStoreBuilder {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) retention: Retention,
     pub(crate) readers: usize,
+    pub(crate) sweep_every: Duration,
 }
 
 impl SqliteStoreBuilder {
@@ -91,8 +92,25 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// How often the store's background task sweeps retention (default
+    /// [`DEFAULT_SWEEP_EVERY`](idem_runtime::store::backend::DEFAULT_SWEEP_EVERY), one minute): every `every`, on tokio's clock, one
+    /// [`IdemStore::sweep_expired`] turns the results past their window into tombstones
+    /// (deleting their arguments and output from the file) and deletes lapsed tombstones,
+    /// whether or not anyone reads them. What is past its window is judged by the store's
+    /// [`clock`](Self::clock); the cadence only bounds how long after its window a result
+    /// stays on disk. The task starts when the store is opened inside a tokio runtime
+    /// ([`open_blocking`](Self::open_blocking) on a plain thread starts none) and ends when
+    /// the last handle on the store is dropped. Each process sweeps on its own; a sweep
+    /// takes the write lock for as long as it has records to age. `Duration::ZERO` turns the
+    /// task off: then sweep from elsewhere ([`SqliteStore::sweep`], a cron).
+    pub fn sweep_every(mut self, every: Duration) -> Self {
+        self.sweep_every = every;
+        self
+    }
+
     /// Opens (creating if needed) the database, on tokio's blocking pool.
     pub async fn open(self) -> Result<SqliteStore, StoreError> {
+        // The blocking pool is inside the runtime: `open_blocking` starts the sweep there.
         tokio::task::spawn_blocking(move || self.open_blocking())
             .await
             .map_err(|e| StoreError::Backend(format!("opening the SQLite store failed: {e}")))?
@@ -110,14 +128,17 @@ impl SqliteStoreBuilder {
             writer: Mutex::new(Writer::default()),
             readers: Pool::new(self.readers),
             changed: Notify::new(),
+            sweeper: OnceLock::new(),
         };
         create_private(&inner.path)?;
         let mut conn = inner.connect()?;
         migrate(&mut conn, &inner.path)?;
         inner.writer().conn = Some(conn);
-        Ok(SqliteStore {
+        let store = SqliteStore {
             inner: Arc::new(inner),
-        })
+        };
+        store.start_sweeping(self.sweep_every);
+        Ok(store)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use crate::builder::{SqliteStoreBuilder, SqliteSync};
@@ -12,14 +12,16 @@ use crate::codec::{
     delete, list_release_rows, list_rows, load, load_aged, load_releases, put, put_release,
     put_settled,
 };
-use crate::sweep::{needs_sweep, sweep};
+use crate::sweep::{needs_sweep, sweep, sweep_counted};
 use crate::writer::{answered, drain, enqueue_on, Writer};
 use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::rules::{self, Aged};
-use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::backend::{
+    ClaimOutcome, ClaimRequest, Settlement, SweepTask, DEFAULT_SWEEP_EVERY,
+};
 use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState, ReleaseNote, ReleaseRecord,
-    Retention, StoreError, SystemClock, Timestamp,
+    Retention, StoreError, Swept, SystemClock, Timestamp,
 };
 use rusqlite::{Connection, ErrorCode};
 use tokio::sync::{oneshot, Notify, Semaphore};
@@ -64,8 +66,13 @@ use tokio::sync::{oneshot, Notify, Semaphore};
 ///   its `-wal` and `-shm` files inherit that; a path that is a symbolic link is refused.
 ///   The records hold the saved arguments and outputs: keep the directory private too.
 /// - **Housekeeping.** Expired leases and retention are applied whenever a record is read
-///   or listed; [`SqliteStore::sweep`] applies them to every record at once (deleting
-///   lapsed tombstones). [`IdemStore::list`] sweeps first.
+///   or listed, and to every record at once by a sweep ([`IdemStore::sweep_expired`],
+///   [`SqliteStore::sweep`]): results past their window become tombstones (arguments and
+///   output deleted from the file), lapsed tombstones are deleted. The store sweeps by
+///   itself: a task it spawns when opened runs a sweep every
+///   [`SqliteStoreBuilder::sweep_every`] (default one minute), so retention holds for keys
+///   nobody reads again; the task ends when the last handle on the store is dropped.
+///   [`IdemStore::list`] sweeps first.
 #[derive(Clone)]
 pub struct SqliteStore {
     pub(crate) inner: Arc<Inner>,
@@ -83,6 +90,9 @@ pub(crate) struct Inner {
     pub(crate) readers: Pool,
     /// Woken after every write, so in-process waiters see settlements at once.
     pub(crate) changed: Notify,
+    /// The background sweep ([`SqliteStoreBuilder::sweep_every`]), stopped when this is
+    /// dropped.
+    pub(crate) sweeper: OnceLock<SweepTask>,
 }
 
 /// Connections handed out one per permit; opened lazily, returned after use.
@@ -212,6 +222,7 @@ impl SqliteStore {
             clock: Arc::new(SystemClock),
             retention: Retention::default(),
             readers: 4,
+            sweep_every: DEFAULT_SWEEP_EVERY,
         }
     }
 
@@ -233,6 +244,16 @@ impl SqliteStore {
     /// the file from holding lapsed tombstones of keys nobody asks about again.
     pub async fn sweep(&self) -> Result<usize, StoreError> {
         self.write(sweep).await
+    }
+
+    /// Starts the background sweep of [`SqliteStoreBuilder::sweep_every`].
+    pub(crate) fn start_sweeping(&self, every: Duration) {
+        let task = SweepTask::spawn(&self.inner, every, |inner| async move {
+            SqliteStore { inner }.sweep_expired().await
+        });
+        if let Some(task) = task {
+            let _ = self.inner.sweeper.set(task);
+        }
     }
 
     /// Runs `f` on a read connection, on the blocking pool.
@@ -351,6 +372,11 @@ impl IdemStore for SqliteStore {
     fn durability(&self) -> idem_runtime::store::Durability {
         idem_runtime::store::Durability::Durable
     }
+    async fn sweep_expired(&self) -> Result<Swept, StoreError> {
+        self.write(|tx, inner, now| sweep_counted(tx, inner, now).map(|(swept, _)| swept))
+            .await
+    }
+
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
     }

@@ -4,12 +4,25 @@
 use crate::codec::{decode, delete, drop_lapsed_releases, millis, put, sql_time, COLUMNS};
 use crate::store::{db_err, Inner};
 use idem_runtime::store::backend::rules::{self, Aged};
-use idem_runtime::store::{StoreError, Timestamp};
+use idem_runtime::store::{RecordState, StoreError, Swept, Timestamp};
 use rusqlite::{params, Connection};
 
 /// Applies time to every record that may need it: expired leases, results past retention,
-/// lapsed tombstones. The SQL only preselects; [`rules::age`] decides.
+/// lapsed tombstones. The SQL only preselects; [`rules::age`] decides. Returns how many
+/// records changed or were deleted in all.
 pub(crate) fn sweep(tx: &Connection, inner: &Inner, now: Timestamp) -> Result<usize, StoreError> {
+    let (swept, leases) = sweep_counted(tx, inner, now)?;
+    Ok(leases + usize::try_from(swept.results + swept.tombstones).unwrap_or(usize::MAX))
+}
+
+/// [`sweep`], counting what it did: the results it turned into tombstones and the
+/// tombstones and release traces it deleted, and apart, the expired leases it turned
+/// *unknown*.
+pub(crate) fn sweep_counted(
+    tx: &Connection,
+    inner: &Inner,
+    now: Timestamp,
+) -> Result<(Swept, usize), StoreError> {
     let now_sql = sql_time(now);
     let results_cut = now_sql.saturating_sub(millis(inner.retention.results));
     let tombstones_cut = now_sql.saturating_sub(millis(inner.retention.tombstones));
@@ -41,22 +54,27 @@ pub(crate) fn sweep(tx: &Connection, inner: &Inner, now: Timestamp) -> Result<us
         }
         out
     };
-    let mut changed = 0;
+    let (mut leases, mut results, mut tombstones) = (0, 0, 0);
     for mut record in candidates {
+        let was_running = record.state == RecordState::Running;
         match rules::age(&mut record, now, &inner.retention) {
             Aged::Unchanged => {}
             Aged::Changed => {
                 put(tx, &record)?;
-                changed += 1;
+                if was_running {
+                    leases += 1;
+                } else {
+                    results += 1;
+                }
             }
             Aged::Gone => {
                 delete(tx, &record.key)?;
-                changed += 1;
+                tombstones += 1;
             }
         }
     }
-    changed += drop_lapsed_releases(tx, inner, now)?;
-    Ok(changed)
+    tombstones += drop_lapsed_releases(tx, inner, now)? as u64;
+    Ok((Swept::new(results, tombstones), leases))
 }
 
 /// True when [`sweep`] would find something to look at.

@@ -68,6 +68,7 @@ impl StoreFactory for PostgresFromV2 {
             .schema(at.name.as_str())
             .clock(options.clock())
             .retention(options.retention)
+            .sweep_every(options.sweep_every)
             .max_connections(6)
             .connect()
             .await

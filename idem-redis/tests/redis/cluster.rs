@@ -128,6 +128,7 @@ impl StoreFactory for Cluster {
             .partitions(PARTITIONS)
             .clock(options.clock())
             .retention(options.retention)
+            .sweep_every(options.sweep_every)
             .connect()
             .await
     }

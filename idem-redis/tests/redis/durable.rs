@@ -131,6 +131,12 @@ impl RedisRows<'_> {
                     .query_async(&mut conn)
                     .await
                     .expect("HGETALL");
+                // Values as text where they are (every field idem writes), so a check can
+                // look for what a record still holds; as bytes otherwise.
+                let fields: std::collections::BTreeMap<String, Result<String, Vec<u8>>> = fields
+                    .into_iter()
+                    .map(|(k, v)| (k, String::from_utf8(v).map_err(|e| e.into_bytes())))
+                    .collect();
                 Some(format!("hash {fields:?}"))
             }
             "string" => {

@@ -57,6 +57,7 @@ impl StoreFactory for Redis {
             .prefix(at.prefix.as_str())
             .clock(options.clock())
             .retention(options.retention)
+            .sweep_every(options.sweep_every)
             .read_before_claim(self.read_before_claim)
             .connect()
             .await

@@ -341,8 +341,9 @@ async fn times_are_written_as_whole_decimal_text() {
         .query_async(&mut conn)
         .await
         .expect("zscore");
-    let tombstones = idem_runtime::store::Retention::default()
-        .tombstones
+    // The expiry index holds the record's next retention step: its result's end.
+    let results = idem_runtime::store::Retention::default()
+        .results
         .as_millis() as u64;
-    assert_eq!((completed, expiry), (n, (now + 7 + tombstones).to_string()));
+    assert_eq!((completed, expiry), (n, (now + 7 + results).to_string()));
 }

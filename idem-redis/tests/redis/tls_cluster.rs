@@ -157,6 +157,7 @@ impl StoreFactory for TlsCluster {
             .cluster_store(&at.prefix)
             .clock(options.clock())
             .retention(options.retention)
+            .sweep_every(options.sweep_every)
             .connect()
             .await
     }

@@ -17,7 +17,7 @@ use tracing::{Instrument, Span};
 
 use super::{
     ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState,
-    ReleaseNote, ReleaseRecord, Settlement, StoreError,
+    ReleaseNote, ReleaseRecord, Settlement, StoreError, Swept,
 };
 use crate::identity::IdemKey;
 use crate::observe::Timer;
@@ -467,6 +467,14 @@ impl IdemStore for Instrumented {
         );
         let fut = self.store().list_after(state, after, limit);
         self.observe("list_after", span, fut, describe_list)
+    }
+
+    fn sweep_expired<'life0, 'async_trait>(&'life0 self) -> StoreFuture<'async_trait, Swept>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        self.store().sweep_expired()
     }
 
     fn clock(&self) -> Arc<dyn Clock> {

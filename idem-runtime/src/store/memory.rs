@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use super::rules::{self, Aged};
 use super::{
     AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record,
-    RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, SystemClock,
+    RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, Swept, SystemClock,
     Timestamp,
 };
 use crate::identity::IdemKey;
@@ -223,17 +223,27 @@ impl Inner {
     /// Applies time as of `now` to every record of a locked shard, dropping lapsed
     /// tombstones; returns how many it dropped.
     fn sweep_locked(&self, shard: &mut ShardState, now: Timestamp) -> usize {
+        self.sweep_counted(shard, now).tombstones as usize
+    }
+
+    /// [`Inner::sweep_locked`], counting the results it turned into tombstones too.
+    fn sweep_counted(&self, shard: &mut ShardState, now: Timestamp) -> Swept {
         let before = shard.map.len();
+        let mut results = 0;
         shard.map.retain(|_, slot| {
+            let kept = !slot.record.result_expired;
             let aged = rules::age_shared(&mut slot.record, now, &self.retention);
             if aged == Aged::Changed && slot.record.state != RecordState::Running {
                 wake(slot);
+                if kept && slot.record.result_expired {
+                    results += 1;
+                }
             }
             aged != Aged::Gone
         });
         let dropped = before - shard.map.len();
         self.give_back(&mut shard.spare, dropped);
-        dropped
+        Swept::new(results, dropped as u64)
     }
 
     /// [`Inner::sweep_locked`] for one shard, locked here.
@@ -314,14 +324,24 @@ impl MemoryStore {
     /// Claims do this a shard at a time, and all at once when the store is full; call it
     /// on an interval to give memory back sooner in a store that takes few new keys.
     pub fn sweep(&self) -> usize {
+        let swept = self.sweep_counted();
+        swept.tombstones as usize
+    }
+
+    /// [`MemoryStore::sweep`], counting results turned into tombstones and records and
+    /// traces deleted.
+    fn sweep_counted(&self) -> Swept {
         let inner = &*self.inner;
-        let dropped: usize = inner
+        let mut results = 0;
+        let dropped: u64 = inner
             .shards
             .iter()
             .map(|shard| {
                 let now = inner.clock.now();
                 let mut shard = lock(&shard.0);
-                let dropped = inner.sweep_locked(&mut shard, now);
+                let swept = inner.sweep_counted(&mut shard, now);
+                results += swept.results;
+                let dropped = swept.tombstones;
                 // Every spare back to the free places: a claim that found none free sweeps
                 // to gather them.
                 let spare = std::mem::take(&mut shard.spare);
@@ -329,7 +349,7 @@ impl MemoryStore {
                 dropped
             })
             .sum();
-        dropped + inner.sweep_releases()
+        Swept::new(results, dropped + inner.sweep_releases() as u64)
     }
 
     /// Number of records held (all states, tombstones included).
@@ -564,6 +584,10 @@ impl IdemStore for MemoryStore {
     }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock.clone()
+    }
+
+    async fn sweep_expired(&self) -> Result<Swept, StoreError> {
+        Ok(self.sweep_counted())
     }
 
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {

@@ -11,7 +11,10 @@
 //! - Completed and failed results expire after the retention window, leaving a tombstone
 //!   (key, fingerprint, tool, class, times, downstream reference; no arguments, output,
 //!   messages or read-backs) that outlives them; unknown, pending and escalated records
-//!   never expire.
+//!   never expire. Retention is enforced whether or not anyone reads the record:
+//!   [`IdemStore::sweep_expired`] applies it to every record at once, and the durable
+//!   stores run it on a cadence of their own (a background task, `sweep_every` on their
+//!   builders).
 //! - Evidence is bounded: a record keeps the first and last
 //!   [`rules::EVIDENCE_KEPT`] attempts and read-backs, and counts what it drops.
 //! - A person's (or the reconciler's) release of an unknown, pending or escalated record
@@ -81,6 +84,28 @@ impl Default for Retention {
         Retention {
             results: Duration::from_secs(24 * 3600),
             tombstones: Duration::from_secs(30 * 24 * 3600),
+        }
+    }
+}
+
+/// What one [`IdemStore::sweep_expired`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Swept {
+    /// Completed or failed results past [`Retention::results`] turned into tombstones
+    /// (their arguments, output, messages and read-backs dropped).
+    pub results: u64,
+    /// Tombstones past [`Retention::tombstones`] deleted (and, on the stores that count
+    /// them here, lapsed release traces).
+    pub tombstones: u64,
+}
+
+impl Swept {
+    /// A count of `results` turned into tombstones and `tombstones` deleted.
+    pub fn new(results: u64, tombstones: u64) -> Swept {
+        Swept {
+            results,
+            tombstones,
         }
     }
 }
@@ -295,6 +320,22 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
         limit: usize,
     ) -> Result<Vec<ReleaseRecord>, StoreError>;
 
+    /// Applies retention to every record now, without anyone reading them: completed and
+    /// failed results past [`Retention::results`] become tombstones (arguments, output,
+    /// messages and read-backs dropped from the stored record), tombstones past
+    /// [`Retention::tombstones`] are deleted. Unknown, pending and escalated records are
+    /// never touched; a store may also turn expired running claims into *unknown* on the
+    /// way (what a listing does).
+    ///
+    /// The durable stores call this from a background task of their own (see their
+    /// builders' `sweep_every`); a host may call it too (a cron, a reconciler pass). The
+    /// default does nothing: a store that applies retention only when it reads a record
+    /// (a custom one) reports nothing swept. The conformance suite checks that a sweep
+    /// leaves nothing of an expired result in the stored record.
+    async fn sweep_expired(&self) -> Result<Swept, StoreError> {
+        Ok(Swept::default())
+    }
+
     /// The record of `key`, if any (lease expiry and retention applied).
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError>;
 
@@ -458,6 +499,9 @@ impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
         limit: usize,
     ) -> Result<Vec<ReleaseRecord>, StoreError> {
         (**self).list_releases(after, limit).await
+    }
+    async fn sweep_expired(&self) -> Result<Swept, StoreError> {
+        (**self).sweep_expired().await
     }
     async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
         (**self).get(key).await

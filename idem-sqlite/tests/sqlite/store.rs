@@ -35,6 +35,7 @@ impl StoreFactory for Sqlite {
         SqliteStore::builder(db(at))
             .clock(options.clock())
             .retention(options.retention)
+            .sweep_every(options.sweep_every)
             .open()
             .await
     }

@@ -60,6 +60,7 @@ impl StoreFactory for SqliteFromV1 {
         SqliteStore::builder(db(at))
             .clock(options.clock())
             .retention(options.retention)
+            .sweep_every(options.sweep_every)
             .open()
             .await
     }

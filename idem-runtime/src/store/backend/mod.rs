@@ -27,11 +27,13 @@ use crate::identity::{Fingerprint, IdemKey};
 pub mod rules;
 #[cfg(feature = "sql")]
 pub mod sql;
+mod sweeper;
 #[cfg(feature = "tls")]
 pub mod tls;
 
 pub use super::clock::deadline_after;
 pub use super::record::Settlement;
+pub use sweeper::{SweepTask, DEFAULT_SWEEP_EVERY};
 
 /// A request to claim a key.
 #[derive(Clone, Debug)]

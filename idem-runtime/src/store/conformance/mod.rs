@@ -84,6 +84,11 @@ pub struct StoreOptions {
     pub clock: ManualClock,
     /// The retention windows the store must apply.
     pub retention: Retention,
+    /// How often the store's background retention sweep runs (`sweep_every` on the
+    /// durable stores' builders): [`Duration::ZERO`], the task off, for every check but
+    /// [`sweep_task_enforces_retention`], which sets a short one. A factory whose store has
+    /// such a task passes this to its builder.
+    pub sweep_every: Duration,
     /// Set by the checks that count the store's reads of the time.
     watched: Option<durable::WatchedClock>,
 }
@@ -94,6 +99,7 @@ impl StoreOptions {
         StoreOptions {
             clock,
             retention,
+            sweep_every: Duration::ZERO,
             watched: None,
         }
     }
@@ -103,6 +109,7 @@ impl StoreOptions {
         StoreOptions {
             clock: watched.clock.clone(),
             retention,
+            sweep_every: Duration::ZERO,
             watched: Some(watched.clone()),
         }
     }
@@ -228,6 +235,8 @@ macro_rules! store_conformance_tests {
             late_result_refused_after_reclaim,
             results_expire_to_tombstones,
             tombstones_keep_no_arguments_or_outputs,
+            sweep_enforces_retention_unread,
+            sweep_task_enforces_retention,
             evidence_is_capped,
             short_tombstone_retention_is_raised,
             unsettled_records_never_expire,
@@ -284,6 +293,8 @@ pub async fn run_all<F: StoreFactory>(f: &F) {
     late_result_refused_after_reclaim(f).await;
     results_expire_to_tombstones(f).await;
     tombstones_keep_no_arguments_or_outputs(f).await;
+    sweep_enforces_retention_unread(f).await;
+    sweep_task_enforces_retention(f).await;
     evidence_is_capped(f).await;
     short_tombstone_retention_is_raised(f).await;
     unsettled_records_never_expire(f).await;
@@ -350,12 +361,23 @@ async fn harness_with<F: StoreFactory>(
     check: &str,
     retention: Retention,
 ) -> Option<Harness<F>> {
+    harness_sweeping(f, check, retention, Duration::ZERO).await
+}
+
+/// [`harness_with`] whose store sweeps every `sweep_every` by itself.
+async fn harness_sweeping<F: StoreFactory>(
+    f: &F,
+    check: &str,
+    retention: Retention,
+    sweep_every: Duration,
+) -> Option<Harness<F>> {
     if let Some(reason) = f.unavailable() {
         skip(&format!("conformance check `{check}`"), &reason);
         return None;
     }
     let clock = ManualClock::starting_now();
-    let options = StoreOptions::new(clock.clone(), retention);
+    let mut options = StoreOptions::new(clock.clone(), retention);
+    options.sweep_every = sweep_every;
     let location = f
         .location()
         .await
@@ -1168,6 +1190,282 @@ pub async fn tombstones_keep_no_arguments_or_outputs<F: StoreFactory>(f: &F) {
     assert!(
         matches!(s.claim(&changed).await, Ok(ClaimOutcome::Mismatch(_))),
         "a scrubbed tombstone still detects changed parameters"
+    );
+}
+
+/// [`IdemStore::sweep_expired`] enforces retention on records nobody reads: past the result
+/// window the *stored* record of a completed or failed call holds no arguments, output,
+/// message or read-back (checked on the backend's raw record,
+/// [`StoreFactory::raw_record`], before anything reads it through the store), a repeat is
+/// still refused by the tombstone, and past the tombstone window the stored record is gone.
+/// A result still inside its window, and unknown, pending and escalated records, are left
+/// exactly as stored, however long the clock runs.
+pub async fn sweep_enforces_retention_unread<F: StoreFactory>(f: &F) {
+    let Some(h) = harness(f, "sweep_enforces_retention_unread").await else {
+        return;
+    };
+    let s = &*h.store;
+    let at = &h.location;
+    let with_op = |name: &str| ClaimRequest {
+        operation: Some(
+            crate::store::Operation {
+                scope: Scope::run("run-secret"),
+                intent: Some(format!("intent-secret-{name}")),
+                args: json!({"card": "secret-card 4242", "cents": 4900}).into(),
+            }
+            .into(),
+        ),
+        ..request(name)
+    };
+    let done = with_op("swept-completed");
+    let failed = with_op("swept-failed");
+    for (req, settlement) in [
+        (&done, completed(json!({"receipt": "secret-output"}))),
+        (
+            &failed,
+            Settlement::new(RecordState::Failed).message("declined: secret reason"),
+        ),
+    ] {
+        let t = claim(s, req).await;
+        let rb = ReadBackRecord {
+            at: h.clock.now(),
+            result: "found completed: secret detail".to_owned(),
+        };
+        settle(
+            s,
+            &req.key,
+            t,
+            settlement
+                .attempts(vec![attempt(1, OutcomeClass::Completed, &h.clock)])
+                .read_backs(vec![rb]),
+        )
+        .await;
+    }
+    let unsettled = [
+        (
+            with_op("swept-unknown"),
+            Settlement::new(RecordState::Unknown).message("timed out: secret kept"),
+        ),
+        (
+            with_op("swept-pending"),
+            Settlement::new(RecordState::Pending).payload(json!({"status": "secret-kept"})),
+        ),
+        (
+            with_op("swept-escalated"),
+            Settlement::new(RecordState::Escalated).message("needs a person: secret kept"),
+        ),
+    ];
+    for (req, settlement) in &unsettled {
+        let t = claim(s, req).await;
+        settle(s, &req.key, t, settlement.clone()).await;
+    }
+    // Settled half a window later: still inside its window when the first two expire.
+    h.clock.advance(RETENTION.results / 2);
+    let fresh = with_op("swept-fresh");
+    let t = claim(s, &fresh).await;
+    settle(
+        s,
+        &fresh.key,
+        t,
+        completed(json!({"receipt": "secret-fresh"})),
+    )
+    .await;
+
+    let raw = |key: IdemKey| async move { f.raw_record(at, s, &key).await };
+    let stored_before = raw(done.key.clone()).await;
+    // A backend without a raw view (MemoryStore) is checked through the API alone.
+    let has_raw = stored_before.is_some();
+    if has_raw {
+        assert!(
+            stored_before
+                .as_deref()
+                .is_some_and(|r| r.contains("secret-output")),
+            "the raw view shows the saved result inside its window: {stored_before:?}"
+        );
+    }
+    let mut unsettled_before = Vec::new();
+    for (req, _) in &unsettled {
+        unsettled_before.push(raw(req.key.clone()).await);
+    }
+    let fresh_before = raw(fresh.key.clone()).await;
+
+    h.clock.advance(RETENTION.results / 2);
+    let swept = s
+        .sweep_expired()
+        .await
+        .unwrap_or_else(|e| panic!("sweep_expired failed: {e}"));
+    if has_raw {
+        for req in [&done, &failed] {
+            let stored = raw(req.key.clone())
+                .await
+                .unwrap_or_else(|| panic!("the tombstone of {} must stay stored", req.key));
+            assert!(
+                !stored.contains("secret"),
+                "past the result window the stored record keeps no arguments, output, \
+                 message or read-back, unread: {stored}"
+            );
+        }
+        assert_eq!(
+            raw(fresh.key.clone()).await,
+            fresh_before,
+            "a result inside its window is left as stored"
+        );
+    } else {
+        assert_eq!(
+            swept.results, 2,
+            "the two results past their window are swept"
+        );
+    }
+    for req in [&done, &failed] {
+        let r = claim_finds(s, req).await;
+        assert!(r.result_expired, "a repeat finds the tombstone");
+        assert_eq!(r.payload, None);
+        assert_eq!(r.operation, None);
+        assert!(!format!("{r:?}").contains("secret"), "{r:?}");
+    }
+    assert_eq!(
+        claim_finds(s, &fresh).await.payload,
+        Some(json!({"receipt": "secret-fresh"})),
+        "a result inside its window is still replayed"
+    );
+
+    h.clock.advance(RETENTION.tombstones);
+    s.sweep_expired()
+        .await
+        .unwrap_or_else(|e| panic!("sweep_expired failed: {e}"));
+    if has_raw {
+        for req in [&done, &failed, &fresh] {
+            assert_eq!(
+                raw(req.key.clone()).await,
+                None,
+                "past the tombstone window the stored record is deleted, unread"
+            );
+        }
+    }
+    for ((req, settlement), before) in unsettled.iter().zip(&unsettled_before) {
+        if has_raw {
+            assert_eq!(
+                &raw(req.key.clone()).await,
+                before,
+                "a sweep leaves a {} record exactly as stored",
+                settlement.state
+            );
+        }
+        let r = claim_finds(s, req).await;
+        assert_eq!(
+            r.state, settlement.state,
+            "{} never expires",
+            settlement.state
+        );
+        assert_eq!(r.payload, settlement.payload);
+        assert_eq!(r.message, settlement.message);
+        assert!(r.operation.is_some(), "its arguments are kept");
+    }
+    claim(s, &done).await;
+}
+
+/// The durable stores' own background task enforces retention: with a short cadence
+/// (`sweep_every`), past the result window the stored record of a completed call loses its
+/// arguments and output and past the tombstone window it is deleted, while nothing calls
+/// the store at all; an unknown record is left exactly as stored. Checked on the raw record
+/// ([`StoreFactory::raw_record`]); a backend without a raw view (MemoryStore, which has no
+/// task) skips it.
+pub async fn sweep_task_enforces_retention<F: StoreFactory>(f: &F) {
+    let Some(h) = harness_sweeping(
+        f,
+        "sweep_task_enforces_retention",
+        RETENTION,
+        Duration::from_millis(20),
+    )
+    .await
+    else {
+        return;
+    };
+    let s = &*h.store;
+    let at = &h.location;
+    let with_op = |name: &str| ClaimRequest {
+        operation: Some(
+            crate::store::Operation {
+                scope: Scope::run("run-secret"),
+                intent: None,
+                args: json!({"card": "secret-card"}).into(),
+            }
+            .into(),
+        ),
+        ..request(name)
+    };
+    let done = with_op("task-completed");
+    let unknown = with_op("task-unknown");
+    let t = claim(s, &done).await;
+    settle(
+        s,
+        &done.key,
+        t,
+        completed(json!({"receipt": "secret-output"})),
+    )
+    .await;
+    let t = claim(s, &unknown).await;
+    settle(
+        s,
+        &unknown.key,
+        t,
+        Settlement::new(RecordState::Unknown).message("timed out: secret kept"),
+    )
+    .await;
+    let raw = |key: IdemKey| async move { f.raw_record(at, s, &key).await };
+    let Some(before) = raw(done.key.clone()).await else {
+        eprintln!("skipping sweep_task_enforces_retention: the factory has no raw view");
+        return;
+    };
+    assert!(before.contains("secret-output"), "{before}");
+    let unknown_before = raw(unknown.key.clone()).await;
+
+    /// Reads the raw record until `done` says so; a bound only against hanging.
+    async fn until<Fut: Future<Output = Option<String>>>(
+        read: impl Fn() -> Fut,
+        done: impl Fn(&Option<String>) -> bool,
+        what: &str,
+    ) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let stored = read().await;
+            if done(&stored) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the store's sweep task never {what}; the stored record is {stored:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    h.clock.advance(RETENTION.results);
+    until(
+        || raw(done.key.clone()),
+        |r| r.as_deref().is_some_and(|r| !r.contains("secret")),
+        "dropped the expired result's arguments and output",
+    )
+    .await;
+    assert_eq!(
+        raw(unknown.key.clone()).await,
+        unknown_before,
+        "the sweep leaves an unknown record as stored"
+    );
+    let r = claim_finds(s, &done).await;
+    assert!(r.result_expired, "a repeat finds the tombstone");
+
+    h.clock.advance(RETENTION.tombstones);
+    until(
+        || raw(done.key.clone()),
+        Option::is_none,
+        "deleted the lapsed tombstone",
+    )
+    .await;
+    assert_eq!(
+        raw(unknown.key.clone()).await,
+        unknown_before,
+        "an unknown record never expires"
     );
 }
 
