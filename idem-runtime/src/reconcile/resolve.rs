@@ -100,7 +100,8 @@ pub async fn resolve_as(
             store
                 .release_unsettled(key, record.token, &ReleaseNote::new(operator, note))
                 .await?;
-            tracing::info!(key = %key, tool = %record.tool, operator, note,
+            tracing::info!(key = %key, tool = %record.tool,
+                operator = %crate::observe::field(&operator), note = %crate::observe::field(&note),
                 "released by a person; the intent may run again (the store keeps the release)");
             return Ok(None);
         }

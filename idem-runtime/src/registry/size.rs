@@ -30,7 +30,7 @@ pub(crate) enum Refused {
 /// stack there and abort the process.
 pub(crate) fn check(value: &Value, limit: usize) -> Result<(), Refused> {
     let mut budget = limit;
-    // Within the bound's depth (64) the value is well within MAX_ARGS_DEPTH too.
+    // Within the bound's depth the value is within MAX_ARGS_DEPTH too.
     if within_bound(value, &mut budget, 0) {
         return Ok(());
     }
@@ -56,12 +56,17 @@ pub(crate) fn dispose(value: Value) {
     }
 }
 
-/// How deep a caller's argument value may nest: the depth at which serde_json's parser stops
-/// reading text, so text and value arguments are refused alike.
-pub const MAX_ARGS_DEPTH: usize = 128;
+/// How many levels a call's arguments may nest (a scalar is one level, each array or object
+/// around it one more), whether they arrive as a value or as text, and as the canonical
+/// arguments a claim saves: deeper ones are refused as invalid arguments before anything
+/// runs. Half of serde_json's parser limit (128), so the stored forms that wrap the
+/// arguments (a record's operation, an escalation's JSON line) read back on every backend.
+pub const MAX_ARGS_DEPTH: usize = crate::identity::ARGS_DEPTH_LIMIT;
 
-/// How deep the recursive bound walks before it leaves the value to the exact walk.
-const BOUND_DEPTH: usize = 64;
+/// How deep the recursive bound walks before it leaves the value to the exact walk: a value
+/// it accepts (containers at depths 0 to `BOUND_DEPTH - 1`, leaves at most one deeper)
+/// nests at most `BOUND_DEPTH + 1` levels, within [`MAX_ARGS_DEPTH`].
+const BOUND_DEPTH: usize = MAX_ARGS_DEPTH - 1;
 
 /// Takes an upper bound of `value`'s text from `budget`: false as soon as it does not fit
 /// (or the value nests deeper than [`BOUND_DEPTH`]).
@@ -187,6 +192,7 @@ fn number_len(n: &serde_json::Number) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::canonical::nesting_levels;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -274,10 +280,41 @@ mod tests {
         assert_eq!(check(&at_limit, 1 << 20), Ok(()));
         let over = nested(MAX_ARGS_DEPTH);
         assert_eq!(check(&over, 1 << 20), Err(Refused::TooDeep));
-        // serde_json's parser stops text at the same depth.
-        let text = serde_json::to_string(&at_limit).unwrap();
+        // Counted as the canonical arguments' depth is.
+        let levels = |v: &Value| nesting_levels(&serde_json::to_vec(v).unwrap());
+        assert_eq!(levels(&at_limit), MAX_ARGS_DEPTH);
+        assert_eq!(levels(&over), MAX_ARGS_DEPTH + 1);
+        // The value at the limit, wrapped as a saved operation wraps it, still parses with
+        // serde_json's default limit, with room to spare.
+        let mut wrapped = at_limit;
+        for _ in 0..MAX_ARGS_DEPTH - 2 {
+            wrapped = json!({ "args": wrapped });
+        }
+        let text = serde_json::to_string(&wrapped).unwrap();
         assert!(serde_json::from_str::<Value>(&text).is_ok());
-        let text = serde_json::to_string(&over).unwrap();
-        assert!(serde_json::from_str::<Value>(&text).is_err());
+    }
+
+    /// A value's depth the way [`check`] counts it.
+    fn depth(v: &Value) -> usize {
+        1 + match v {
+            Value::Array(items) => items.iter().map(depth).max().unwrap_or(0),
+            Value::Object(map) => map.values().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    proptest! {
+        /// The canonical bytes' depth is the value's depth, and the check refuses exactly
+        /// the values deeper than the limit.
+        #[test]
+        fn text_depth_agrees_with_the_value(v in json_value(), extra in 0usize..70) {
+            let mut v = v;
+            for _ in 0..extra {
+                v = Value::Array(vec![v]);
+            }
+            let d = depth(&v);
+            prop_assert_eq!(nesting_levels(&crate::identity::canonical::to_canonical_vec(&v)), d);
+            prop_assert_eq!(check(&v, usize::MAX).is_ok(), d <= MAX_ARGS_DEPTH);
+        }
     }
 }
