@@ -167,7 +167,9 @@ pub trait StoreFactory: Send + Sync {
     }
 
     /// False when the backend cannot keep a NUL character in text and stores it replaced
-    /// (Postgres): [`every_state_round_trips_a_reopen`] then writes none. The default is true.
+    /// (Postgres): [`every_state_round_trips_a_reopen`] then writes none, and
+    /// [`arguments_round_trip`] expects U+FFFD for NUL in an error text (arguments, which
+    /// are JSON text, keep it everywhere). The default is true.
     fn keeps_nul(&self) -> bool {
         true
     }
