@@ -489,6 +489,13 @@ impl Registry {
                     });
                 }
                 if crate::identity::canonical::nesting_levels(text.as_bytes()) > MAX_ARGS_DEPTH {
+                    // Malformed text is told apart (serde_json's parser stops at its own
+                    // depth limit, without recursing past it).
+                    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
+                        return refused(CallError::MalformedJson {
+                            message: e.to_string(),
+                        });
+                    }
                     return refused(too_deep(&call.tool));
                 }
                 // Decoded straight from the text: no `Value` tree is built for a call that

@@ -34,12 +34,15 @@ pub(crate) fn check(value: &Value, limit: usize) -> Result<(), Refused> {
     if within_bound(value, &mut budget, 0) {
         return Ok(());
     }
-    match exact_len(value, limit) {
+    match exact_len(value, limit, MAX_ARGS_DEPTH) {
         Ok(_) => Ok(()),
-        Err(Refused::TooLarge(_)) => Err(Refused::TooLarge(
-            exact_len(value, usize::MAX).map_or(usize::MAX, |n| n),
-        )),
-        Err(too_deep) => Err(too_deep),
+        // Too large wins over too deep, as it does for text (whose length is checked first):
+        // the size, measured whatever the depth (the walk does not recurse).
+        Err(_) => match exact_len(value, usize::MAX, usize::MAX) {
+            Ok(size) if size > limit => Err(Refused::TooLarge(size)),
+            Ok(_) => Err(Refused::TooDeep),
+            Err(_) => Err(Refused::TooLarge(usize::MAX)),
+        },
     }
 }
 
@@ -127,13 +130,13 @@ fn digits(mut u: u64) -> usize {
     n
 }
 
-/// `value`'s exact text length when it is within `limit` and nests at most
-/// [`MAX_ARGS_DEPTH`] levels, walking iteratively; refused as soon as it is not.
-fn exact_len(value: &Value, limit: usize) -> Result<usize, Refused> {
+/// `value`'s exact text length when it is within `limit` and nests at most `max_depth`
+/// levels, walking iteratively; refused as soon as it is not.
+fn exact_len(value: &Value, limit: usize, max_depth: usize) -> Result<usize, Refused> {
     let mut total = 0usize;
     let mut pending = vec![(value, 1usize)];
     while let Some((v, depth)) = pending.pop() {
-        if depth > MAX_ARGS_DEPTH {
+        if depth > max_depth {
             return Err(Refused::TooDeep);
         }
         let size = match v {
@@ -225,7 +228,7 @@ mod tests {
         #[test]
         fn agrees_with_the_exact_size(v in json_value()) {
             let size = exact(&v);
-            prop_assert_eq!(exact_len(&v, usize::MAX), Ok(size));
+            prop_assert_eq!(exact_len(&v, usize::MAX, usize::MAX), Ok(size));
             let mut budget = usize::MAX;
             prop_assert!(within_bound(&v, &mut budget, 0));
             prop_assert!(usize::MAX - budget >= size, "bound {} under the size {}", usize::MAX - budget, size);
@@ -240,7 +243,7 @@ mod tests {
     fn control_characters_and_quotes_are_bounded() {
         let v = json!({"\u{1}\"": ["\u{0}\\\n", 1.5e300, -9_223_372_036_854_775_808i64]});
         let size = exact(&v);
-        assert_eq!(exact_len(&v, usize::MAX), Ok(size));
+        assert_eq!(exact_len(&v, usize::MAX, usize::MAX), Ok(size));
         let mut budget = usize::MAX;
         assert!(within_bound(&v, &mut budget, 0));
         assert!(usize::MAX - budget >= size);
@@ -268,8 +271,9 @@ mod tests {
         // 100 000 levels: refused as too deep at any size limit, by a walk that does not
         // recurse (the recursive bound gives up at 64 levels).
         let v = nested(100_000);
-        assert_eq!(check(&v, 150_000), Err(Refused::TooDeep));
         assert_eq!(check(&v, 1 << 30), Err(Refused::TooDeep));
+        // Too large wins, as for text: the size is measured whatever the depth.
+        assert_eq!(check(&v, 150_000), Err(Refused::TooLarge(200_004)));
         unwind(v);
     }
 
