@@ -113,8 +113,8 @@ pub struct LogSink;
 #[async_trait::async_trait]
 impl EscalationSink for LogSink {
     async fn deliver(&self, e: &Escalation) -> Result<(), String> {
-        tracing::error!(id = %e.id, key = %e.key, tool = %e.tool, state = %e.state, reason = %e.reason,
-            downstream_ref = e.downstream_ref.as_deref().unwrap_or(""),
+        tracing::error!(id = %e.id, key = %e.key, tool = %e.tool, state = %e.state, reason = %crate::observe::field(&e.reason),
+            downstream_ref = %crate::observe::field(&e.downstream_ref.as_deref().unwrap_or("")),
             attempts = e.attempts.len(), read_backs = e.read_backs.len(),
             "escalated to a person");
         Ok(())
@@ -152,7 +152,9 @@ impl EscalationSink for RedactingSink {
 /// The file is written on tokio's blocking pool, never on a runtime worker: a slow disk
 /// (or a fsync that takes a second) must not stall the calls sharing that worker. It is
 /// created readable by its owner only (mode 0600 on Unix), since escalations hold the
-/// operation's arguments, and a path that is a symbolic link is refused rather than
+/// operation's arguments; an existing file open to its group or others is set to 0600
+/// before the first line is written, with a warning (refused, nothing written, when its
+/// mode cannot be changed). A path that is a symbolic link is refused rather than
 /// followed, so nobody can point the sink at a file they want overwritten.
 #[derive(Debug)]
 pub struct JsonLinesSink {
@@ -190,8 +192,44 @@ impl JsonLinesSink {
         let mut f = options
             .open(path)
             .map_err(|err| format!("{}: {err}", path.display()))?;
+        #[cfg(unix)]
+        Self::owner_only(path, &f)?;
         f.write_all(line).map_err(|err| err.to_string())?;
         f.sync_data().map_err(|err| err.to_string())
+    }
+}
+
+impl JsonLinesSink {
+    /// An existing file that its group or others may read or write is set to 0600 (through
+    /// the open handle, so it is the file written to), with a warning naming the old mode,
+    /// before anything is written; a file whose mode cannot be changed (another owner's) is
+    /// refused and nothing is written.
+    #[cfg(unix)]
+    fn owner_only(path: &Path, f: &std::fs::File) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = f
+            .metadata()
+            .map_err(|err| format!("{}: {err}", path.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 == 0 {
+            return Ok(());
+        }
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|err| {
+                format!(
+                    "{}: is open to its group or others (mode {:o}) and cannot be made \
+                     owner-only ({err}); escalations hold arguments, nothing was written",
+                    path.display(),
+                    mode & 0o777
+                )
+            })?;
+        tracing::warn!(
+            path = %path.display(),
+            "the escalation file was open to its group or others (mode {:o}); set to 600",
+            mode & 0o777
+        );
+        Ok(())
     }
 }
 

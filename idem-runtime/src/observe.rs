@@ -15,7 +15,10 @@
 //! states, classes, attempt numbers, store and operation names, and error *kinds*. Metric
 //! labels are bounded: tool names come from the registry (a call naming no registered tool
 //! is counted under [`UNREGISTERED_TOOL`]), every other label value is one of a fixed set
-//! listed below; a key, run id or argument never becomes a label.
+//! listed below; a key, run id or argument never becomes a label. Text from outside idem
+//! that a span or log field does carry (a run id, a call id, an error's or an operator's
+//! text, attempt evidence, an escalation's reason) is cut to 256 bytes, with a note of how
+//! much was cut, before it is recorded; a requested tool name to 64.
 //!
 //! # Spans
 //!
@@ -96,6 +99,66 @@ pub const RECONCILE_DECISIONS: &str = "idem_reconcile_decisions_total";
 /// not become a label (its values would be unbounded). Not a valid tool name, so it never
 /// collides with one.
 pub const UNREGISTERED_TOOL: &str = "<unregistered>";
+
+/// The most bytes of one span or log field (or log message) that carries text from outside
+/// idem: a run id, a call id, an error's or a person's text, a record's evidence. Longer text
+/// is cut there, saying how much was cut, so a caller's megabyte is not written into every
+/// trace. A tool name is cut to the 64 bytes a tool name can have.
+pub(crate) const MAX_FIELD_BYTES: usize = 256;
+
+/// `value`'s text as a span or log field records it: whole up to [`MAX_FIELD_BYTES`], else
+/// cut there at a character boundary with `… (N more bytes)`. Formats into a bounded buffer:
+/// a huge value is measured, never copied.
+pub(crate) fn field(value: &dyn std::fmt::Display) -> String {
+    bounded(|w| std::fmt::write(w, format_args!("{value}")))
+}
+
+/// [`field`] of `value`'s `Debug` text.
+pub(crate) fn debug_field(value: &dyn std::fmt::Debug) -> String {
+    bounded(|w| std::fmt::write(w, format_args!("{value:?}")))
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends at a character boundary.
+pub(crate) fn prefix(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+fn bounded(write: impl FnOnce(&mut Bounded) -> std::fmt::Result) -> String {
+    let mut w = Bounded {
+        kept: String::new(),
+        cut: 0,
+    };
+    let _ = write(&mut w);
+    if w.cut > 0 {
+        use std::fmt::Write as _;
+        let _ = write!(w.kept, "… ({} more bytes)", w.cut);
+    }
+    w.kept
+}
+
+/// Keeps the first [`MAX_FIELD_BYTES`] of what is written, counting the rest.
+struct Bounded {
+    kept: String,
+    cut: usize,
+}
+
+impl std::fmt::Write for Bounded {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.cut > 0 {
+            self.cut += s.len();
+            return Ok(());
+        }
+        let room = MAX_FIELD_BYTES - self.kept.len();
+        let kept = prefix(s, room);
+        self.kept.push_str(kept);
+        self.cut += s.len() - kept.len();
+        Ok(())
+    }
+}
 
 /// Starts timing when metrics are compiled in; a zero-sized no-op otherwise.
 #[derive(Clone, Copy, Debug)]

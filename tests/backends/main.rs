@@ -9,6 +9,8 @@
 //! it needs. Redis and Postgres need `IDEM_REDIS_URL` / `IDEM_POSTGRES_URL` (the tests say
 //! why they skip without them, and fail under `IDEM_REQUIRE_BACKENDS=1`).
 
+mod inputs;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

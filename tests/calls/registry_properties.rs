@@ -19,6 +19,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use idem::registry::MAX_ARGS_DEPTH;
 use idem::{
     store::RecordState,
     tool::{ToolSpec, WriteTool},
@@ -347,6 +348,15 @@ fn args_text() -> impl Strategy<Value = String> {
 /// serde's verdict on a `Value`, or failing that on the `Value` with every whole float
 /// below 2^53 written as an integer (an integer field given as `4900.0`, which JSON Schema's
 /// `"integer"` allows).
+/// How many levels `v` nests, as the registry counts them (a scalar is one).
+fn levels(v: &Value) -> usize {
+    1 + match v {
+        Value::Array(items) => items.iter().map(levels).max().unwrap_or(0),
+        Value::Object(map) => map.values().map(levels).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 fn decode_value(value: &Value) -> Option<ChargeArgs> {
     fn whole_floats_as_integers(v: &Value) -> Value {
         match v {
@@ -390,7 +400,10 @@ fn text_arguments_run_exactly_when_serde_accepts_them() {
                 .ok()
                 .and_then(|v| decode_value(&v)),
         };
-        let want = decoded.filter(|_| first == Some(b'{') && !too_large);
+        // Arguments nested past the limit are refused, however the type would read them.
+        let too_deep =
+            serde_json::from_str::<Value>(&text).is_ok_and(|v| levels(&v) > MAX_ARGS_DEPTH);
+        let want = decoded.filter(|_| first == Some(b'{') && !too_large && !too_deep);
         check(
             &rt,
             || ToolCall::from_json(RUN, "charge", text.clone()),
@@ -527,7 +540,8 @@ fn value_arguments_run_exactly_when_serde_accepts_them() {
     run_property("value arguments", args_value(), |value| {
         let size = serde_json::to_vec(&value).unwrap().len();
         let too_large = size > LIMIT;
-        let want = decode_value(&value).filter(|_| value.is_object() && !too_large);
+        let too_deep = levels(&value) > MAX_ARGS_DEPTH;
+        let want = decode_value(&value).filter(|_| value.is_object() && !too_large && !too_deep);
         check(
             &rt,
             || ToolCall::new(RUN, "charge", value.clone()),

@@ -115,7 +115,7 @@ pub(crate) async fn run(
                     if let Ok(Err(e)) = renewal.await {
                         // The handler keeps running: stopping it now would not undo an effect.
                         // Settling later will be refused if someone took over; that is logged.
-                        tracing::warn!(key = %l.key, error = %e, "could not renew the claim's lease");
+                        tracing::warn!(key = %l.key, error = %crate::observe::field(&e), "could not renew the claim's lease");
                     }
                 }
             }

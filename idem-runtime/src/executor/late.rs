@@ -137,7 +137,7 @@ impl Executor {
                             };
                             let notice = Escalation::from_record(&record, reason, clock.now());
                             if let Err(e) = sink.deliver(&notice).await {
-                                tracing::error!(key = %key, error = %e, "escalation sink failed");
+                                tracing::error!(key = %key, error = %crate::observe::field(&e), "escalation sink failed");
                             }
                         }
                     }
@@ -159,7 +159,7 @@ impl Executor {
                                     "a timed-out attempt reported {class} after its key was released, and could not be recorded ({e})"
                                 ),
                             };
-                            tracing::warn!(key = %key, class = %class, "{reason}");
+                            tracing::warn!(key = %key, class = %class, "{}", crate::observe::field(&reason));
                             let shown = match &restored {
                                 Ok(Restored::Recorded(r) | Restored::ClaimedAgain(r)) => r,
                                 Err(_) => &claimed,
@@ -169,14 +169,14 @@ impl Executor {
                                 notice.attempts.push(evidence.clone());
                             }
                             if let Err(e) = sink.deliver(&notice).await {
-                                tracing::error!(key = %key, error = %e, "escalation sink failed");
+                                tracing::error!(key = %key, error = %crate::observe::field(&e), "escalation sink failed");
                             }
                         }
                         _ => tracing::info!(key = %key, class = %class,
                             "late result of a timed-out attempt; the record has moved on"),
                     },
                     Err(e) => {
-                        tracing::warn!(key = %key, error = %e, class = %class, attempt = evidence.attempt,
+                        tracing::warn!(key = %key, error = %crate::observe::field(&e), class = %class, attempt = evidence.attempt,
                         "late result of a timed-out attempt could not be recorded")
                     }
                 }

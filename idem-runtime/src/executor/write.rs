@@ -243,7 +243,7 @@ impl Executor {
         );
         let parked = Settlement::new(RecordState::Escalated).message(why);
         if let Err(e) = self.store().settle(&req.key, token, parked).await {
-            tracing::error!(key = %req.key, other = %other, error = %e,
+            tracing::error!(key = %req.key, other = %crate::observe::field(&other), error = %crate::observe::field(&e),
                 "could not release or park a claim shadowed by another key format's claim");
         }
     }
@@ -275,7 +275,7 @@ impl Executor {
         let mut notice = Escalation::from_record(record, reason, now);
         notice.refused_args = refused.map(|op| op.to_operation().args.value().clone());
         if let Err(e) = self.sink.deliver(&notice).await {
-            tracing::error!(key = %key, error = %e, "escalation sink failed");
+            tracing::error!(key = %key, error = %crate::observe::field(&e), "escalation sink failed");
         }
     }
 
@@ -434,7 +434,7 @@ impl Executor {
                     // of reach and a reconciler or a person acted): sending again would race
                     // them. What was sent so far still belongs in the record.
                     Err(e @ StoreError::StaleToken { .. }) => {
-                        tracing::warn!(key = %key, error = %e, attempts = ?evidence,
+                        tracing::warn!(key = %key, error = %crate::observe::field(&e), attempts = %crate::observe::debug_field(&evidence),
                             "claim lost before a retry; not sending again");
                         let kept = evidence::keep(
                             self.store(),
@@ -446,7 +446,7 @@ impl Executor {
                         )
                         .await;
                         if !matches!(kept, Ok(Some(_))) {
-                            tracing::error!(key = %key, result = ?kept, attempts = ?evidence,
+                            tracing::error!(key = %key, result = %crate::observe::debug_field(&kept), attempts = %crate::observe::debug_field(&evidence),
                                 "the attempts could not be added to the record");
                         }
                         return Executed {
@@ -460,7 +460,7 @@ impl Executor {
                         };
                     }
                     Err(e) => {
-                        tracing::warn!(key = %key, error = %e, "lease renewal before retry failed")
+                        tracing::warn!(key = %key, error = %crate::observe::field(&e), "lease renewal before retry failed")
                     }
                 }
                 attempt += 1;
@@ -517,7 +517,7 @@ impl Executor {
                 Ok(()) => {}
                 Err(e @ StoreError::StaleToken { .. }) => return Err(e),
                 Err(e) => {
-                    tracing::warn!(key = %key, error = %e, "lease renewal during a retry backoff failed")
+                    tracing::warn!(key = %key, error = %crate::observe::field(&e), "lease renewal during a retry backoff failed")
                 }
             }
             if next >= end {
@@ -564,13 +564,13 @@ impl Executor {
         let released = match self.store().release_traced(key, token, parked, &note).await {
             Ok(()) => Ok(()),
             Err(e) => {
-                tracing::warn!(key = %key, error = %e,
+                tracing::warn!(key = %key, error = %crate::observe::field(&e),
                     "could not keep the attempts of an unavailable operation; releasing without a trace");
                 self.store().release(key, token).await
             }
         };
         if let Err(e) = released {
-            tracing::error!(key = %key, error = %e,
+            tracing::error!(key = %key, error = %crate::observe::field(&e),
                 "could not release an operation refused as unavailable; it stays unknown for the reconciler");
         }
     }
@@ -599,7 +599,7 @@ impl Executor {
             }
             // Rejected before execution: free the key so the same intent may run again.
             if let Err(e) = self.store().release(&key, token).await {
-                tracing::error!(key = %key, error = %e,
+                tracing::error!(key = %key, error = %crate::observe::field(&e),
                     "could not release a rejected claim; it will turn unknown when its lease passes");
             }
             return done(outcome_of(result));
@@ -616,8 +616,8 @@ impl Executor {
                 // The output is not logged (it may hold what the user asked to keep out of
                 // logs), and the store's own words (a raw reply, a host name) stay out of
                 // what the model reads.
-                tracing::error!(key = %key, error = %e, class = %class_of_result(&result),
-                    attempts = ?evidence, "handler finished but its result could not be saved");
+                tracing::error!(key = %key, error = %crate::observe::field(&e), class = %class_of_result(&result),
+                    attempts = %crate::observe::debug_field(&evidence), "handler finished but its result could not be saved");
                 done(Outcome::Unknown {
                     reason: "the result could not be saved: the idempotency store failed"
                         .to_owned(),

@@ -17,6 +17,17 @@ pub use key::{IdemKey, KeyMaterial, ParseKeyError, Scope};
 use serde::Serialize;
 use serde_json::Value;
 
+/// How many levels a call's arguments may nest (the registry's public
+/// `MAX_ARGS_DEPTH`), in the value the caller gave and in the canonical arguments a claim
+/// saves: half of serde_json's parser limit (128), so the forms that wrap the saved
+/// arguments (a record's operation, a Redis field, an escalation's JSON line) still parse
+/// with that limit on every backend, with room to spare.
+pub(crate) const ARGS_DEPTH_LIMIT: usize = 64;
+
+/// The registry's default limit on a call's arguments (the public
+/// `DEFAULT_MAX_ARGS_BYTES`): 1 MiB of JSON text.
+pub(crate) const ARGS_BYTES_DEFAULT: usize = 1 << 20;
+
 /// The identity of one call's arguments: canonical bytes, fingerprint and key material.
 #[derive(Clone, Debug)]
 pub struct ArgsIdentity {

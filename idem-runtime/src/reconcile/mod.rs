@@ -520,7 +520,7 @@ impl Reconciler {
         match next {
             Watch::Ignore | Watch::ReadBack => (settled, None),
             Watch::Done { why } => {
-                tracing::debug!(key = %record.key, "released after unavailable: {why}");
+                tracing::debug!(key = %record.key, "released after unavailable: {}", crate::observe::field(&why));
                 (settled, None)
             }
             Watch::Again { why } => (settled, decision(Action::Waiting, why)),
@@ -536,11 +536,11 @@ impl Reconciler {
                              unavailable), but the read-back {summary}: recorded again, repeats \
                              now replay it"
                         );
-                        tracing::warn!(key = %record.key, tool = %record.tool, "{reason}");
+                        tracing::warn!(key = %record.key, tool = %record.tool, "{}", crate::observe::field(&reason));
                         let notice =
                             Escalation::from_record(&restored, reason.as_str(), self.now());
                         if let Err(e) = self.sink.deliver(&notice).await {
-                            tracing::error!(key = %record.key, error = %e, "escalation sink failed");
+                            tracing::error!(key = %record.key, error = %crate::observe::field(&e), "escalation sink failed");
                         }
                         (true, decision(Action::Settled, reason))
                     }
@@ -647,7 +647,9 @@ impl Reconciler {
                         tracing::info!(decisions = d.len(), "reconciliation pass")
                     }
                     Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "reconciliation pass failed"),
+                    Err(e) => {
+                        tracing::warn!(error = %crate::observe::field(&e), "reconciliation pass failed")
+                    }
                 }
                 tokio::time::sleep(every).await;
             }
@@ -871,7 +873,7 @@ impl Reconciler {
             .await;
         let action = match result {
             Ok(()) => {
-                tracing::info!(key = %record.key, tool = %record.tool, evidence = ?record.attempts, "{detail}");
+                tracing::info!(key = %record.key, tool = %record.tool, evidence = %crate::observe::debug_field(&record.attempts), "{}", crate::observe::field(&detail));
                 Action::Released
             }
             Err(_) => Action::Waiting,
@@ -887,7 +889,7 @@ impl Reconciler {
     async fn note(&self, record: &Record, evidence: ReadBackRecord) {
         let s = Settlement::new(record.state).read_backs(vec![evidence]);
         if let Err(e) = self.store().settle(&record.key, record.token, s).await {
-            tracing::debug!(key = %record.key, error = %e, "read-back evidence not recorded");
+            tracing::debug!(key = %record.key, error = %crate::observe::field(&e), "read-back evidence not recorded");
         }
     }
 
@@ -944,7 +946,7 @@ impl Reconciler {
             Err(_) => Err(format!("the sink did not answer within {patience:?}")),
         };
         if let Err(e) = delivered {
-            tracing::error!(key = %record.key, id = %escalation.id, error = %e,
+            tracing::error!(key = %record.key, id = %escalation.id, error = %crate::observe::field(&e),
                 "escalation sink failed; the record is put back and escalated again next pass");
             let mut back = Settlement::new(record.state).read_backs(read_backs);
             back.payload = record.payload.clone();
@@ -966,7 +968,7 @@ impl Reconciler {
             // The person has been told. If the settle did not land (its reply may be lost
             // after it did), the takeover lapses to unknown and a later pass escalates the
             // record again, under the same id.
-            tracing::warn!(key = %record.key, id = %escalation.id, error = %e,
+            tracing::warn!(key = %record.key, id = %escalation.id, error = %crate::observe::field(&e),
                 "escalation delivered, but recording it failed");
             return Ok(Decision::on(
                 record,

@@ -222,7 +222,8 @@ async fn resolve_with(
             // One atomic step: no takeover first, so the trace holds the record exactly as
             // the person saw it, and a record that moved on since is refused, not freed.
             store.release_unsettled(key, record.token, &trace).await?;
-            tracing::info!(key = %key, tool = %record.tool, operator, note = %trace.note,
+            tracing::info!(key = %key, tool = %record.tool,
+                operator = %crate::observe::field(&operator), note = %crate::observe::field(&trace.note),
                 "released by a person; the intent may run again (the store keeps the release)");
             return Ok(None);
         }

@@ -25,7 +25,7 @@ use crate::tool::erased::{DecodeError, RawArgs};
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
 
 /// Default limit on the size of a call's arguments (JSON text): 1 MiB.
-pub const DEFAULT_MAX_ARGS_BYTES: usize = 1 << 20;
+pub const DEFAULT_MAX_ARGS_BYTES: usize = crate::identity::ARGS_BYTES_DEFAULT;
 
 /// How far apart a registry's clock and its store's may read at `build()`: two readings of
 /// one clock, or of two system clocks, are milliseconds apart; a test clock left at another
@@ -420,8 +420,9 @@ impl Registry {
             "idem.call",
             // The name as asked for, which the model chose: bounded like the error's echo.
             tool = bounded_name(&call.tool),
-            run_id = %call.scope.run_id(),
-            call_id = call.call_id.as_deref().unwrap_or(""),
+            // Ids are bounded before validation refuses long ones; this span is opened first.
+            run_id = %crate::observe::field(&call.scope.run_id()),
+            call_id = %crate::observe::field(&call.call_id.as_deref().unwrap_or("")),
             key = tracing::field::Empty,
             class = tracing::field::Empty,
         );
@@ -439,11 +440,12 @@ impl Registry {
             executed
         };
         observe::call_finished(&call.tool, &executed, timer);
-        if let (CallArgs::Value(args), Err(CallError::InvalidArgs { .. })) =
-            (call.args, &executed.result)
-        {
-            // Possibly refused for its depth: take it apart without recursing.
-            size::dispose(args);
+        if let CallArgs::Value(args) = call.args {
+            if executed.result.is_err() {
+                // Refused, possibly before its depth was checked (an unknown tool, an
+                // invalid call) or for its depth or size: take it apart without recursing.
+                size::dispose(args);
+            }
         }
         ToolResult {
             tool: call.tool,
@@ -486,6 +488,16 @@ impl Registry {
                         limit,
                     });
                 }
+                if crate::identity::canonical::nesting_levels(text.as_bytes()) > MAX_ARGS_DEPTH {
+                    // Malformed text is told apart (serde_json's parser stops at its own
+                    // depth limit, without recursing past it).
+                    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text) {
+                        return refused(CallError::MalformedJson {
+                            message: e.to_string(),
+                        });
+                    }
+                    return refused(too_deep(&call.tool));
+                }
                 // Decoded straight from the text: no `Value` tree is built for a call that
                 // decodes (a malformed one is told apart while being refused).
                 RawArgs::Text(text)
@@ -496,12 +508,7 @@ impl Registry {
                     Err(size::Refused::TooLarge(size)) => {
                         return refused(CallError::ArgsTooLarge { size, limit })
                     }
-                    Err(size::Refused::TooDeep) => {
-                        return refused(CallError::InvalidArgs {
-                            tool: call.tool.clone(),
-                            message: format!("arguments nest deeper than {MAX_ARGS_DEPTH} levels"),
-                        })
-                    }
+                    Err(size::Refused::TooDeep) => return refused(too_deep(&call.tool)),
                 }
                 RawArgs::Value(v)
             }
@@ -531,6 +538,14 @@ impl Registry {
     }
 }
 
+/// The refusal of arguments nested deeper than [`MAX_ARGS_DEPTH`].
+fn too_deep(tool: &str) -> CallError {
+    CallError::InvalidArgs {
+        tool: tool.to_owned(),
+        message: format!("arguments nest deeper than {MAX_ARGS_DEPTH} levels"),
+    }
+}
+
 /// An unknown tool name as the error repeats it: whole when it could be a tool name (at most
 /// 64 bytes), else cut there with `…`, so a model's runaway name is not echoed back in full.
 fn echoed_name(name: &str) -> String {
@@ -548,11 +563,7 @@ fn echoed_name(name: &str) -> String {
 /// A requested tool name cut to the longest a tool name can be (64 bytes), for spans: a
 /// model's runaway name is not written into every trace in full.
 fn bounded_name(name: &str) -> &str {
-    let mut end = name.len().min(64);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    &name[..end]
+    crate::observe::prefix(name, 64)
 }
 
 /// Refuses arguments that are not a JSON object when the tool's schema asks for one. Serde

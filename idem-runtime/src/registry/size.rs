@@ -30,16 +30,19 @@ pub(crate) enum Refused {
 /// stack there and abort the process.
 pub(crate) fn check(value: &Value, limit: usize) -> Result<(), Refused> {
     let mut budget = limit;
-    // Within the bound's depth (64) the value is well within MAX_ARGS_DEPTH too.
+    // Within the bound's depth the value is within MAX_ARGS_DEPTH too.
     if within_bound(value, &mut budget, 0) {
         return Ok(());
     }
-    match exact_len(value, limit) {
+    match exact_len(value, limit, MAX_ARGS_DEPTH) {
         Ok(_) => Ok(()),
-        Err(Refused::TooLarge(_)) => Err(Refused::TooLarge(
-            exact_len(value, usize::MAX).map_or(usize::MAX, |n| n),
-        )),
-        Err(too_deep) => Err(too_deep),
+        // Too large wins over too deep, as it does for text (whose length is checked first):
+        // the size, measured whatever the depth (the walk does not recurse).
+        Err(_) => match exact_len(value, usize::MAX, usize::MAX) {
+            Ok(size) if size > limit => Err(Refused::TooLarge(size)),
+            Ok(_) => Err(Refused::TooDeep),
+            Err(_) => Err(Refused::TooLarge(usize::MAX)),
+        },
     }
 }
 
@@ -56,12 +59,17 @@ pub(crate) fn dispose(value: Value) {
     }
 }
 
-/// How deep a caller's argument value may nest: the depth at which serde_json's parser stops
-/// reading text, so text and value arguments are refused alike.
-pub const MAX_ARGS_DEPTH: usize = 128;
+/// How many levels a call's arguments may nest (a scalar is one level, each array or object
+/// around it one more), whether they arrive as a value or as text, and as the canonical
+/// arguments a claim saves: deeper ones are refused as invalid arguments before anything
+/// runs. Half of serde_json's parser limit (128), so the stored forms that wrap the
+/// arguments (a record's operation, an escalation's JSON line) read back on every backend.
+pub const MAX_ARGS_DEPTH: usize = crate::identity::ARGS_DEPTH_LIMIT;
 
-/// How deep the recursive bound walks before it leaves the value to the exact walk.
-const BOUND_DEPTH: usize = 64;
+/// How deep the recursive bound walks before it leaves the value to the exact walk: a value
+/// it accepts (containers at depths 0 to `BOUND_DEPTH - 1`, leaves at most one deeper)
+/// nests at most `BOUND_DEPTH + 1` levels, within [`MAX_ARGS_DEPTH`].
+const BOUND_DEPTH: usize = MAX_ARGS_DEPTH - 1;
 
 /// Takes an upper bound of `value`'s text from `budget`: false as soon as it does not fit
 /// (or the value nests deeper than [`BOUND_DEPTH`]).
@@ -122,13 +130,13 @@ fn digits(mut u: u64) -> usize {
     n
 }
 
-/// `value`'s exact text length when it is within `limit` and nests at most
-/// [`MAX_ARGS_DEPTH`] levels, walking iteratively; refused as soon as it is not.
-fn exact_len(value: &Value, limit: usize) -> Result<usize, Refused> {
+/// `value`'s exact text length when it is within `limit` and nests at most `max_depth`
+/// levels, walking iteratively; refused as soon as it is not.
+fn exact_len(value: &Value, limit: usize, max_depth: usize) -> Result<usize, Refused> {
     let mut total = 0usize;
     let mut pending = vec![(value, 1usize)];
     while let Some((v, depth)) = pending.pop() {
-        if depth > MAX_ARGS_DEPTH {
+        if depth > max_depth {
             return Err(Refused::TooDeep);
         }
         let size = match v {
@@ -187,6 +195,7 @@ fn number_len(n: &serde_json::Number) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::canonical::nesting_levels;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -219,7 +228,7 @@ mod tests {
         #[test]
         fn agrees_with_the_exact_size(v in json_value()) {
             let size = exact(&v);
-            prop_assert_eq!(exact_len(&v, usize::MAX), Ok(size));
+            prop_assert_eq!(exact_len(&v, usize::MAX, usize::MAX), Ok(size));
             let mut budget = usize::MAX;
             prop_assert!(within_bound(&v, &mut budget, 0));
             prop_assert!(usize::MAX - budget >= size, "bound {} under the size {}", usize::MAX - budget, size);
@@ -234,7 +243,7 @@ mod tests {
     fn control_characters_and_quotes_are_bounded() {
         let v = json!({"\u{1}\"": ["\u{0}\\\n", 1.5e300, -9_223_372_036_854_775_808i64]});
         let size = exact(&v);
-        assert_eq!(exact_len(&v, usize::MAX), Ok(size));
+        assert_eq!(exact_len(&v, usize::MAX, usize::MAX), Ok(size));
         let mut budget = usize::MAX;
         assert!(within_bound(&v, &mut budget, 0));
         assert!(usize::MAX - budget >= size);
@@ -262,8 +271,9 @@ mod tests {
         // 100 000 levels: refused as too deep at any size limit, by a walk that does not
         // recurse (the recursive bound gives up at 64 levels).
         let v = nested(100_000);
-        assert_eq!(check(&v, 150_000), Err(Refused::TooDeep));
         assert_eq!(check(&v, 1 << 30), Err(Refused::TooDeep));
+        // Too large wins, as for text: the size is measured whatever the depth.
+        assert_eq!(check(&v, 150_000), Err(Refused::TooLarge(200_004)));
         unwind(v);
     }
 
@@ -274,10 +284,41 @@ mod tests {
         assert_eq!(check(&at_limit, 1 << 20), Ok(()));
         let over = nested(MAX_ARGS_DEPTH);
         assert_eq!(check(&over, 1 << 20), Err(Refused::TooDeep));
-        // serde_json's parser stops text at the same depth.
-        let text = serde_json::to_string(&at_limit).unwrap();
+        // Counted as the canonical arguments' depth is.
+        let levels = |v: &Value| nesting_levels(&serde_json::to_vec(v).unwrap());
+        assert_eq!(levels(&at_limit), MAX_ARGS_DEPTH);
+        assert_eq!(levels(&over), MAX_ARGS_DEPTH + 1);
+        // The value at the limit, wrapped as a saved operation wraps it, still parses with
+        // serde_json's default limit, with room to spare.
+        let mut wrapped = at_limit;
+        for _ in 0..MAX_ARGS_DEPTH - 2 {
+            wrapped = json!({ "args": wrapped });
+        }
+        let text = serde_json::to_string(&wrapped).unwrap();
         assert!(serde_json::from_str::<Value>(&text).is_ok());
-        let text = serde_json::to_string(&over).unwrap();
-        assert!(serde_json::from_str::<Value>(&text).is_err());
+    }
+
+    /// A value's depth the way [`check`] counts it.
+    fn depth(v: &Value) -> usize {
+        1 + match v {
+            Value::Array(items) => items.iter().map(depth).max().unwrap_or(0),
+            Value::Object(map) => map.values().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    proptest! {
+        /// The canonical bytes' depth is the value's depth, and the check refuses exactly
+        /// the values deeper than the limit.
+        #[test]
+        fn text_depth_agrees_with_the_value(v in json_value(), extra in 0usize..70) {
+            let mut v = v;
+            for _ in 0..extra {
+                v = Value::Array(vec![v]);
+            }
+            let d = depth(&v);
+            prop_assert_eq!(nesting_levels(&crate::identity::canonical::to_canonical_vec(&v)), d);
+            prop_assert_eq!(check(&v, usize::MAX).is_ok(), d <= MAX_ARGS_DEPTH);
+        }
     }
 }

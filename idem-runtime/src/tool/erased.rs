@@ -10,7 +10,8 @@ use serde_json::Value;
 use super::striped::Striped;
 use super::{input_schema_for, ReadBack, ReadBackCtx};
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
-use crate::identity::{identify, ArgsIdentity, CanonicalJson};
+use crate::identity::canonical::nesting_levels;
+use crate::identity::{identify, ArgsIdentity, CanonicalJson, ARGS_DEPTH_LIMIT};
 
 /// A registered tool with its types erased: what [`crate::registry::Registry`] stores and dispatches to.
 ///
@@ -131,7 +132,17 @@ where
         },
     };
     let identity = if write {
-        Some(identify(&typed, key_fields).map_err(|e| DecodeError::Identity(e.to_string()))?)
+        let identity =
+            identify(&typed, key_fields).map_err(|e| DecodeError::Identity(e.to_string()))?;
+        // The saved operation holds these bytes: deeper than the limit, they might not read
+        // back (text decodes to 128 levels, and an `Args` type may serialize deeper than it
+        // reads), so the call is refused before it claims.
+        if nesting_levels(&identity.canonical) > ARGS_DEPTH_LIMIT {
+            return Err(DecodeError::Invalid(format!(
+                "arguments nest deeper than {ARGS_DEPTH_LIMIT} levels"
+            )));
+        }
+        Some(identity)
     } else {
         None
     };
@@ -232,7 +243,7 @@ fn output_to_value<O: serde::Serialize>(tool: &str, output: O) -> Value {
     serde_json::to_value(output).unwrap_or_else(|e| {
         // The effect has happened; the record must still say "completed". We keep a null
         // result rather than pretend the call failed, and make the bug loud.
-        tracing::error!(tool, error = %e, "tool output does not serialize to JSON; saving null");
+        tracing::error!(tool, error = %crate::observe::field(&e), "tool output does not serialize to JSON; saving null");
         Value::Null
     })
 }

@@ -205,3 +205,54 @@ fn no_argument_tenant_principal_or_output_is_recorded() {
         .iter()
         .any(|e| e.field("message") == Some("escalated to a person")));
 }
+
+/// Text from outside idem in a span or log field is bounded before it is recorded: a run id
+/// and a call id of 100 kB (the call span is opened before the registry refuses them), and
+/// an escalation whose reason quotes a caller's 100 kB, logged by the log sink.
+#[test]
+fn caller_text_in_span_and_log_fields_is_bounded() {
+    use idem_runtime::escalation::{Escalation, EscalationSink, LogSink};
+    use idem_runtime::store::{IdemStore, MemoryStore};
+    use idem_runtime::{call::ToolCall, registry::Registry};
+
+    let long = "\u{e9}x".repeat(33_333);
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        crate::observed::runtime().block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let registry = Registry::builder()
+                .shared_store(store.clone())
+                .tool(crate::observed::Charge(Default::default()))
+                .build()
+                .unwrap();
+            let args = serde_json::json!({"card": "4242", "cents": 1});
+            let refused = registry
+                .call(ToolCall::new(long.clone(), "charge", args.clone()).call_id(long.clone()))
+                .await;
+            assert!(refused.error().is_some(), "a 100 kB run id is refused");
+            let done = registry.call(ToolCall::new("run-1", "charge", args)).await;
+            let record = store.get(done.key().unwrap()).await.unwrap().unwrap();
+            let escalation = Escalation::from_record(&record, long.clone(), record.created_at);
+            LogSink.deliver(&escalation).await.unwrap();
+        })
+    });
+    let spans = capture.spans.lock().unwrap().clone();
+    let events = capture.events.lock().unwrap().clone();
+    let mut cut = 0;
+    for seen in spans.iter().chain(&events) {
+        for (name, value) in &seen.fields {
+            assert!(
+                value.len() <= 300,
+                "{} recorded {name} of {} bytes",
+                seen.name,
+                value.len()
+            );
+            if value.starts_with("\u{e9}x") && value.ends_with("more bytes)") {
+                cut += 1;
+            }
+        }
+    }
+    // The run id, the call id and the reason, each cut with a note of how much.
+    assert!(cut >= 3, "only {cut} fields were cut");
+}

@@ -94,6 +94,25 @@ async fn the_file_is_owner_only_and_holds_one_line_per_escalation() {
 }
 
 #[tokio::test]
+async fn an_existing_file_open_to_others_is_made_owner_only_before_it_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("escalations.jsonl");
+    std::fs::write(&path, "").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o664)).unwrap();
+    let sink = JsonLinesSink::new(&path);
+    let escalation = an_escalation().await;
+    sink.deliver(&escalation).await.unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        mode, 0o600,
+        "group/other bits must be cleared, got {mode:o}"
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line: Escalation = serde_json::from_str(text.trim_end()).unwrap();
+    assert_eq!(line, escalation);
+}
+
+#[tokio::test]
 async fn a_symbolic_link_is_refused_not_followed() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("precious.txt");

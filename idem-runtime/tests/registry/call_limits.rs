@@ -123,3 +123,107 @@ async fn the_model_is_shown_at_most_a_kilobyte_of_a_refusal() {
     assert!(result.error().unwrap().to_string().len() > 900_000);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
+
+/// Runs `f` on a thread with a small stack (256 KiB): a recursive walk (or drop) of a value
+/// a million levels deep overflows it and aborts the test process.
+fn on_a_small_stack(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(f)
+        .unwrap()
+        .join()
+        .expect("the call returned a refusal");
+}
+
+/// `{"cents": 1, "memo": <a million levels>}`, built without recursing.
+fn million_deep() -> Value {
+    let mut args = serde_json::Map::new();
+    args.insert("cents".into(), json!(1));
+    args.insert("memo".into(), nested(1_000_000));
+    Value::Object(args)
+}
+
+/// A value a million levels deep, refused before its depth is checked (an unknown tool, an
+/// invalid call) or for its size, is taken apart without recursion: the call returns its
+/// refusal on a small stack, and nothing runs or is stored.
+#[test]
+fn a_deep_value_is_dropped_without_recursion_on_every_refusal() {
+    on_a_small_stack(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (registry, store, runs) = setup();
+            let unknown = registry
+                .call(ToolCall::new("r", "no_such_tool", million_deep()))
+                .await;
+            assert!(
+                matches!(unknown.error(), Some(CallError::UnknownTool { .. })),
+                "{}",
+                unknown.text()
+            );
+            let invalid = registry
+                .call(ToolCall::new("", "charge", million_deep()))
+                .await;
+            assert!(
+                matches!(invalid.error(), Some(CallError::InvalidCall { .. })),
+                "{}",
+                invalid.text()
+            );
+            let small = Registry::builder()
+                .shared_store(store.clone())
+                .tool(Charge(runs.clone()))
+                .max_args_bytes(64)
+                .build()
+                .unwrap();
+            let large = small
+                .call(ToolCall::new("r", "charge", million_deep()))
+                .await;
+            assert!(
+                matches!(large.error(), Some(CallError::ArgsTooLarge { .. })),
+                "{}",
+                large.text()
+            );
+            assert_eq!(runs.load(Ordering::SeqCst), 0);
+            for state in [RecordState::Running, RecordState::Completed] {
+                assert!(store.list(state, 10).await.unwrap().is_empty());
+            }
+        });
+    });
+}
+
+/// Text nested past the limit but within serde_json's own (128) is refused as too deep,
+/// as a value of that depth is: nothing runs, nothing is claimed.
+#[tokio::test]
+async fn text_past_the_limit_but_within_the_parser_is_refused() {
+    let (registry, store, runs) = setup();
+    // The root object and `memo` are two levels; the arrays and the null the rest.
+    let text = |levels: usize| {
+        format!(
+            "{{\"cents\": 1, \"memo\": {}null{}}}",
+            "[".repeat(levels - 2),
+            "]".repeat(levels - 2)
+        )
+    };
+    let over = registry
+        .call(ToolCall::from_json("r", "charge", text(MAX_ARGS_DEPTH + 1)))
+        .await;
+    match over.error() {
+        Some(CallError::InvalidArgs { message, .. }) => {
+            assert!(message.contains(&MAX_ARGS_DEPTH.to_string()), "{message}")
+        }
+        other => panic!("refused as too deep, got {other:?}"),
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert!(store
+        .list(RecordState::Running, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let at = registry
+        .call(ToolCall::from_json("r", "charge", text(MAX_ARGS_DEPTH)))
+        .await;
+    assert!(at.is_completed(), "{}", at.text());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

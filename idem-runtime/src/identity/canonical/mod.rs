@@ -88,6 +88,40 @@ fn write_string(s: &str, out: &mut Vec<u8>) {
     serde_json::to_writer(&mut *out, s).expect("writing a JSON string to a Vec cannot fail");
 }
 
+/// How many levels `json` (valid compact JSON, such as canonical bytes) nests, counted as
+/// the registry counts a value's depth: a scalar or an empty container is one level, and
+/// each container adds one to its deepest member. One pass over the bytes, no recursion.
+pub(crate) fn nesting_levels(json: &[u8]) -> usize {
+    let (mut open, mut deepest) = (0usize, 0usize);
+    let mut bytes = json.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'[' | b'{' => {
+                open += 1;
+                deepest = deepest.max(open);
+            }
+            b']' | b'}' => open = open.saturating_sub(1),
+            b',' | b':' | b' ' | b'\t' | b'\n' | b'\r' => {}
+            b'"' => {
+                // A string (a key counts as its member's level, which follows it).
+                deepest = deepest.max(open + 1);
+                while let Some(&c) = bytes.next() {
+                    match c {
+                        b'\\' => {
+                            bytes.next();
+                        }
+                        b'"' => break,
+                        _ => {}
+                    }
+                }
+            }
+            // A number, `true`, `false` or `null`.
+            _ => deepest = deepest.max(open + 1),
+        }
+    }
+    deepest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

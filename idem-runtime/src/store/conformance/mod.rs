@@ -59,6 +59,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 mod durable;
+mod inputs;
 mod model;
 
 pub use durable::{
@@ -67,6 +68,7 @@ pub use durable::{
     paging_while_settling_across_handles, skewed_workers_fence_each_other,
     wait_settled_sees_lease_expiry,
 };
+pub use inputs::arguments_round_trip;
 pub use model::store_follows_the_model;
 
 use super::{
@@ -172,7 +174,9 @@ pub trait StoreFactory: Send + Sync {
     }
 
     /// False when the backend cannot keep a NUL character in text and stores it replaced
-    /// (Postgres): [`every_state_round_trips_a_reopen`] then writes none. The default is true.
+    /// (Postgres): [`every_state_round_trips_a_reopen`] then writes none, and
+    /// [`arguments_round_trip`] expects U+FFFD for NUL in an error text (arguments, which
+    /// are JSON text, keep it everywhere). The default is true.
     fn keeps_nul(&self) -> bool {
         true
     }
@@ -265,6 +269,12 @@ macro_rules! store_conformance_tests {
         fn store_follows_the_model() {
             let factory = $factory;
             $crate::store::conformance::store_follows_the_model(&factory);
+        }
+
+        #[test]
+        fn arguments_round_trip() {
+            let factory = $factory;
+            $crate::store::conformance::arguments_round_trip(&factory);
         }
     };
     (@each $factory:expr; $($check:ident),+ $(,)?) => {
