@@ -4,13 +4,16 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::striped::Striped;
 use super::{input_schema_for, ReadBack, ReadBackCtx};
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
 use crate::identity::{identify, ArgsIdentity, CanonicalJson};
+
+/// A boxed future, `Send`: what a type-erased tool's handler returns.
+pub(crate) type BoxFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// A registered tool with its types erased: what [`crate::registry::Registry`] stores and dispatches to.
 ///
