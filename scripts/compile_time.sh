@@ -307,7 +307,7 @@ RS
 
   {
     echo "$header"
-    echo "use idem::{ReadTool, ToolSpec, WriteTool};"
+    echo "use idem::tool::{ReadTool, ToolSpec, WriteTool};"
     for i in $(seq 1 "$N"); do
       cat <<RS
 #[derive(Deserialize, Serialize, schemars::JsonSchema)]
