@@ -29,7 +29,7 @@ OUT="${OUT:-$ROOT/target/compile-time}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
-# Users' defaults: incremental debug builds of their own crate, nothing shared between runs.
+# The repository's toolchain (rust-toolchain.toml, copied into each fixture); users' defaults: incremental debug builds of their own crate, nothing shared between runs.
 unset CARGO_INCREMENTAL CARGO_TARGET_DIR RUSTFLAGS
 mkdir -p "$OUT"
 
@@ -217,6 +217,7 @@ RS
       ;;
   esac
   cp "$ROOT/Cargo.lock" "$dir/Cargo.lock"
+  cp "$ROOT/rust-toolchain.toml" "$dir/"
 }
 
 # Runs a build; appends "wall cpu crates" to $WORK/$label.times, keeps the timings report.
@@ -266,6 +267,7 @@ serde = { version = \"1\", features = [\"derive\"] }
 schemars = \"1\"" > "$WORK/tools/$crate/Cargo.toml"
   done
   cp "$ROOT/Cargo.lock" "$WORK/tools/Cargo.lock"
+  cp "$ROOT/rust-toolchain.toml" "$WORK/tools/"
 
   header='use idem::{ReadCtx, Registry, ToolError, WriteCtx};
 use serde::{Deserialize, Serialize};
@@ -379,7 +381,7 @@ ratio() { # label, numerator, denominator, target
 }
 
 echo
-printf 'clean debug builds, median of %d, %s, %d cores, load %s\n' "$RUNS" "$(rustc --version)" \
+printf 'clean debug builds, median of %d, %s, %d cores, load %s\n' "$RUNS" "$(cd "$ROOT" && rustc --version)" \
   "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '| %-22s | %7s | %7s | %6s |\n' fixture "wall s" "cpu s" crates
 row bare "serde + serde_json + schemars + tokio, a hand-written tool"
