@@ -69,6 +69,7 @@
 /// | `description = "…"` | both | default: the doc comment, wrapped lines folded |
 /// | `timeout = "30s"` | both | per attempt; `ms`, `s`, `m`, `h`, or sums like `"1h30m"` |
 /// | `no_output_schema` | both | no output schema, even when `T` implements `JsonSchema` |
+/// | `crate = "::idem2"` | both | where the facade is, for a crate that renames the `idem-rs` dependency (see below); default `::idem` |
 /// | `key(field, …)` | write | key material: these fields of the args (default: all of them) |
 /// | `downstream = "keyed"` | write | the downstream honours idempotency keys (default `"unkeyed"`) |
 /// | `window = "23h"` | write | safe retry window of a keyed downstream |
@@ -80,6 +81,15 @@
 /// Every mistake (a write without `WriteCtx`, an unknown option, `key(nope)`, a bad duration,
 /// a name outside the charset, args that do not derive the traits, a return type that is not
 /// a `Result`) is a compile error at the offending token saying what to write instead.
+///
+/// # A renamed dependency
+///
+/// Generated code names the facade `::idem`, the library name of the `idem-rs` package, as
+/// serde's derives name `::serde`: the macros read no manifest. A crate that renames the
+/// dependency (`idem2 = { package = "idem-rs", … }`) says so on each macro, as with
+/// `#[serde(crate = "…")]`: `#[tool(write, crate = "::idem2")]`, `#[toolbox(crate =
+/// "::idem2")]` (once for all its methods), `#[idem2::args(crate = "::idem2")]`. Without it
+/// the build stops with one error on the attribute: "cannot find `idem` in the crate root".
 #[doc(inline)]
 pub use idem_macros::tool;
 
@@ -116,7 +126,8 @@ pub use idem_macros::tool;
 ///
 /// The toolbox reads and removes its methods' `#[tool(..)]` attributes itself, so they need
 /// no `use idem::tool`. The methods stay callable as written. Generic impl blocks are not
-/// supported: implement the tools for a concrete type.
+/// supported: implement the tools for a concrete type. Its one option, `crate = "::idem2"`,
+/// is for a crate that renames the dependency (see [`tool`](macro@tool)).
 #[doc(inline)]
 pub use idem_macros::toolbox;
 
@@ -137,6 +148,8 @@ pub use idem_macros::toolbox;
 ///
 /// Equivalent to `#[derive(Deserialize, Serialize, JsonSchema)]` with `#[serde(crate = …)]`
 /// and `#[schemars(crate = …)]` pointing into idem; deriving them yourself works just as well.
+/// Its one option, `crate = "::idem2"`, is for a crate that renames the dependency (see
+/// [`tool`](macro@tool)).
 #[doc(inline)]
 pub use idem_macros::args;
 

@@ -8,14 +8,8 @@ use syn::spanned::Spanned;
 use crate::paths;
 
 pub(crate) fn args(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let mut errors = Vec::new();
-    if !attr.is_empty() {
-        errors.push(syn::Error::new(
-            attr.span(),
-            "#[args] takes no options; put serde and schemars options in their own \
-             attributes, e.g. #[serde(rename_all = \"camelCase\")]",
-        ));
-    }
+    let (krate, mut errors) = paths::only_crate_option(attr, ARGS_OPTIONS);
+    let facade = paths::Facade::new(krate);
     let input = match syn::parse2::<syn::DeriveInput>(item.clone()) {
         Ok(input) => Some(input),
         Err(_) => {
@@ -33,10 +27,13 @@ pub(crate) fn args(attr: TokenStream, item: TokenStream) -> TokenStream {
         let error = first.to_compile_error();
         return quote!(#error #item);
     }
-    let fields = input.as_ref().map(field_names).unwrap_or_default();
-    let facade = paths::facade();
-    let serde_path = format!("{}::__private::serde", paths::facade_string());
-    let schemars_path = format!("{}::__private::schemars", paths::facade_string());
+    let fields = input
+        .as_ref()
+        .map(|input| field_names(input, &facade))
+        .unwrap_or_default();
+    let serde_path = format!("{}::__private::serde", facade.string());
+    let schemars_path = format!("{}::__private::schemars", facade.string());
+    let facade = facade.path();
     quote! {
         #[derive(
             #facade::__private::serde::Deserialize,
@@ -51,12 +48,17 @@ pub(crate) fn args(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// What `#[args(..)]` takes.
+const ARGS_OPTIONS: &str = "#[args] takes only `crate = \"…\"` (for a crate that renames the \
+     `idem-rs` dependency); put serde and schemars options in their own attributes, e.g. \
+     #[serde(rename_all = \"camelCase\")]";
+
 /// `impl ArgsFields`: each named field's Rust name and the name serde serializes it under,
 /// so `key(customer_id)` reads `customerId` under `#[serde(rename_all = "camelCase")]`.
 /// Serde's own attribute reader decides, so every rename form means here what it means to
 /// serde. Nothing for an enum, a tuple struct, or attributes serde refuses (its derive
 /// reports those).
-fn field_names(input: &syn::DeriveInput) -> TokenStream {
+fn field_names(input: &syn::DeriveInput, facade: &paths::Facade) -> TokenStream {
     use serde_derive_internals::ast::{Container, Data, Style};
     use serde_derive_internals::{Ctxt, Derive};
     use syn::ext::IdentExt;
@@ -87,7 +89,7 @@ fn field_names(input: &syn::DeriveInput) -> TokenStream {
     let Some(pairs) = pairs else {
         return TokenStream::new();
     };
-    let rt = paths::runtime();
+    let rt = facade.runtime();
     let ident = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     let pairs = pairs

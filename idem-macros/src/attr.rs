@@ -13,7 +13,7 @@ use crate::duration;
 
 /// Every option, in the order the "unknown option" error lists them.
 const VALID: &str = "`read`, `write`, `name = \"…\"`, `description = \"…\"`, `timeout = \"30s\"`, \
-     `no_output_schema`, and for write tools `key(field, …)`, `downstream = \"keyed\" | \"unkeyed\"`, \
+     `no_output_schema`, `crate = \"::idem\"` (a renamed dependency), and for write tools `key(field, …)`, `downstream = \"keyed\" | \"unkeyed\"`, \
      `window = \"23h\"`, `lease = \"1m\"`, `destructive`, `reconcile = path::to_read_back`, \
      `in_flight = \"2m\"`";
 
@@ -69,6 +69,8 @@ pub(crate) struct ToolAttr {
     pub(crate) in_flight: Option<DurationOpt>,
     /// `no_output_schema`: no output schema even when the output type has one.
     pub(crate) no_output_schema: Option<Span>,
+    /// `crate = "::idem2"`: the facade's path, for a crate that renames the dependency.
+    pub(crate) krate: Option<(syn::Path, Span)>,
     /// Both `read` and `write` were given (already an error): skip checks that need the kind.
     pub(crate) kind_conflict: bool,
 }
@@ -313,6 +315,10 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 set_once(&mut attr.reconcile, path, &name, span, errors);
             }
         }
+        "crate" => match crate::paths::crate_option(&meta) {
+            Ok(path) => set_once(&mut attr.krate, (path, span), &name, span, errors),
+            Err(e) => errors.push(e),
+        },
         "destructive" | "no_output_schema" => {
             if flag(&meta, &name, errors) {
                 let slot = if name == "destructive" {

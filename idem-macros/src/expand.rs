@@ -52,7 +52,7 @@ pub(crate) fn tool(attr_tokens: TokenStream, item: TokenStream) -> TokenStream {
     });
     let tool = ToolFn::new(parsed, &func.attrs, &func.sig, Mode::Free, &mut errors);
     valid::check(&tool, &attr_tokens, &mut errors);
-    let rt = paths::runtime();
+    let rt = paths::Facade::new(tool.attr.krate.clone().map(|(path, _)| path)).runtime();
     if !errors.is_empty() {
         return fallback::free_fn(&rt, &func, &tool, errors);
     }

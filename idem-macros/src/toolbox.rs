@@ -17,12 +17,9 @@ use crate::{expand, fallback, paths, valid};
 /// `#[toolbox]` on an impl block.
 pub(crate) fn toolbox(attr_tokens: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    if !attr_tokens.is_empty() {
-        errors.spanned(
-            &attr_tokens,
-            "`#[toolbox]` takes no options; put them on each method's `#[tool(..)]`",
-        );
-    }
+    let (krate, option_errors) = paths::only_crate_option(attr_tokens, TOOLBOX_OPTIONS);
+    option_errors.into_iter().for_each(|e| errors.push(e));
+    let facade = paths::Facade::new(krate);
     let mut imp: ItemImpl = match syn::parse2(item.clone()) {
         Ok(imp) => imp,
         Err(_) => {
@@ -54,6 +51,12 @@ pub(crate) fn toolbox(attr_tokens: TokenStream, item: TokenStream) -> TokenStrea
             continue;
         };
         let parsed = attr::parse(attr_tokens, &mut errors);
+        if let Some((_, span)) = &parsed.krate {
+            errors.at(
+                *span,
+                "`crate` goes on the `#[toolbox(crate = \"…\")]`, once for all its tools",
+            );
+        }
         let mut tool = ToolFn::new(
             parsed,
             &method.attrs,
@@ -74,12 +77,16 @@ pub(crate) fn toolbox(attr_tokens: TokenStream, item: TokenStream) -> TokenStrea
     }
     check_unique_names(&tools, &mut errors);
 
-    let rt = paths::runtime();
+    let rt = facade.runtime();
     if !errors.is_empty() {
         return fallback::toolbox(&rt, &imp, errors);
     }
     expand(&rt, &imp, &tools)
 }
+
+/// What `#[toolbox(..)]` takes.
+const TOOLBOX_OPTIONS: &str = "`#[toolbox]` takes only `crate = \"…\"` (for a crate that renames \
+     the `idem-rs` dependency); put the tools' options on each method's `#[tool(..)]`";
 
 /// Takes the method's `#[tool(..)]` off it and returns its options. The toolbox owns these
 /// attributes, as a derive owns its helper attributes: none is left for rustc to resolve, so

@@ -1,4 +1,4 @@
-// `#[idem::args]` takes no options.
+// `#[idem::args]` takes only `crate = "…"`.
 #[idem::args(rename_all = "camelCase")]
 struct ChargeArgs {
     customer: String,

@@ -1,16 +1,17 @@
 //! One attempt: the handler under a timeout, with panics caught and the lease renewed.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, CatchUnwind, Map};
-use futures_util::FutureExt;
 use serde_json::Value;
 
 use crate::identity::IdemKey;
 use crate::store::{ClaimToken, IdemStore};
-use crate::tool::erased::RawArgs;
+use crate::tool::erased::{BoxFuture, RawArgs};
 use crate::tool::{DynTool, ToolError};
 
 /// How an attempt ended, as the executor saw it.
@@ -24,23 +25,29 @@ pub(crate) enum AttemptEnd {
     TimedOut(CaughtFuture),
 }
 
-/// The handler's (boxed) future with its panics caught: a named type, not a second box.
-pub(crate) type CaughtFuture = Map<
-    CatchUnwind<AssertUnwindSafe<BoxFuture<'static, Result<Value, ToolError>>>>,
-    fn(std::thread::Result<Result<Value, ToolError>>) -> Result<Result<Value, ToolError>, String>,
->;
+/// The handler's (boxed) future with its panics caught: a panic in a step of the handler
+/// ends it with the panic's message. A named type, not a second box.
+pub(crate) struct CaughtFuture(BoxFuture<'static, Result<Value, ToolError>>);
+
+impl Future for CaughtFuture {
+    type Output = Result<Result<Value, ToolError>, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // A handler that panicked is not polled again: its attempt is over, and the executor
+        // drops the future once it has ended.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(returned)) => Poll::Ready(Ok(returned)),
+            Err(payload) => Poll::Ready(Err(panic_message(payload))),
+        }
+    }
+}
 
 pub(crate) use crate::store::deadline_after;
 
 /// Wraps a handler future so a panic becomes a value.
 pub(crate) fn catch(fut: BoxFuture<'static, Result<Value, ToolError>>) -> CaughtFuture {
-    AssertUnwindSafe(fut).catch_unwind().map(caught)
-}
-
-fn caught(
-    r: std::thread::Result<Result<Value, ToolError>>,
-) -> Result<Result<Value, ToolError>, String> {
-    r.map_err(panic_message)
+    CaughtFuture(fut)
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -80,8 +87,8 @@ pub(crate) async fn run(
     // deadline was set just now, so it cannot have passed (unless the timeout is zero), and
     // a handler that finishes in its first step never registers a timer or renews a lease.
     if !timeout.is_zero() {
-        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(fut.poll_unpin(cx))).await;
-        if let std::task::Poll::Ready(out) = first {
+        let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut fut).poll(cx))).await;
+        if let Poll::Ready(out) = first {
             return match out {
                 Ok(r) => AttemptEnd::Returned(r),
                 Err(msg) => AttemptEnd::Panicked(msg),

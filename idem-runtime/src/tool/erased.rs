@@ -4,7 +4,6 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::striped::Striped;
@@ -12,6 +11,10 @@ use super::{input_schema_for, ReadBack, ReadBackCtx};
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
 use crate::identity::canonical::nesting_levels;
 use crate::identity::{identify, ArgsIdentity, CanonicalJson, ARGS_DEPTH_LIMIT};
+
+/// A boxed future, `Send`: what a type-erased tool's handler returns.
+pub(crate) type BoxFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// A registered tool with its types erased: what [`crate::registry::Registry`] stores and dispatches to.
 ///
