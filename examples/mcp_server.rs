@@ -204,8 +204,7 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A reconciler (never the model) settles what a charge left unknown or pending: a
     // charge cut off by a crash, a client gone mid-call.
     let _reconciler = Reconciler::new(&registry).spawn(Duration::from_secs(30));
-    let server =
-        McpServer::new(registry).named("idem-billing-demo", env!("CARGO_PKG_VERSION"));
+    let server = McpServer::new(registry).named("idem-billing-demo", env!("CARGO_PKG_VERSION"));
     let tokens = tokens_from_env()?;
     match http {
         None => server.serve_stdio().await?,

@@ -90,12 +90,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!("model: {}", reply.output());
-    let ledger = billing.ledger.lock().unwrap();
-    println!("ledger: {} charge(s)", ledger.len());
-    for line in ledger.iter() {
-        println!("  {line}");
+    {
+        let ledger = billing.ledger.lock().unwrap();
+        println!("ledger: {} charge(s)", ledger.len());
+        for line in ledger.iter() {
+            println!("  {line}");
+        }
     }
-    drop(ledger);
     // What a charge left unknown or pending is settled by a reconciler, never by the model.
     let decisions = Reconciler::new(&registry).run_once().await?;
     println!("reconciler: {} record(s) to settle", decisions.len());

@@ -151,7 +151,9 @@ async fn an_upgrade_across_a_restart_finds_the_records_of_the_old_build() {
                 .is_completed());
         }
         let new_build = build(d.open().await, &bank, phase_two(), None, false);
-        let acme = new_build.call(charge("acme", 4900).call_id("toolu_r1")).await;
+        let acme = new_build
+            .call(charge("acme", 4900).call_id("toolu_r1"))
+            .await;
         let globex = new_build
             .call(charge("globex", 100).intent("order-7").call_id("toolu_r2"))
             .await;

@@ -3,10 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::identity::IdemKey;
-use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::backend::Settlement;
 use idem_runtime::store::conformance::{self, claim, get, request_leased};
-use idem_runtime::store::{ClaimToken, IdemStore, ManualClock, Record, RecordState, Retention};
+use idem_runtime::store::{IdemStore, ManualClock, RecordState, Retention};
 use idem_test::stores::RedisPrefix;
 use serde_json::json;
 

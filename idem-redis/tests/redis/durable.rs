@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use idem_redis::RedisStore;
 use idem_runtime::identity::IdemKey;
-use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::backend::{ClaimOutcome, Settlement};
 use idem_runtime::store::conformance::{self, claim, get, request_leased};
 use idem_runtime::store::{
-    ClaimToken, Clock, IdemStore, ManualClock, Record, RecordState, Retention, StoreError,
+    ClaimToken, Clock, IdemStore, ManualClock, RecordState, Retention, StoreError,
 };
 use idem_test::stores::RedisPrefix;
 use serde_json::json;

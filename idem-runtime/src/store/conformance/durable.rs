@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{claim, fingerprint, get, key, request_leased, StoreFactory, StoreOptions};
+use super::{claim, get, request_leased, StoreFactory, StoreOptions};
 use crate::identity::{IdemKey, Scope};
 use crate::outcome::OutcomeClass;
 use crate::store::{
