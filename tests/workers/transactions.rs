@@ -114,6 +114,17 @@ impl WriteTool for Credit {
     }
 }
 
+/// Waits until the handler of `call` is inside its transaction. A call that ends before (a
+/// store error on a loaded machine, say) fails the test with what it ended in, rather than
+/// leaving the test waiting for a handler that never ran.
+async fn until_inside(inside: &Notify, call: &mut tokio::task::JoinHandle<idem::ToolResult>) {
+    tokio::select! {
+        _ = inside.notified() => {}
+        ended = call => panic!("the call ended before its handler was inside the transaction: {ended:?}"),
+    }
+}
+
+
 struct Fixture {
     store: PostgresStore,
     then: Arc<Mutex<Then>>,
@@ -403,11 +414,11 @@ async fn a_connection_killed_inside_the_transaction_keeps_neither() {
     };
     let r = f.registry(Duration::from_secs(5), Duration::from_secs(1));
     f.set(Then::KilledConnection);
-    let call = tokio::spawn({
+    let mut call = tokio::spawn({
         let r = r.clone();
         async move { r.call(credit()).await }
     });
-    f.inside.notified().await;
+    until_inside(&f.inside, &mut call).await;
     let pid = f.pid.load(Ordering::SeqCst) as i32;
     let killed: bool = f
         .store
@@ -470,11 +481,11 @@ async fn a_second_worker_never_writes_while_the_transaction_is_open() {
         .build()
         .unwrap();
     f.set(Then::Gate);
-    let first = tokio::spawn({
+    let mut first = tokio::spawn({
         let a = a.clone();
         async move { a.call(credit()).await }
     });
-    f.inside.notified().await;
+    until_inside(&f.inside, &mut first).await;
     // Several lease lengths (300 ms) with the transaction open.
     for i in 0..8 {
         let dup = b.call(credit().call_id(format!("toolu_b{i}"))).await;
