@@ -544,7 +544,7 @@ async fn calls_of_one_message_run_concurrently_and_answer_in_the_models_order() 
         .collect();
     assert_eq!(
         answered,
-        [("toolu_a", "\"hello a\""), ("toolu_b", "\"hello b\"")]
+        [("toolu_a", "hello a"), ("toolu_b", "hello b")]
     );
 }
 

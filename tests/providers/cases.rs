@@ -132,7 +132,7 @@ async fn a_call_reissued_in_later_turns_with_new_ids_through_every_api_is_one_ch
         openai::chat_tool_messages(&registry, &scope(), &chat(&[("call_1", "charge", CHARGE)]))
             .await;
     assert_eq!(first[0].tool_call_id, "call_1");
-    assert_eq!(first[0].content, "\"ch_acme_in_7\"");
+    assert_eq!(first[0].content, "ch_acme_in_7");
 
     let reordered = r#"{ "cents":4900,"invoice":"in_7",
         "customer":"acme" }"#;
@@ -221,7 +221,7 @@ async fn parallel_calls_with_one_duplicate_cause_one_effect_per_operation() {
         "{a_answers:?}"
     );
     assert!(a_answers.iter().all(|t| t.contains("ch_acme_in_1")));
-    assert_eq!(answers[1].content, "\"quote for acme\"");
+    assert_eq!(answers[1].content, "quote for acme");
 
     // The same through Anthropic (another run, so nothing is shared with the above).
     let (desk, registry) = new_desk();
@@ -297,7 +297,7 @@ async fn malformed_arguments_texts_run_nothing_and_are_answered_under_their_ids(
             r#"{"customer": "acme", "invoice": "in_7", "cents": -4900}"#.into(),
             "invalid arguments",
         ),
-        ("too deep", deep, "not valid JSON"),
+        ("too deep", deep, "nest deeper than"),
         (
             "missing a field",
             r#"{"customer": "acme", "cents": 4900}"#.into(),
@@ -429,7 +429,7 @@ async fn oversized_arguments_are_refused_at_the_limit_and_not_before() {
     )
     .await;
     assert_eq!(desk.ledger(), ["charge acme in_at 4900"]);
-    assert_eq!(answers[0].content, "\"ch_acme_in_at\"");
+    assert_eq!(answers[0].content, "ch_acme_in_at");
     assert_eq!(answers[1].tool_call_id, "call_over");
     assert!(
         answers[1].content.contains("exceed the limit"),
@@ -584,7 +584,7 @@ async fn pending_unknown_and_escalated_calls_are_reported_and_not_sent_again() {
     assert!(!after[0].is_error, "{:?}", after[0]);
     assert_eq!(
         after[0].content,
-        "already completed earlier; not sent again. result: \"wr_88\""
+        "already completed earlier; not sent again. result: wr_88"
     );
     assert_eq!(desk.ledger(), before);
     let record = store.get(&key).await.unwrap().unwrap();
