@@ -191,7 +191,8 @@ pub mod escalation {
     //! Escalations: what a person gets when nobody else can settle an operation, and the
     //! sinks that deliver it.
     pub use idem_runtime::escalation::{
-        CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink, Redactor,
+        CallbackSink, Escalation, EscalationDetail, EscalationSink, JsonLinesSink, LogSink,
+        ReasonKind, Redactor,
     };
 }
 
@@ -231,7 +232,8 @@ pub mod reconcile {
     //! person's [`resolve`].
     pub use idem_runtime::reconcile::{
         class_of, resolve, resolve_as, Action, Decision, Resolution, ResolveError,
-        DEFAULT_MAX_FAILED_READ_BACKS, DEFAULT_WATCH_RELEASED_FOR, RECONCILER,
+        DEFAULT_MAX_FAILED_READ_BACKS, DEFAULT_PATIENCE, DEFAULT_WATCH_RELEASED_FOR, RECONCILER,
+        RETRY_BACKOFF_FIRST, RETRY_BACKOFF_MAX,
     };
 }
 

@@ -62,7 +62,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::escalation::{Escalation, EscalationSink};
+use crate::escalation::{Escalation, EscalationDetail, EscalationSink, ReasonKind};
 use crate::executor::{restore, ClaimedRun, Restored};
 use crate::identity::{ArgsIdentity, IdemKey};
 use crate::outcome::OutcomeClass;
@@ -90,6 +90,9 @@ pub struct Decision {
     pub action: Action,
     /// Why, in words.
     pub detail: String,
+    /// Why, as a kind a program counts: set when the record was escalated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_kind: Option<ReasonKind>,
 }
 
 impl Decision {
@@ -100,6 +103,14 @@ impl Decision {
             from: record.state,
             action,
             detail: detail.into(),
+            reason_kind: None,
+        }
+    }
+
+    fn escalated(record: &Record, detail: impl Into<String>, kind: ReasonKind) -> Decision {
+        Decision {
+            reason_kind: Some(kind),
+            ..Decision::on(record, Action::Escalated, detail)
         }
     }
 }
@@ -146,12 +157,18 @@ pub struct Reconciler {
     registry: Registry,
     sink: Arc<dyn EscalationSink>,
     max_retries: u32,
+    patience: Duration,
     max_failed_read_backs: u32,
     batch: usize,
     walk: Walk,
     watch_released_for: Duration,
     watched: Watched,
 }
+
+/// Default of [`Reconciler::patience`]: 15 minutes.
+pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(15 * 60);
+
+pub use plan::{RETRY_BACKOFF_FIRST, RETRY_BACKOFF_MAX};
 
 /// Default of [`Reconciler::watch_released_for`]: a day.
 pub const DEFAULT_WATCH_RELEASED_FOR: Duration = Duration::from_secs(24 * 3600);
@@ -259,7 +276,8 @@ impl Reconciler {
         Reconciler {
             registry: registry.clone(),
             sink: registry.escalation_sink().clone(),
-            max_retries: 3,
+            max_retries: u32::MAX,
+            patience: DEFAULT_PATIENCE,
             max_failed_read_backs: DEFAULT_MAX_FAILED_READ_BACKS,
             batch: 500,
             walk: Walk::default(),
@@ -268,18 +286,36 @@ impl Reconciler {
         }
     }
 
-    /// Where escalations go (default: the registry's sink).
+    /// Where escalations go (default: the registry's sink). Redacted by the registry's
+    /// [`redact`](crate::registry::RegistryBuilder::redact) hook like the registry's own
+    /// sink: no sink gets what the hook masks, however it is attached.
     pub fn sink(mut self, sink: Arc<dyn EscalationSink>) -> Self {
-        self.sink = sink;
+        self.sink = self.registry.redacted(sink);
         self
     }
 
-    /// Total attempts (the executor's included) after which a keyed operation whose downstream
-    /// keeps answering *unknown* is escalated (default 3 reconciler retries on top). With the
-    /// attempts used up, the tool's read-back (if it has one) is asked before escalating: an
-    /// effect it finds (completed, failed or pending) settles the record; if it finds
-    /// nothing, more than one effect, or fails, the record is escalated with its answer
-    /// (never released: a send still on its way could land after the key was freed).
+    /// How long after its first claim a keyed operation whose downstream keeps answering
+    /// *unknown* is sent again with the same key before it goes to a person (default
+    /// [`DEFAULT_PATIENCE`], 15 minutes; never past the tool's safe window, which caps it).
+    ///
+    /// A keyed downstream deduplicates on the key for its whole window, so a same-key retry
+    /// is safe and settles the operation as soon as the original commits: it is answered
+    /// with what landed. The retries wait [`RETRY_BACKOFF_FIRST`] after the last send, then
+    /// twice as long each time, up to [`RETRY_BACKOFF_MAX`]; between them the tool's
+    /// read-back (if it has one) may settle the record, and nothing it finds frees the key.
+    /// The model is told "unknown, reconciliation pending" meanwhile. Once the patience runs
+    /// out the read-back has a last chance (an effect it finds settles the record); if it
+    /// finds nothing, only part of a batch, or fails, the record is escalated
+    /// ([`ReasonKind::PatienceExhausted`], [`ReasonKind::PartialEffects`]). Nothing is sent
+    /// after the window.
+    pub fn patience(mut self, patience: Duration) -> Self {
+        self.patience = patience;
+        self
+    }
+
+    /// At most this many same-key retries (on top of the first send) within the
+    /// [`Reconciler::patience`]: with the sends used up, a keyed operation is escalated as
+    /// when the patience runs out. By default there is no count: the patience decides.
     pub fn max_retries(mut self, n: u32) -> Self {
         self.max_retries = n;
         self
@@ -537,8 +573,9 @@ impl Reconciler {
                              now replay it"
                         );
                         tracing::warn!(key = %record.key, tool = %record.tool, "{reason}");
-                        let notice =
+                        let mut notice =
                             Escalation::from_record(&restored, reason.as_str(), self.now());
+                        notice.kind = ReasonKind::LateResult;
                         if let Err(e) = self.sink.deliver(&notice).await {
                             tracing::error!(key = %record.key, error = %e, "escalation sink failed");
                         }
@@ -556,6 +593,12 @@ impl Reconciler {
                 }
             }
             Watch::Escalate { reason } => {
+                let detail = match &found {
+                    Ok(ReadBack::Partial { landed, .. }) => {
+                        EscalationDetail::new(ReasonKind::PartialEffects, landed.clone())
+                    }
+                    _ => EscalationDetail::new(ReasonKind::ConflictingEvidence, Vec::new()),
+                };
                 let parked = Settlement::new(RecordState::Unknown)
                     .message(reason.as_str())
                     .read_backs(vec![evidence]);
@@ -564,7 +607,7 @@ impl Reconciler {
                         // Delivered before it is recorded escalated; a sink that refuses
                         // leaves an unknown record, which the walk escalates again.
                         let d = self
-                            .escalate(&restored, &reason, Vec::new())
+                            .escalate(&restored, &reason, detail, Vec::new())
                             .await
                             .unwrap_or_else(|d| d);
                         (true, Some(d))
@@ -699,6 +742,7 @@ impl Reconciler {
     fn facts(&self, tool: Option<&DynTool>, undecodable: Option<String>) -> Option<Facts> {
         let limits = Limits {
             max_retries: self.max_retries,
+            patience: self.patience,
             max_failed_read_backs: self.max_failed_read_backs,
         };
         let default_bound = self.registry.executor().default_in_flight_bound;
@@ -757,7 +801,12 @@ impl Reconciler {
                          not sent again and not released: a person decides"
                     );
                     return self
-                        .escalate(&record, &reason, evidence.into_iter().collect())
+                        .escalate(
+                            &record,
+                            &reason,
+                            EscalationDetail::new(ReasonKind::ClaimedTwice, Vec::new()),
+                            evidence.into_iter().collect(),
+                        )
                         .await
                         .unwrap_or_else(|d| d);
                 }
@@ -804,6 +853,8 @@ impl Reconciler {
             Plan::Release { why } => self.release(&record, why).await,
             Plan::Escalate {
                 reason,
+                kind,
+                landed,
                 with_read_back,
             } => {
                 let read_backs = if with_read_back {
@@ -811,7 +862,8 @@ impl Reconciler {
                 } else {
                     Vec::new()
                 };
-                self.escalate(&record, &reason, read_backs)
+                let detail = EscalationDetail::new(kind, landed);
+                self.escalate(&record, &reason, detail, read_backs)
                     .await
                     .unwrap_or_else(|d| d)
             }
@@ -921,10 +973,14 @@ impl Reconciler {
     /// unknown, and a later pass escalates it again. The person may be told twice, with the
     /// same [`Escalation::id`] both times; never not at all. A sink that refuses the escalation
     /// gets it again on the next pass: the record is put back as it was (unknown or pending).
+    ///
+    /// The escalated record keeps `detail` (its reason kind, and what landed of a partial
+    /// batch) as its payload ([`EscalationDetail`]).
     async fn escalate(
         &self,
         record: &Record,
         reason: &str,
+        detail: EscalationDetail,
         read_backs: Vec<ReadBackRecord>,
     ) -> Result<Decision, Decision> {
         let token = self.takeover(record).await?;
@@ -933,8 +989,11 @@ impl Reconciler {
         escalated.state = RecordState::Escalated;
         escalated.token = token;
         escalated.message = Some(reason.to_owned());
+        escalated.payload = Some(detail.to_payload());
         escalated.read_backs.extend(read_backs.iter().cloned());
-        let escalation = Escalation::escalating(&escalated, reason, self.now());
+        let mut escalation = Escalation::escalating(&escalated, reason, self.now());
+        escalation.kind = detail.reason_kind;
+        escalation.landed = detail.landed.clone();
         // The takeover is not renewed while the sink works: a sink slower than half its lease
         // counts as a refusal, before the takeover can lapse. (A lapsed takeover reads
         // unknown, and a pending record read as unknown could be sent again or released.)
@@ -961,6 +1020,7 @@ impl Reconciler {
         }
         let s = Settlement::new(RecordState::Escalated)
             .message(reason)
+            .payload(detail.to_payload())
             .read_backs(read_backs);
         if let Err(e) = self.store().settle(&record.key, token, s).await {
             // The person has been told. If the settle did not land (its reply may be lost
@@ -968,15 +1028,15 @@ impl Reconciler {
             // record again, under the same id.
             tracing::warn!(key = %record.key, id = %escalation.id, error = %e,
                 "escalation delivered, but recording it failed");
-            return Ok(Decision::on(
+            return Ok(Decision::escalated(
                 record,
-                Action::Escalated,
                 format!(
                     "{reason} (delivered; recording it failed, so it may be delivered again: {e})"
                 ),
+                detail.reason_kind,
             ));
         }
-        Ok(Decision::on(record, Action::Escalated, reason.to_owned()))
+        Ok(Decision::escalated(record, reason, detail.reason_kind))
     }
 }
 
