@@ -10,10 +10,11 @@
 //! |---|---|---|
 //! | any | tool not registered here as a write tool | skip: another reconciler's to decide |
 //! | any | no operation saved, or the saved arguments no longer decode | escalate |
-//! | unknown | keyed downstream, inside the safe window, fewer than [`Reconciler::max_retries`] + 1 sends made | retry with the **same** key |
+//! | unknown | keyed downstream, inside the safe window and the [`Reconciler::patience`], fewer than [`Reconciler::max_retries`] + 1 sends made (no count by default), the next retry due (growing backoff) | retry with the **same** key |
 //! | unknown | the last timed-out attempt ended less than the in-flight bound ago | wait: it may still report its late result |
 //! | | *read back* | |
-//! | unknown | keyed, inside the window, its sends used up: no read-back, or the read-back fails or finds nothing | escalate (with the read-back): the downstream keeps answering unknown |
+//! | unknown | keyed, inside the patience, the next retry not due: not found, partial, failing or no read-back | wait (noted) for the next retry; never release |
+//! | unknown | keyed, inside the window, its patience (or count) used up: no read-back, or the read-back fails or finds nothing | escalate (with the read-back), `patience_exhausted`: the downstream keeps answering unknown |
 //! | unknown, pending | no read-back | escalate: no key contract (or window passed) and no read-back |
 //! | unknown, pending | the read-back fails, the [`Reconciler::max_failed_read_backs`]th time in a row (default 10) | escalate, with the failures |
 //! | unknown, pending | the read-back fails | wait, the error noted |
@@ -21,10 +22,14 @@
 //! | pending | found completed or failed | settle as found |
 //! | pending | found pending | wait: polled again next pass (noted only after failures, to end their run) |
 //! | any | found more than one effect | escalate |
+//! | unknown, pending | found part of a batch done ([`ReadBack::Partial`]) | escalate, `partial_effects`, with what landed |
 //! | pending | not found | escalate: its downstream ref is gone |
 //! | unknown | not found, before last send + timeout + 2 × in-flight bound | wait, the read-back noted |
 //! | unknown | not found, after that, the bound declared (tool or registry) | release: the intent may run again |
 //! | unknown | not found, after that, only the built-in default bound | escalate |
+//!
+//! Every escalation carries a [`ReasonKind`] beside its text, and the escalated record
+//! keeps it ([`EscalationDetail`]).
 //!
 //! The *in-flight bound* is the tool's effective one
 //! ([`ToolSpec::effective_in_flight_bound`](crate::tool::ToolSpec::effective_in_flight_bound)): the

@@ -102,7 +102,7 @@ async fn a_sink_given_to_the_reconciler_gets_escalations_redacted_too() {
     ));
     reconciler.run_once().await.unwrap();
 
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1, "one escalation");
     let text = serde_json::to_string(&seen[0]).unwrap();
     assert!(!text.contains("4242"), "{text}");
