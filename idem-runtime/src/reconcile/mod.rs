@@ -305,8 +305,9 @@ impl Reconciler {
     ///
     /// A keyed downstream deduplicates on the key for its whole window, so a same-key retry
     /// is safe and settles the operation as soon as the original commits: it is answered
-    /// with what landed. The retries wait [`RETRY_BACKOFF_FIRST`] after the last send, then
-    /// twice as long each time, up to [`RETRY_BACKOFF_MAX`]; between them the tool's
+    /// with what landed. The first retry after a single send goes out at once; the next
+    /// waits [`RETRY_BACKOFF_FIRST`] after the last send, then twice as long each time, up
+    /// to [`RETRY_BACKOFF_MAX`]; between them the tool's
     /// read-back (if it has one) may settle the record, and nothing it finds frees the key.
     /// The model is told "unknown, reconciliation pending" meanwhile. Once the patience runs
     /// out the read-back has a last chance (an effect it finds settles the record); if it

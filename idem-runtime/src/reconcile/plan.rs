@@ -120,22 +120,23 @@ pub(crate) enum Plan {
     },
 }
 
-/// The wait before the first same-key retry of the reconciler's
-/// ([`super::Reconciler::patience`]); each next one waits twice as long, up to
-/// [`RETRY_BACKOFF_MAX`].
+/// The wait before the second same-key send after the first one failed to settle (the
+/// first retry after a single send goes out at once: [`super::Reconciler::patience`]);
+/// each next one waits twice as long, up to [`RETRY_BACKOFF_MAX`].
 pub const RETRY_BACKOFF_FIRST: Duration = Duration::from_secs(1);
 
 /// The longest wait between two same-key retries: over a 15-minute patience the retries
-/// go out at about 1, 2, 4, … 64 s and then every 2 minutes, some 13 in all.
+/// go out at once, then about 1, 2, 4, … 64 s apart and then every 2 minutes, some 14 in
+/// all.
 pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(120);
 
-/// How long after its `sent`th send a keyed operation is sent again: nothing after none,
-/// then [`RETRY_BACKOFF_FIRST`] doubling per send, at most [`RETRY_BACKOFF_MAX`].
+/// How long after its `sent`th send a keyed operation is sent again: at once after none or
+/// one, then [`RETRY_BACKOFF_FIRST`] doubling per send, at most [`RETRY_BACKOFF_MAX`].
 pub(crate) fn backoff(sent: u32) -> Duration {
-    if sent == 0 {
+    if sent <= 1 {
         return Duration::ZERO;
     }
-    let doublings = (sent - 1).min(16);
+    let doublings = (sent - 2).min(16);
     RETRY_BACKOFF_FIRST
         .saturating_mul(1u32 << doublings)
         .min(RETRY_BACKOFF_MAX)
@@ -932,15 +933,15 @@ mod tests {
                 "keyed, retry not due yet, not found: noted, never released",
                 sends(3),
                 Some(keyed()),
-                3,
+                2,
                 Some(Ok(ReadBack::NotFound)),
-                note("not found yet; sent again with the same key at 1970-01-01T00:00:05.000Z"),
+                note("not found yet; sent again with the same key at 1970-01-01T00:00:03.000Z"),
             ),
             row(
                 "keyed, retry not due yet, found completed: settled",
                 sends(3),
                 Some(keyed()),
-                3,
+                2,
                 Some(Ok(completed())),
                 settled(completed_settlement(), "found completed ch_1"),
             ),
@@ -948,44 +949,44 @@ mod tests {
                 "keyed, retry not due yet, read-back fails: noted, not escalated",
                 with_read_backs(sends(3), failures(12)),
                 Some(keyed()),
-                3,
+                2,
                 reset(),
-                note("read-back failed (13 in a row): outcome unknown: connection reset; sent again with the same key at 1970-01-01T00:00:05.000Z"),
+                note("read-back failed (13 in a row): outcome unknown: connection reset; sent again with the same key at 1970-01-01T00:00:03.000Z"),
             ),
             row(
                 "keyed, retry not due yet, no read-back: wait",
                 sends(3),
                 Some(keyed()),
-                3,
+                2,
                 Some(Ok(ReadBack::Unsupported)),
-                wait("keyed downstream unsettled; sent again with the same key at 1970-01-01T00:00:05.000Z"),
+                wait("keyed downstream unsettled; sent again with the same key at 1970-01-01T00:00:03.000Z"),
             ),
             row(
                 "keyed, retry not due yet, part of the batch landed: noted",
                 sends(3),
                 Some(keyed()),
-                3,
+                2,
                 Some(Ok(partial())),
-                note("found partial: 1 landed (ch_1), 1 left (item 2); sent again with the same key at 1970-01-01T00:00:05.000Z"),
+                note("found partial: 1 landed (ch_1), 1 left (item 2); sent again with the same key at 1970-01-01T00:00:03.000Z"),
             ),
             row(
                 "keyed, retry not due yet, more than one effect: escalated at once",
                 sends(3),
                 Some(keyed()),
-                3,
+                2,
                 Some(Ok(ambiguous())),
                 escalated("read-back found 2 effects: ch_1, ch_2", ReasonKind::ConflictingEvidence, true),
             ),
             // | unknown | keyed, inside the patience, retry due | retry with the same key |
             row(
-                "keyed backoff doubles: the 6th send waits 16 s",
+                "keyed backoff doubles: the 6th send waits 8 s",
                 sends(5),
                 Some(patient()),
-                16,
+                8,
                 Some(Ok(ReadBack::NotFound)),
-                note("not found yet; sent again with the same key at 1970-01-01T00:00:17.000Z"),
+                note("not found yet; sent again with the same key at 1970-01-01T00:00:09.000Z"),
             ),
-            row("keyed backoff doubles: due", sends(5), Some(patient()), 17, None, Plan::Retry),
+            row("keyed backoff doubles: due", sends(5), Some(patient()), 9, None, Plan::Retry),
             row(
                 "keyed backoff capped at 2 minutes",
                 sends(12),
