@@ -204,7 +204,8 @@ pub mod escalation {
     //! Escalations: what a person gets when nobody else can settle an operation, and the
     //! sinks that deliver it.
     pub use idem_runtime::escalation::{
-        CallbackSink, Escalation, EscalationSink, JsonLinesSink, LogSink, Redactor,
+        CallbackSink, Escalation, EscalationDetail, EscalationSink, JsonLinesSink, LogSink,
+        ReasonKind, Redactor,
     };
 }
 
@@ -244,7 +245,8 @@ pub mod reconcile {
     //! person's [`resolve`].
     pub use idem_runtime::reconcile::{
         class_of, releasable_at, resolve, resolve_as, resolve_in, Action, Decision, Resolution,
-        ResolveError, DEFAULT_MAX_FAILED_READ_BACKS, DEFAULT_WATCH_RELEASED_FOR, RECONCILER,
+        ResolveError, DEFAULT_MAX_FAILED_READ_BACKS, DEFAULT_PATIENCE, DEFAULT_WATCH_RELEASED_FOR,
+        RECONCILER, RETRY_BACKOFF_FIRST, RETRY_BACKOFF_MAX,
     };
 }
 

@@ -1,7 +1,8 @@
 //! Human tables and JSON for records and decisions. Everything a record holds is printed
 //! through [`Esc`] (tables) or [`to_json`] (JSON): see the `escape` module for why.
 
-use idem_runtime::store::{ListCursor, ReleaseRecord};
+use idem_runtime::escalation::EscalationDetail;
+use idem_runtime::store::{ListCursor, RecordState, ReleaseRecord};
 use idem_runtime::{identity::IdemKey, reconcile::Decision, store::Record};
 use serde::Serialize;
 
@@ -84,6 +85,13 @@ pub(crate) fn record(r: &Record, json: bool) {
     if let Some(m) = &r.message {
         println!("reason       {}", Esc(m));
     }
+    if r.state == RecordState::Escalated {
+        let detail = EscalationDetail::of(r);
+        println!("reason kind  {}", detail.reason_kind);
+        for landed in &detail.landed {
+            println!("landed       {}", Esc(landed));
+        }
+    }
     if let Some(d) = &r.downstream_ref {
         println!("downstream   {}", Esc(d));
     }
@@ -100,7 +108,11 @@ pub(crate) fn record(r: &Record, json: bool) {
         }
         println!("args         {}", json_line(op.args.value()));
     }
-    if let Some(p) = &r.payload {
+    if let Some(p) = r
+        .payload
+        .as_ref()
+        .filter(|_| r.state != RecordState::Escalated)
+    {
         println!("result       {}", json_line(p));
     }
     for a in &r.attempts {

@@ -9,6 +9,146 @@ use std::time::Duration;
 use crate::identity::{Fingerprint, IdemKey};
 use crate::store::{AttemptRecord, Operation, ReadBackRecord, Record, RecordState, Timestamp};
 
+/// Why an operation went to a person, as a kind a program can count: each escalation
+/// carries one beside its text ([`Escalation::kind`]), the escalated record keeps it
+/// ([`EscalationDetail`]), and the metric `idem_escalations_total` is labelled with it
+/// ([`ReasonKind::as_str`]).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ReasonKind {
+    /// A keyed operation's safe retry window passed before anything settled it, and no
+    /// read-back can.
+    WindowPassed,
+    /// A keyed downstream kept answering *unknown* to same-key retries for the whole
+    /// patience ([`crate::reconcile::Reconciler::patience`]), and the read-back (if any) did
+    /// not settle it.
+    PatienceExhausted,
+    /// The read-back found part of a batch done and part not ([`crate::tool::ReadBack::Partial`]):
+    /// the escalation lists what landed ([`Escalation::landed`]).
+    PartialEffects,
+    /// The evidence contradicts itself: more than one effect for one operation, or a pending
+    /// record's downstream reference gone.
+    ConflictingEvidence,
+    /// The downstream has no key contract (or the record is pending) and the tool has no
+    /// read-back: nothing can tell whether it happened.
+    NoKeyNoReadBack,
+    /// The read-back kept failing ([`crate::reconcile::Reconciler::max_failed_read_backs`]
+    /// times in a row).
+    ReadBackFailing,
+    /// The read-back found nothing, but the tool declares no in-flight bound, so the
+    /// original may still commit.
+    NoInFlightBound,
+    /// The record cannot be acted on: no operation saved, or its arguments no longer decode.
+    Unreadable,
+    /// The operation is claimed under two key formats during a key migration.
+    ClaimedTwice,
+    /// A repeat with the same key changed the parameters (a notice).
+    ChangedParams,
+    /// A result arrived after the record was settled otherwise (a notice).
+    LateResult,
+    /// Not said: an escalation or record written before reason kinds existed.
+    #[default]
+    Unspecified,
+}
+
+impl ReasonKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ReasonKind; 12] = [
+        ReasonKind::WindowPassed,
+        ReasonKind::PatienceExhausted,
+        ReasonKind::PartialEffects,
+        ReasonKind::ConflictingEvidence,
+        ReasonKind::NoKeyNoReadBack,
+        ReasonKind::ReadBackFailing,
+        ReasonKind::NoInFlightBound,
+        ReasonKind::Unreadable,
+        ReasonKind::ClaimedTwice,
+        ReasonKind::ChangedParams,
+        ReasonKind::LateResult,
+        ReasonKind::Unspecified,
+    ];
+
+    /// The kind's name: its serialized form and its metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonKind::WindowPassed => "window_passed",
+            ReasonKind::PatienceExhausted => "patience_exhausted",
+            ReasonKind::PartialEffects => "partial_effects",
+            ReasonKind::ConflictingEvidence => "conflicting_evidence",
+            ReasonKind::NoKeyNoReadBack => "no_key_no_read_back",
+            ReasonKind::ReadBackFailing => "read_back_failing",
+            ReasonKind::NoInFlightBound => "no_in_flight_bound",
+            ReasonKind::Unreadable => "unreadable",
+            ReasonKind::ClaimedTwice => "claimed_twice",
+            ReasonKind::ChangedParams => "changed_params",
+            ReasonKind::LateResult => "late_result",
+            ReasonKind::Unspecified => "unspecified",
+        }
+    }
+}
+
+impl std::fmt::Display for ReasonKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an escalated record keeps besides its reason's text, in its payload (the
+/// `payload` an escalated record has no other use for, which every store already keeps
+/// as JSON): the reason kind and, for a partial batch, what landed.
+///
+/// [`EscalationDetail::of`] reads it back; a record escalated before the detail existed
+/// (no payload, or another shape) reads as [`ReasonKind::Unspecified`] with nothing landed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct EscalationDetail {
+    /// Why it went to a person.
+    #[serde(default)]
+    pub reason_kind: ReasonKind,
+    /// For a partial batch: the parts the read-back found done downstream.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub landed: Vec<String>,
+}
+
+impl EscalationDetail {
+    /// A detail of `kind` with `landed`.
+    pub fn new(reason_kind: ReasonKind, landed: Vec<String>) -> Self {
+        EscalationDetail {
+            reason_kind,
+            landed,
+        }
+    }
+
+    /// The detail an escalated `record` keeps; the default for any other record, or one
+    /// escalated without it.
+    pub fn of(record: &Record) -> EscalationDetail {
+        match (&record.state, &record.payload) {
+            (RecordState::Escalated, Some(p)) => {
+                serde_json::from_value(p.clone()).unwrap_or_default()
+            }
+            _ => EscalationDetail::default(),
+        }
+    }
+
+    /// The detail as the escalated record's payload.
+    pub fn to_payload(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
 /// Everything known about an operation a person must decide: the intent, key, tool and
 /// arguments, every attempt with its times and errors, every read-back, downstream refs.
 ///
@@ -32,6 +172,14 @@ pub struct Escalation {
     pub tool: String,
     /// Why it was escalated.
     pub reason: String,
+    /// Why, as a kind a program can count ([`ReasonKind::Unspecified`] in escalations
+    /// written before it existed).
+    #[serde(default)]
+    pub kind: ReasonKind,
+    /// For a partial batch, the parts the read-back found done downstream: what is left to
+    /// decide is the rest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub landed: Vec<String>,
     /// The record's state after escalating (`escalated`, or unchanged for a notice such as
     /// "same key, changed parameters", which leaves the original record as it was).
     pub state: RecordState,
@@ -53,7 +201,8 @@ pub struct Escalation {
 
 impl Escalation {
     /// An escalation describing `record`, for `reason`: a notice raised at `at`, its
-    /// [`Escalation::id`] naming the record, `at` and `reason`.
+    /// [`Escalation::id`] naming the record, `at` and `reason`. Its [`Escalation::kind`] is
+    /// [`ReasonKind::Unspecified`] until [`Escalation::kind`] is set.
     pub fn from_record(record: &Record, reason: impl Into<String>, at: Timestamp) -> Self {
         let reason = reason.into();
         let why = Fingerprint::of_canonical(reason.as_bytes()).to_hex();
@@ -78,6 +227,8 @@ impl Escalation {
             key: record.key.clone(),
             tool: record.tool.to_string(),
             reason: reason.into(),
+            kind: ReasonKind::Unspecified,
+            landed: Vec::new(),
             state: record.state,
             operation: record.operation.clone(),
             refused_args: None,
@@ -135,6 +286,22 @@ impl std::fmt::Debug for RedactingSink {
         f.debug_struct("RedactingSink")
             .field("inner", &self.inner)
             .finish_non_exhaustive()
+    }
+}
+
+impl RedactingSink {
+    /// `inner`, redacted by `redact` when there is one.
+    pub(crate) fn wrap(
+        inner: Arc<dyn EscalationSink>,
+        redact: Option<&Arc<Redactor>>,
+    ) -> Arc<dyn EscalationSink> {
+        match redact {
+            Some(redact) => Arc::new(RedactingSink {
+                inner,
+                redact: Arc::clone(redact),
+            }),
+            None => inner,
+        }
     }
 }
 

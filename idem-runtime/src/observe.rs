@@ -47,7 +47,7 @@
 //! | [`UNKNOWN_OUTCOMES`] | counter | `tool` | calls | calls that ran and ended *unknown* (timeout, panic, result not saved) |
 //! | [`CHANGED_PARAMS`] | counter | `tool` | calls | "same key, changed parameters" refusals |
 //! | [`REFUSALS`] | counter | `tool`, `reason` | calls | every refused call (nothing ran), by reason |
-//! | [`ESCALATIONS`] | counter | `tool` | records | records the reconciler handed to a person |
+//! | [`ESCALATIONS`] | counter | `tool`, `reason` | records | records the reconciler handed to a person, by reason kind |
 //! | [`STORE_OP_DURATION`] | histogram | `backend`, `op`, `result` | seconds | every store operation of a registry and its reconciler |
 //! | [`RECONCILE_PASSES`] | counter | `mode`, `result` | passes | reconciliation passes |
 //! | [`RECONCILE_PASS_DURATION`] | histogram | `mode` | seconds | the same passes |
@@ -63,7 +63,8 @@
 //! |---|---|
 //! | `tool` | a registered tool's name, or [`UNREGISTERED_TOOL`] |
 //! | `class` | `completed`, `failed`, `pending`, `unknown`, `escalated`, `rejected`, `unavailable` ([`OutcomeClass`](crate::outcome::OutcomeClass)), or `refused` |
-//! | `reason` | `unknown_tool`, `invalid_call`, `args_too_large`, `malformed_json`, `invalid_args`, `changed_params`, `in_flight`, `store` ([`CallError`](crate::call::CallError)), `other` |
+//! | `reason` ([`ESCALATIONS`]) | a [`ReasonKind`](crate::escalation::ReasonKind)'s name: `window_passed`, `patience_exhausted`, `partial_effects`, `conflicting_evidence`, `no_key_no_read_back`, `read_back_failing`, `no_in_flight_bound`, `unreadable`, `claimed_twice`, `unspecified` |
+//! | `reason` ([`REFUSALS`]) | `unknown_tool`, `invalid_call`, `args_too_large`, `malformed_json`, `invalid_args`, `changed_params`, `in_flight`, `store` ([`CallError`](crate::call::CallError)), `other` |
 //! | `backend` | `memory`, `sqlite`, `redis`, `postgres` ([`IdemStore::backend_name`](crate::store::IdemStore::backend_name)), `custom` for a store that does not name itself |
 //! | `op` | `claim`, `renew`, `settle`, `release`, `release_unsettled`, `release_traced`, `releases`, `list_releases`, `reclaim`, `get`, `list`, `list_after`, `wait_settled` |
 //! | `result` (store) | `ok`, or the error kind: `stale_token`, `not_found`, `unavailable`, `corrupt`, `full`, `backend`, `other` |
@@ -84,7 +85,8 @@ pub const UNKNOWN_OUTCOMES: &str = "idem_unknown_outcomes_total";
 pub const CHANGED_PARAMS: &str = "idem_changed_params_total";
 /// Counter: refused calls (nothing ran), by `tool` and `reason`.
 pub const REFUSALS: &str = "idem_refusals_total";
-/// Counter: records the reconciler escalated to a person, by `tool`.
+/// Counter: records the reconciler escalated to a person, by `tool` and `reason` (a
+/// [`ReasonKind`](crate::escalation::ReasonKind)'s name).
 pub const ESCALATIONS: &str = "idem_escalations_total";
 /// Histogram, seconds: store operations, by `backend`, `op` and `result`.
 pub const STORE_OP_DURATION: &str = "idem_store_op_duration_seconds";

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use idem::escalation::{EscalationDetail, ReasonKind};
 use idem::{store::RecordState, CallError, IdemStore, Outcome};
 use serde_json::Value;
 
@@ -178,6 +179,7 @@ pub async fn check(
             },
             None => None,
         };
+        let mut reason = None;
         let fin = match &record {
             None => {
                 if !mine.is_empty() && (plan.keyed || !unpreventable) {
@@ -211,6 +213,24 @@ pub async fn check(
                     Final::Failed
                 }
                 RecordState::Escalated => {
+                    let detail = EscalationDetail::of(r);
+                    reason = Some(detail.reason_kind);
+                    if detail.reason_kind == ReasonKind::Unspecified {
+                        v(format!(
+                            "escalated ({}) without a reason kind",
+                            r.message.as_deref().unwrap_or("no reason")
+                        ));
+                    }
+                    let charged = per_item.iter().filter(|n| **n > 0).count();
+                    // What landed when it was read back; a late commit may land more since.
+                    if detail.reason_kind == ReasonKind::PartialEffects
+                        && (detail.landed.is_empty() || detail.landed.len() > charged)
+                    {
+                        v(format!(
+                            "escalated as a partial batch landing {:?}, but {charged} item(s) are charged",
+                            detail.landed
+                        ));
+                    }
                     if r.attempts.is_empty() && r.read_backs.is_empty() {
                         v("escalated without evidence (no attempt, no read-back)".to_owned());
                     }
@@ -261,6 +281,7 @@ pub async fn check(
             exactly_once,
             effects: mine.len(),
             fin,
+            reason,
         });
     }
     SeedReport {

@@ -106,6 +106,9 @@ fn run() -> Result<ExitCode, String> {
     );
     println!();
     println!("{}", totals.table());
+    println!("Escalations by reason kind:");
+    println!();
+    println!("{}", totals.reasons_table());
     Ok(if totals.failed_seeds.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -3,6 +3,10 @@
 
 use std::fmt::Write as _;
 
+use std::collections::BTreeMap;
+
+use idem::escalation::ReasonKind;
+
 use crate::faults::{Fault, FaultSet};
 use crate::sim::Config;
 
@@ -36,6 +40,8 @@ pub struct IntentReport {
     pub effects: usize,
     /// How it ended.
     pub fin: Final,
+    /// Why it was escalated, when it was.
+    pub reason: Option<ReasonKind>,
 }
 
 /// One seed's result.
@@ -125,6 +131,9 @@ pub struct Totals {
     // [keyed, unkeyed] × (no fault fired, then one row per fault mode).
     rows: [[Row; Fault::ALL.len() + 1]; 2],
     all: [Row; 2],
+    // Escalated intents by (fault mode row as in `rows`, or `Fault::ALL.len() + 1` for all
+    // intents; keyed or not; reason kind).
+    reasons: BTreeMap<(usize, usize, ReasonKind), u64>,
 }
 
 impl Totals {
@@ -140,6 +149,20 @@ impl Totals {
         for r in &s.intents {
             let k = usize::from(!r.keyed);
             self.all[k].add(r);
+            if let Some(reason) = r.reason {
+                let mut count = |row: usize| {
+                    *self.reasons.entry((row, k, reason)).or_default() += 1;
+                };
+                count(Fault::ALL.len() + 1);
+                if r.fired.is_empty() {
+                    count(0);
+                }
+                for (j, f) in Fault::ALL.iter().enumerate() {
+                    if r.fired.has(*f) {
+                        count(j + 1);
+                    }
+                }
+            }
             if r.fired.is_empty() {
                 self.rows[k][0].add(r);
             }
@@ -201,6 +224,51 @@ impl Totals {
             line(f.name(), &self.rows[0][j + 1], &self.rows[1][j + 1]);
         }
         line("**all intents**", &self.all[0], &self.all[1]);
+        s
+    }
+
+    /// Escalated intents by reason kind, per fault mode fired on them, in Markdown: each
+    /// cell is keyed / unkeyed intents escalated for that reason; kinds nothing was escalated
+    /// for are left out, and so are modes with no escalation.
+    pub fn reasons_table(&self) -> String {
+        let kinds: Vec<ReasonKind> = ReasonKind::ALL
+            .iter()
+            .copied()
+            .filter(|kind| self.reasons.keys().any(|(_, _, k)| k == kind))
+            .collect();
+        let mut s = String::new();
+        if kinds.is_empty() {
+            let _ = writeln!(s, "(nothing escalated)");
+            return s;
+        }
+        let _ = write!(
+            s,
+            "| fault fired on the intent (keyed / unkeyed escalated) |"
+        );
+        for k in &kinds {
+            let _ = write!(s, " {k} |");
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(s, "|---|{}", "---:|".repeat(kinds.len()));
+        let names = std::iter::once("(none)")
+            .chain(Fault::ALL.iter().map(|f| f.name()))
+            .chain(std::iter::once("**all intents**"));
+        for (row, name) in names.enumerate() {
+            let cell = |k: usize, kind: ReasonKind| {
+                self.reasons.get(&(row, k, kind)).copied().unwrap_or(0)
+            };
+            if kinds
+                .iter()
+                .all(|kind| cell(0, *kind) + cell(1, *kind) == 0)
+            {
+                continue;
+            }
+            let _ = write!(s, "| {name} |");
+            for kind in &kinds {
+                let _ = write!(s, " {} / {} |", cell(0, *kind), cell(1, *kind));
+            }
+            let _ = writeln!(s);
+        }
         s
     }
 

@@ -206,12 +206,14 @@ pub fn read_back(found: &[Charge], args: &ChargeArgs) -> ReadBack {
             output: output(args.order, &ids),
         };
     }
-    ReadBack::Failed {
-        downstream_ref: Some(refs().join(",")),
-        message: format!(
-            "partial batch: {} of {} items charged",
-            per_item.iter().filter(|s| !s.is_empty()).count(),
-            args.items.len()
-        ),
+    // Part of the batch charged: say which items landed and which did not.
+    let mut landed = Vec::new();
+    let mut left = Vec::new();
+    for (item, ids) in per_item.iter().enumerate() {
+        match ids.first() {
+            Some(id) => landed.push(format!("item {item}: charge {id}")),
+            None => left.push(format!("item {item}")),
+        }
     }
+    ReadBack::Partial { landed, left }
 }

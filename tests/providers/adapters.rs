@@ -542,10 +542,7 @@ async fn calls_of_one_message_run_concurrently_and_answer_in_the_models_order() 
         .iter()
         .map(|b| (b.tool_use_id.as_str(), b.content.as_str()))
         .collect();
-    assert_eq!(
-        answered,
-        [("toolu_a", "hello a"), ("toolu_b", "hello b")]
-    );
+    assert_eq!(answered, [("toolu_a", "hello a"), ("toolu_b", "hello b")]);
 }
 
 #[tokio::test]

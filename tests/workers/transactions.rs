@@ -124,7 +124,6 @@ async fn until_inside(inside: &Notify, call: &mut tokio::task::JoinHandle<idem::
     }
 }
 
-
 struct Fixture {
     store: PostgresStore,
     then: Arc<Mutex<Then>>,

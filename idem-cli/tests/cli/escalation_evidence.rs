@@ -114,6 +114,19 @@ async fn a_person_decides_escalations_with_the_cli() {
     let found = read_backs[0]["result"].as_str().unwrap();
     assert!(found.contains("wr_1") && found.contains("wr_2"), "{found}");
     assert_eq!(rec["operation"]["args"]["to"], "acme");
+    // The reason kind, kept by the store with the escalated record, and shown.
+    assert_eq!(
+        rec["payload"]["reason_kind"], "conflicting_evidence",
+        "{shown}"
+    );
+    let text = idem(&url, &["show", &key_a]);
+    assert!(text.status.success(), "{text:?}");
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "reason kind  conflicting_evidence"),
+        "{text}"
+    );
 
     // Bad input: refused, and the record is as it was.
     for bad in [

@@ -8,7 +8,7 @@ use tracing::Instrument;
 use super::attempt::CaughtFuture;
 use super::classify::{class_of_result, settlement_of};
 use super::{evidence, Executor};
-use crate::escalation::Escalation;
+use crate::escalation::{Escalation, ReasonKind};
 use crate::identity::IdemKey;
 use crate::outcome::OutcomeClass;
 use crate::store::{
@@ -135,7 +135,8 @@ impl Executor {
                             } else {
                                 format!("a timed-out attempt reported late, after escalation: {class}")
                             };
-                            let notice = Escalation::from_record(&record, reason, clock.now());
+                            let mut notice = Escalation::from_record(&record, reason, clock.now());
+                            notice.kind = ReasonKind::LateResult;
                             if let Err(e) = sink.deliver(&notice).await {
                                 tracing::error!(key = %key, error = %crate::observe::field(&e), "escalation sink failed");
                             }
@@ -165,6 +166,7 @@ impl Executor {
                                 Err(_) => &claimed,
                             };
                             let mut notice = Escalation::from_record(shown, reason, clock.now());
+                            notice.kind = ReasonKind::LateResult;
                             if !notice.attempts.contains(&evidence) {
                                 notice.attempts.push(evidence.clone());
                             }

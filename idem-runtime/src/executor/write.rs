@@ -11,7 +11,7 @@ use super::classify::{class_of_result, outcome_of, replay, settlement_of};
 use super::late::LateAttempt;
 use super::{evidence, Executed, Executor};
 use crate::call::{CallError, ToolCall};
-use crate::escalation::Escalation;
+use crate::escalation::{Escalation, EscalationDetail, ReasonKind};
 use crate::identity::{IdemKey, KeyFormat, Scope};
 use crate::outcome::{Outcome, OutcomeClass};
 use crate::store::{
@@ -241,7 +241,9 @@ impl Executor {
              and could not be released ({}); nothing ran under this key",
             failure.map_or_else(String::new, |e| e.to_string())
         );
-        let parked = Settlement::new(RecordState::Escalated).message(why);
+        let parked = Settlement::new(RecordState::Escalated)
+            .message(why)
+            .payload(EscalationDetail::new(ReasonKind::ClaimedTwice, Vec::new()).to_payload());
         if let Err(e) = self.store().settle(&req.key, token, parked).await {
             tracing::error!(key = %req.key, other = %crate::observe::field(&other), error = %crate::observe::field(&e),
                 "could not release or park a claim shadowed by another key format's claim");
@@ -274,6 +276,7 @@ impl Executor {
         }
         let mut notice = Escalation::from_record(record, reason, now);
         notice.refused_args = refused.map(|op| op.to_operation().args.value().clone());
+        notice.kind = ReasonKind::ChangedParams;
         if let Err(e) = self.sink.deliver(&notice).await {
             tracing::error!(key = %key, error = %crate::observe::field(&e), "escalation sink failed");
         }

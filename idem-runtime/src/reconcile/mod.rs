@@ -10,10 +10,11 @@
 //! |---|---|---|
 //! | any | tool not registered here as a write tool | skip: another reconciler's to decide |
 //! | any | no operation saved, or the saved arguments no longer decode | escalate |
-//! | unknown | keyed downstream, inside the safe window, fewer than [`Reconciler::max_retries`] + 1 sends made | retry with the **same** key |
+//! | unknown | keyed downstream, inside the safe window and the [`Reconciler::patience`], fewer than [`Reconciler::max_retries`] + 1 sends made (no count by default), the next retry due (growing backoff) | retry with the **same** key |
 //! | unknown | the last timed-out attempt ended less than the in-flight bound ago | wait: it may still report its late result |
 //! | | *read back* | |
-//! | unknown | keyed, inside the window, its sends used up: no read-back, or the read-back fails or finds nothing | escalate (with the read-back): the downstream keeps answering unknown |
+//! | unknown | keyed, inside the patience, the next retry not due: not found, partial, failing or no read-back | wait (noted) for the next retry; never release |
+//! | unknown | keyed, inside the window, its patience (or count) used up: no read-back, or the read-back fails or finds nothing | escalate (with the read-back), `patience_exhausted`: the downstream keeps answering unknown |
 //! | unknown, pending | no read-back | escalate: no key contract (or window passed) and no read-back |
 //! | unknown, pending | the read-back fails, the [`Reconciler::max_failed_read_backs`]th time in a row (default 10) | escalate, with the failures |
 //! | unknown, pending | the read-back fails | wait, the error noted |
@@ -21,10 +22,14 @@
 //! | pending | found completed or failed | settle as found |
 //! | pending | found pending | wait: polled again next pass (noted only after failures, to end their run) |
 //! | any | found more than one effect | escalate |
+//! | unknown, pending | found part of a batch done ([`ReadBack::Partial`]) | escalate, `partial_effects`, with what landed |
 //! | pending | not found | escalate: its downstream ref is gone |
 //! | unknown | not found, before last send + timeout + 2 × in-flight bound | wait, the read-back noted |
 //! | unknown | not found, after that, the bound declared (tool or registry) | release: the intent may run again |
 //! | unknown | not found, after that, only the built-in default bound | escalate |
+//!
+//! Every escalation carries a [`ReasonKind`] beside its text, and the escalated record
+//! keeps it ([`EscalationDetail`]).
 //!
 //! The *in-flight bound* is the tool's effective one
 //! ([`ToolSpec::effective_in_flight_bound`](crate::tool::ToolSpec::effective_in_flight_bound)): the
@@ -62,7 +67,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::escalation::{Escalation, EscalationSink};
+use crate::escalation::{Escalation, EscalationDetail, EscalationSink, ReasonKind};
 use crate::executor::{restore, ClaimedRun, Restored};
 use crate::identity::{ArgsIdentity, IdemKey};
 use crate::outcome::OutcomeClass;
@@ -90,6 +95,9 @@ pub struct Decision {
     pub action: Action,
     /// Why, in words.
     pub detail: String,
+    /// Why, as a kind a program counts: set when the record was escalated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason_kind: Option<ReasonKind>,
 }
 
 impl Decision {
@@ -100,6 +108,14 @@ impl Decision {
             from: record.state,
             action,
             detail: detail.into(),
+            reason_kind: None,
+        }
+    }
+
+    fn escalated(record: &Record, detail: impl Into<String>, kind: ReasonKind) -> Decision {
+        Decision {
+            reason_kind: Some(kind),
+            ..Decision::on(record, Action::Escalated, detail)
         }
     }
 }
@@ -146,12 +162,18 @@ pub struct Reconciler {
     registry: Registry,
     sink: Arc<dyn EscalationSink>,
     max_retries: u32,
+    patience: Duration,
     max_failed_read_backs: u32,
     batch: usize,
     walk: Walk,
     watch_released_for: Duration,
     watched: Watched,
 }
+
+/// Default of [`Reconciler::patience`]: 15 minutes.
+pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(15 * 60);
+
+pub use plan::{RETRY_BACKOFF_FIRST, RETRY_BACKOFF_MAX};
 
 /// Default of [`Reconciler::watch_released_for`]: a day.
 pub const DEFAULT_WATCH_RELEASED_FOR: Duration = Duration::from_secs(24 * 3600);
@@ -259,7 +281,8 @@ impl Reconciler {
         Reconciler {
             registry: registry.clone(),
             sink: registry.escalation_sink().clone(),
-            max_retries: 3,
+            max_retries: u32::MAX,
+            patience: DEFAULT_PATIENCE,
             max_failed_read_backs: DEFAULT_MAX_FAILED_READ_BACKS,
             batch: 500,
             walk: Walk::default(),
@@ -268,18 +291,37 @@ impl Reconciler {
         }
     }
 
-    /// Where escalations go (default: the registry's sink).
+    /// Where escalations go (default: the registry's sink). Redacted by the registry's
+    /// [`redact`](crate::registry::RegistryBuilder::redact) hook like the registry's own
+    /// sink: no sink gets what the hook masks, however it is attached.
     pub fn sink(mut self, sink: Arc<dyn EscalationSink>) -> Self {
-        self.sink = sink;
+        self.sink = self.registry.redacted(sink);
         self
     }
 
-    /// Total attempts (the executor's included) after which a keyed operation whose downstream
-    /// keeps answering *unknown* is escalated (default 3 reconciler retries on top). With the
-    /// attempts used up, the tool's read-back (if it has one) is asked before escalating: an
-    /// effect it finds (completed, failed or pending) settles the record; if it finds
-    /// nothing, more than one effect, or fails, the record is escalated with its answer
-    /// (never released: a send still on its way could land after the key was freed).
+    /// How long after its first claim a keyed operation whose downstream keeps answering
+    /// *unknown* is sent again with the same key before it goes to a person (default
+    /// [`DEFAULT_PATIENCE`], 15 minutes; never past the tool's safe window, which caps it).
+    ///
+    /// A keyed downstream deduplicates on the key for its whole window, so a same-key retry
+    /// is safe and settles the operation as soon as the original commits: it is answered
+    /// with what landed. The first retry after a single send goes out at once; the next
+    /// waits [`RETRY_BACKOFF_FIRST`] after the last send, then twice as long each time, up
+    /// to [`RETRY_BACKOFF_MAX`]; between them the tool's
+    /// read-back (if it has one) may settle the record, and nothing it finds frees the key.
+    /// The model is told "unknown, reconciliation pending" meanwhile. Once the patience runs
+    /// out the read-back has a last chance (an effect it finds settles the record); if it
+    /// finds nothing, only part of a batch, or fails, the record is escalated
+    /// ([`ReasonKind::PatienceExhausted`], [`ReasonKind::PartialEffects`]). Nothing is sent
+    /// after the window.
+    pub fn patience(mut self, patience: Duration) -> Self {
+        self.patience = patience;
+        self
+    }
+
+    /// At most this many same-key retries (on top of the first send) within the
+    /// [`Reconciler::patience`]: with the sends used up, a keyed operation is escalated as
+    /// when the patience runs out. By default there is no count: the patience decides.
     pub fn max_retries(mut self, n: u32) -> Self {
         self.max_retries = n;
         self
@@ -537,8 +579,9 @@ impl Reconciler {
                              now replay it"
                         );
                         tracing::warn!(key = %record.key, tool = %record.tool, "{}", crate::observe::field(&reason));
-                        let notice =
+                        let mut notice =
                             Escalation::from_record(&restored, reason.as_str(), self.now());
+                        notice.kind = ReasonKind::LateResult;
                         if let Err(e) = self.sink.deliver(&notice).await {
                             tracing::error!(key = %record.key, error = %crate::observe::field(&e), "escalation sink failed");
                         }
@@ -556,6 +599,12 @@ impl Reconciler {
                 }
             }
             Watch::Escalate { reason } => {
+                let detail = match &found {
+                    Ok(ReadBack::Partial { landed, .. }) => {
+                        EscalationDetail::new(ReasonKind::PartialEffects, landed.clone())
+                    }
+                    _ => EscalationDetail::new(ReasonKind::ConflictingEvidence, Vec::new()),
+                };
                 let parked = Settlement::new(RecordState::Unknown)
                     .message(reason.as_str())
                     .read_backs(vec![evidence]);
@@ -564,7 +613,7 @@ impl Reconciler {
                         // Delivered before it is recorded escalated; a sink that refuses
                         // leaves an unknown record, which the walk escalates again.
                         let d = self
-                            .escalate(&restored, &reason, Vec::new())
+                            .escalate(&restored, &reason, detail, Vec::new())
                             .await
                             .unwrap_or_else(|d| d);
                         (true, Some(d))
@@ -701,6 +750,7 @@ impl Reconciler {
     fn facts(&self, tool: Option<&DynTool>, undecodable: Option<String>) -> Option<Facts> {
         let limits = Limits {
             max_retries: self.max_retries,
+            patience: self.patience,
             max_failed_read_backs: self.max_failed_read_backs,
         };
         let default_bound = self.registry.executor().default_in_flight_bound;
@@ -759,7 +809,12 @@ impl Reconciler {
                          not sent again and not released: a person decides"
                     );
                     return self
-                        .escalate(&record, &reason, evidence.into_iter().collect())
+                        .escalate(
+                            &record,
+                            &reason,
+                            EscalationDetail::new(ReasonKind::ClaimedTwice, Vec::new()),
+                            evidence.into_iter().collect(),
+                        )
                         .await
                         .unwrap_or_else(|d| d);
                 }
@@ -806,6 +861,8 @@ impl Reconciler {
             Plan::Release { why } => self.release(&record, why).await,
             Plan::Escalate {
                 reason,
+                kind,
+                landed,
                 with_read_back,
             } => {
                 let read_backs = if with_read_back {
@@ -813,7 +870,8 @@ impl Reconciler {
                 } else {
                     Vec::new()
                 };
-                self.escalate(&record, &reason, read_backs)
+                let detail = EscalationDetail::new(kind, landed);
+                self.escalate(&record, &reason, detail, read_backs)
                     .await
                     .unwrap_or_else(|d| d)
             }
@@ -923,10 +981,14 @@ impl Reconciler {
     /// unknown, and a later pass escalates it again. The person may be told twice, with the
     /// same [`Escalation::id`] both times; never not at all. A sink that refuses the escalation
     /// gets it again on the next pass: the record is put back as it was (unknown or pending).
+    ///
+    /// The escalated record keeps `detail` (its reason kind, and what landed of a partial
+    /// batch) as its payload ([`EscalationDetail`]).
     async fn escalate(
         &self,
         record: &Record,
         reason: &str,
+        detail: EscalationDetail,
         read_backs: Vec<ReadBackRecord>,
     ) -> Result<Decision, Decision> {
         let token = self.takeover(record).await?;
@@ -935,8 +997,11 @@ impl Reconciler {
         escalated.state = RecordState::Escalated;
         escalated.token = token;
         escalated.message = Some(reason.to_owned());
+        escalated.payload = Some(detail.to_payload());
         escalated.read_backs.extend(read_backs.iter().cloned());
-        let escalation = Escalation::escalating(&escalated, reason, self.now());
+        let mut escalation = Escalation::escalating(&escalated, reason, self.now());
+        escalation.kind = detail.reason_kind;
+        escalation.landed = detail.landed.clone();
         // The takeover is not renewed while the sink works: a sink slower than half its lease
         // counts as a refusal, before the takeover can lapse. (A lapsed takeover reads
         // unknown, and a pending record read as unknown could be sent again or released.)
@@ -963,6 +1028,7 @@ impl Reconciler {
         }
         let s = Settlement::new(RecordState::Escalated)
             .message(reason)
+            .payload(detail.to_payload())
             .read_backs(read_backs);
         if let Err(e) = self.store().settle(&record.key, token, s).await {
             // The person has been told. If the settle did not land (its reply may be lost
@@ -970,15 +1036,15 @@ impl Reconciler {
             // record again, under the same id.
             tracing::warn!(key = %record.key, id = %escalation.id, error = %crate::observe::field(&e),
                 "escalation delivered, but recording it failed");
-            return Ok(Decision::on(
+            return Ok(Decision::escalated(
                 record,
-                Action::Escalated,
                 format!(
                     "{reason} (delivered; recording it failed, so it may be delivered again: {e})"
                 ),
+                detail.reason_kind,
             ));
         }
-        Ok(Decision::on(record, Action::Escalated, reason.to_owned()))
+        Ok(Decision::escalated(record, reason, detail.reason_kind))
     }
 }
 

@@ -126,7 +126,8 @@ impl Reconciler {
             1,
         );
         if decision.action == Action::Escalated {
-            count(ESCALATIONS, &[("tool", tool)], 1);
+            let reason = decision.reason_kind.unwrap_or_default().as_str();
+            count(ESCALATIONS, &[("tool", tool), ("reason", reason.into())], 1);
         }
     }
 

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::escalation::ReasonKind;
 use crate::store::{AttemptKind, Record, RecordState, Settlement, Timestamp};
 use crate::tool::{Downstream, ReadBack, ToolError, ToolSpec};
 
@@ -41,6 +42,9 @@ pub(crate) struct Limits {
     /// Sends (the executor's included) after which a keyed operation still unsettled is
     /// escalated, minus one: [`super::Reconciler::max_retries`].
     pub(crate) max_retries: u32,
+    /// How long after the first claim a keyed operation is retried with the same key:
+    /// [`super::Reconciler::patience`] (never past the tool's window).
+    pub(crate) patience: Duration,
     /// Read-backs failing in a row (this pass's included) after which the record is
     /// escalated: [`super::Reconciler::max_failed_read_backs`].
     pub(crate) max_failed_read_backs: u32,
@@ -107,9 +111,45 @@ pub(crate) enum Plan {
     Escalate {
         /// Why, for the record, the person and the decision.
         reason: String,
+        /// Why, as a kind a program counts.
+        kind: ReasonKind,
+        /// What the read-back found landed of a partial batch.
+        landed: Vec<String>,
         /// Whether the read-back's evidence goes on the record with it.
         with_read_back: bool,
     },
+}
+
+/// The wait before the second same-key send after the first one failed to settle (the
+/// first retry after a single send goes out at once: [`super::Reconciler::patience`]);
+/// each next one waits twice as long, up to [`RETRY_BACKOFF_MAX`].
+pub const RETRY_BACKOFF_FIRST: Duration = Duration::from_secs(1);
+
+/// The longest wait between two same-key retries: over a 15-minute patience the retries
+/// go out at once, then about 1, 2, 4, … 64 s apart and then every 2 minutes, some 14 in
+/// all.
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(120);
+
+/// How long after its `sent`th send a keyed operation is sent again: at once after none or
+/// one, then [`RETRY_BACKOFF_FIRST`] doubling per send, at most [`RETRY_BACKOFF_MAX`].
+pub(crate) fn backoff(sent: u32) -> Duration {
+    if sent <= 1 {
+        return Duration::ZERO;
+    }
+    let doublings = (sent - 2).min(16);
+    RETRY_BACKOFF_FIRST
+        .saturating_mul(1u32 << doublings)
+        .min(RETRY_BACKOFF_MAX)
+}
+
+/// When a keyed operation with `sent` sends is due for its next same-key retry: the
+/// [`backoff`] after its last send ended (after the claim, when nothing was sent).
+fn retry_due(record: &Record, sent: u32) -> Timestamp {
+    let last = sends(record)
+        .map(|a| a.finished_at.max(a.started_at))
+        .max()
+        .unwrap_or(record.created_at);
+    last.plus(backoff(sent))
 }
 
 /// How the evidence of a read-back that failed begins (`error: …`). [`evidence_of`] writes
@@ -167,27 +207,49 @@ pub(crate) fn plan(
     if record.operation.is_none() {
         return escalate(
             "the record does not say what was asked for (no operation saved)",
+            ReasonKind::Unreadable,
             false,
         );
     }
     if let Some(e) = &tool.undecodable {
-        return escalate(format!("the saved arguments no longer decode: {e}"), false);
+        return escalate(
+            format!("the saved arguments no longer decode: {e}"),
+            ReasonKind::Unreadable,
+            false,
+        );
     }
     let unknown = record.state == RecordState::Unknown;
     let in_window = record.created_at.plus(tool.window) > now;
 
-    // A keyed operation is sent again while the window and the budget last. Once the budget
-    // is spent, the read-back still gets its chance to settle it (found completed, failed or
+    // A keyed operation is settled by the downstream's own deduplication: sent again with
+    // the same key, each retry waiting twice as long as the one before, while the patience
+    // (never past the window) lasts; between retries, the read-back may settle it, and
+    // nothing it finds frees the key. Once the patience (or the count, when one is set) is
+    // spent, the read-back still gets its chance to settle it (found completed, failed or
     // pending); anything else is escalated (below, `exhausted`).
     let mut exhausted = None;
+    let mut next_retry = None;
     if unknown && tool.keyed && in_window {
         let sent = sends(record).count() as u32;
-        if sent < tool.limits.max_retries.saturating_add(1) {
-            return Plan::Retry;
+        let patience = tool.limits.patience.min(tool.window);
+        let patience_ends = record.created_at.plus(patience);
+        if sent >= tool.limits.max_retries.saturating_add(1) {
+            exhausted = Some(format!(
+                "keyed downstream still unsettled after {sent} attempts with the same key"
+            ));
+        } else if now >= patience_ends {
+            exhausted = Some(format!(
+                "keyed downstream still unsettled after {sent} attempts with the same key over \
+                 the reconciler's patience ({}s)",
+                patience.as_secs()
+            ));
+        } else {
+            let due = retry_due(record, sent);
+            if now >= due {
+                return Plan::Retry;
+            }
+            next_retry = Some(due);
         }
-        exhausted = Some(format!(
-            "keyed downstream still unsettled after {sent} attempts with the same key"
-        ));
     }
 
     // An attempt that timed out may still be running (in this process or another) and
@@ -220,13 +282,27 @@ pub(crate) fn plan(
         Ok(found) => found,
         Err(e) => {
             if let Some(reason) = exhausted {
-                return escalate(format!("{reason}, and its read-back failed: {e}"), true);
+                return escalate(
+                    format!("{reason}, and its read-back failed: {e}"),
+                    ReasonKind::PatienceExhausted,
+                    true,
+                );
             }
             let failures = failed_read_backs_in_a_row(record).saturating_add(1);
+            if let Some(due) = next_retry {
+                // The retries settle it; the failures are counted once they are spent.
+                return Plan::NoteAndWait {
+                    why: format!(
+                        "read-back failed ({failures} in a row): {e}; sent again with the same \
+                         key at {due}"
+                    ),
+                };
+            }
             let limit = tool.limits.max_failed_read_backs;
             if failures >= limit {
                 return escalate(
                     format!("read-back failed {failures} times in a row; last: {e}"),
+                    ReasonKind::ReadBackFailing,
                     true,
                 );
             }
@@ -238,20 +314,30 @@ pub(crate) fn plan(
     let summary = found.summary();
     let settlement = match found {
         ReadBack::Unsupported => {
+            if let Some(due) = next_retry {
+                return Plan::Wait {
+                    why: format!(
+                        "keyed downstream unsettled; sent again with the same key at {due}"
+                    ),
+                };
+            }
             // Only an unknown record can have used up its sends.
-            let reason = match (exhausted, record.state, tool.keyed) {
-                (_, RecordState::Pending, _) => {
-                    "pending, and the tool has no read-back to poll it with".to_owned()
-                }
-                (Some(reason), _, _) => reason,
-                (None, _, true) => {
-                    "safe retry window passed and the tool has no read-back".to_owned()
-                }
-                (None, _, false) => {
-                    "downstream has no key contract and the tool has no read-back".to_owned()
-                }
+            let (reason, kind) = match (exhausted, record.state, tool.keyed) {
+                (_, RecordState::Pending, _) => (
+                    "pending, and the tool has no read-back to poll it with".to_owned(),
+                    ReasonKind::NoKeyNoReadBack,
+                ),
+                (Some(reason), _, _) => (reason, ReasonKind::PatienceExhausted),
+                (None, _, true) => (
+                    "safe retry window passed and the tool has no read-back".to_owned(),
+                    ReasonKind::WindowPassed,
+                ),
+                (None, _, false) => (
+                    "downstream has no key contract and the tool has no read-back".to_owned(),
+                    ReasonKind::NoKeyNoReadBack,
+                ),
             };
-            return escalate(reason, false);
+            return escalate(reason, kind, false);
         }
         ReadBack::Pending { .. } if record.state == RecordState::Pending => {
             // Still pending: nothing new to keep, unless this answer ends a run of failed
@@ -265,16 +351,57 @@ pub(crate) fn plan(
         ReadBack::Completed { .. } | ReadBack::Failed { .. } | ReadBack::Pending { .. } => {
             match settlement_found(found) {
                 Some(s) => s,
-                None => return escalate(format!("read-back {summary}"), true),
+                None => {
+                    return escalate(
+                        format!("read-back {summary}"),
+                        ReasonKind::ConflictingEvidence,
+                        true,
+                    )
+                }
             }
         }
-        ReadBack::Ambiguous { .. } => return escalate(format!("read-back {summary}"), true),
+        ReadBack::Ambiguous { .. } => {
+            return escalate(
+                format!("read-back {summary}"),
+                ReasonKind::ConflictingEvidence,
+                true,
+            )
+        }
+        // Part of a batch landed: while same-key retries go on, the batch may still finish
+        // (a downstream committing item by item); after that, a person decides the rest.
+        ReadBack::Partial { landed, .. } => {
+            if let Some(due) = next_retry {
+                return Plan::NoteAndWait {
+                    why: format!("{summary}; sent again with the same key at {due}"),
+                };
+            }
+            let reason = match exhausted {
+                Some(reason) => format!("{reason}, and its read-back {summary}"),
+                None => format!("read-back {summary}"),
+            };
+            return Plan::Escalate {
+                reason,
+                kind: ReasonKind::PartialEffects,
+                landed: landed.clone(),
+                with_read_back: true,
+            };
+        }
         // With its sends used up inside the window, nothing is released: a send still on its
         // way (which the keyed downstream may be holding as in progress) could land after
-        // the key was freed, and the record of it would be gone. A person decides.
+        // the key was freed, and the record of it would be gone. A person decides. While
+        // the retries go on, the next one settles it.
         ReadBack::NotFound => {
+            if let Some(due) = next_retry {
+                return Plan::NoteAndWait {
+                    why: format!("not found yet; sent again with the same key at {due}"),
+                };
+            }
             if let Some(reason) = exhausted {
-                return escalate(format!("{reason}, and its read-back found nothing"), true);
+                return escalate(
+                    format!("{reason}, and its read-back found nothing"),
+                    ReasonKind::PatienceExhausted,
+                    true,
+                );
             }
             return not_found(record, tool, now, &summary);
         }
@@ -345,7 +472,7 @@ fn not_found(record: &Record, tool: &Facts, now: Timestamp, summary: &str) -> Pl
             "pending record's downstream ref {} not found downstream",
             record.downstream_ref.as_deref().unwrap_or("(none)")
         );
-        return escalate(reason, true);
+        return escalate(reason, ReasonKind::ConflictingEvidence, true);
     }
     let settled_by = settled_by(record, tool);
     if now < settled_by {
@@ -362,6 +489,7 @@ fn not_found(record: &Record, tool: &Facts, now: Timestamp, summary: &str) -> Pl
                  so the original may still commit; declare `in_flight` to let the reconciler \
                  release such records"
             ),
+            ReasonKind::NoInFlightBound,
             true,
         );
     }
@@ -377,9 +505,11 @@ fn sends(record: &Record) -> impl Iterator<Item = &crate::store::AttemptRecord> 
     record.attempts.iter().filter(|a| a.attempt > 0)
 }
 
-fn escalate(reason: impl Into<String>, with_read_back: bool) -> Plan {
+fn escalate(reason: impl Into<String>, kind: ReasonKind, with_read_back: bool) -> Plan {
     Plan::Escalate {
         reason: reason.into(),
+        kind,
+        landed: Vec::new(),
         with_read_back,
     }
 }
@@ -449,10 +579,12 @@ mod tests {
         )
     }
 
-    /// The reconciler's limits: 3 retries, escalated at the 10th failed read-back in a row.
+    /// The reconciler's limits: at most 3 retries, a patience of 40 s, escalated at the 10th
+    /// failed read-back in a row.
     fn limits() -> Limits {
         Limits {
             max_retries: 3,
+            patience: secs(40),
             max_failed_read_backs: 10,
         }
     }
@@ -474,6 +606,19 @@ mod tests {
         Facts {
             keyed: true,
             ..unkeyed()
+        }
+    }
+
+    /// A keyed tool with no retry count and a patience of 15 minutes in a window of an hour.
+    fn patient() -> Facts {
+        Facts {
+            window: secs(3600),
+            limits: Limits {
+                max_retries: u32::MAX,
+                patience: secs(900),
+                ..limits()
+            },
+            ..keyed()
         }
     }
 
@@ -537,9 +682,11 @@ mod tests {
         Plan::NoteAndWait { why: why.into() }
     }
 
-    fn escalated(reason: &str, with_read_back: bool) -> Plan {
+    fn escalated(reason: &str, kind: ReasonKind, with_read_back: bool) -> Plan {
         Plan::Escalate {
             reason: reason.into(),
+            kind,
+            landed: Vec::new(),
             with_read_back,
         }
     }
@@ -580,6 +727,13 @@ mod tests {
     fn pending() -> ReadBack {
         ReadBack::Pending {
             downstream_ref: "re_1".into(),
+        }
+    }
+
+    fn partial() -> ReadBack {
+        ReadBack::Partial {
+            landed: vec!["ch_1".into()],
+            left: vec!["item 2".into()],
         }
     }
 
@@ -668,6 +822,7 @@ mod tests {
                 None,
                 escalated(
                     "the record does not say what was asked for (no operation saved)",
+                    ReasonKind::Unreadable,
                     false,
                 ),
             ),
@@ -679,6 +834,7 @@ mod tests {
                 None,
                 escalated(
                     "the saved arguments no longer decode: Invalid(\"missing field `cents`\")",
+                    ReasonKind::Unreadable,
                     false,
                 ),
             ),
@@ -692,6 +848,7 @@ mod tests {
                 Some(Ok(ReadBack::Unsupported)),
                 escalated(
                     "keyed downstream still unsettled after 4 attempts with the same key",
+                    ReasonKind::PatienceExhausted,
                     false,
                 ),
             ),
@@ -719,6 +876,7 @@ mod tests {
                 reset(),
                 escalated(
                     "keyed downstream still unsettled after 4 attempts with the same key, and its read-back failed: outcome unknown: connection reset",
+                    ReasonKind::PatienceExhausted,
                     true,
                 ),
             ),
@@ -728,7 +886,7 @@ mod tests {
                 Some(keyed()),
                 30,
                 Some(Ok(ambiguous())),
-                escalated("read-back found 2 effects: ch_1, ch_2", true),
+                escalated("read-back found 2 effects: ch_1, ch_2", ReasonKind::ConflictingEvidence, true),
             ),
             row(
                 "keyed retry budget exhausted, not found: escalated, never released",
@@ -738,6 +896,7 @@ mod tests {
                 Some(Ok(ReadBack::NotFound)),
                 escalated(
                     "keyed downstream still unsettled after 4 attempts with the same key, and its read-back found nothing",
+                    ReasonKind::PatienceExhausted,
                     true,
                 ),
             ),
@@ -767,6 +926,149 @@ mod tests {
                 12,
                 None,
                 Plan::Retry,
+            ),
+            // | unknown | keyed, inside the patience, next retry not due yet | read back: settle
+            // what it finds, else wait (noted), never release |
+            row(
+                "keyed, retry not due yet, not found: noted, never released",
+                sends(3),
+                Some(keyed()),
+                2,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; sent again with the same key at 1970-01-01T00:00:03.000Z"),
+            ),
+            row(
+                "keyed, retry not due yet, found completed: settled",
+                sends(3),
+                Some(keyed()),
+                2,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            row(
+                "keyed, retry not due yet, read-back fails: noted, not escalated",
+                with_read_backs(sends(3), failures(12)),
+                Some(keyed()),
+                2,
+                reset(),
+                note("read-back failed (13 in a row): outcome unknown: connection reset; sent again with the same key at 1970-01-01T00:00:03.000Z"),
+            ),
+            row(
+                "keyed, retry not due yet, no read-back: wait",
+                sends(3),
+                Some(keyed()),
+                2,
+                Some(Ok(ReadBack::Unsupported)),
+                wait("keyed downstream unsettled; sent again with the same key at 1970-01-01T00:00:03.000Z"),
+            ),
+            row(
+                "keyed, retry not due yet, part of the batch landed: noted",
+                sends(3),
+                Some(keyed()),
+                2,
+                Some(Ok(partial())),
+                note("found partial: 1 landed (ch_1), 1 left (item 2); sent again with the same key at 1970-01-01T00:00:03.000Z"),
+            ),
+            row(
+                "keyed, retry not due yet, more than one effect: escalated at once",
+                sends(3),
+                Some(keyed()),
+                2,
+                Some(Ok(ambiguous())),
+                escalated("read-back found 2 effects: ch_1, ch_2", ReasonKind::ConflictingEvidence, true),
+            ),
+            // | unknown | keyed, inside the patience, retry due | retry with the same key |
+            row(
+                "keyed backoff doubles: the 6th send waits 8 s",
+                sends(5),
+                Some(patient()),
+                8,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; sent again with the same key at 1970-01-01T00:00:09.000Z"),
+            ),
+            row("keyed backoff doubles: due", sends(5), Some(patient()), 9, None, Plan::Retry),
+            row(
+                "keyed backoff capped at 2 minutes",
+                sends(12),
+                Some(patient()),
+                120,
+                Some(Ok(ReadBack::NotFound)),
+                note("not found yet; sent again with the same key at 1970-01-01T00:02:01.000Z"),
+            ),
+            row("keyed backoff capped: due", sends(12), Some(patient()), 121, None, Plan::Retry),
+            row(
+                "keyed, no count set: retried past 3 retries while the patience lasts",
+                sends(20),
+                Some(patient()),
+                899,
+                None,
+                Plan::Retry,
+            ),
+            // | unknown | keyed, the patience over inside the window | read back; what it
+            // cannot settle is escalated |
+            row(
+                "keyed, patience over, not found: escalated, never released",
+                sent_once(),
+                Some(keyed()),
+                40,
+                Some(Ok(ReadBack::NotFound)),
+                escalated(
+                    "keyed downstream still unsettled after 1 attempts with the same key over the reconciler's patience (40s), and its read-back found nothing",
+                    ReasonKind::PatienceExhausted,
+                    true,
+                ),
+            ),
+            row(
+                "keyed, patience over, found completed: settled",
+                sent_once(),
+                Some(keyed()),
+                40,
+                Some(Ok(completed())),
+                settled(completed_settlement(), "found completed ch_1"),
+            ),
+            row(
+                "keyed, patience over, part of the batch landed: escalated with what landed",
+                sent_once(),
+                Some(keyed()),
+                40,
+                Some(Ok(partial())),
+                Plan::Escalate {
+                    reason: "keyed downstream still unsettled after 1 attempts with the same key over the reconciler's patience (40s), and its read-back found partial: 1 landed (ch_1), 1 left (item 2)".into(),
+                    kind: ReasonKind::PartialEffects,
+                    landed: vec!["ch_1".into()],
+                    with_read_back: true,
+                },
+            ),
+            row(
+                "keyed, patience past the window: the window caps it, nothing sent after",
+                sent_once(),
+                Some(Facts {
+                    limits: Limits {
+                        patience: secs(1000),
+                        ..limits()
+                    },
+                    ..keyed()
+                }),
+                60,
+                Some(Ok(ReadBack::Unsupported)),
+                escalated(
+                    "safe retry window passed and the tool has no read-back",
+                    ReasonKind::WindowPassed,
+                    false,
+                ),
+            ),
+            row(
+                "unkeyed, part of the batch landed: escalated with what landed",
+                sent_once(),
+                Some(unkeyed()),
+                30,
+                Some(Ok(partial())),
+                Plan::Escalate {
+                    reason: "read-back found partial: 1 landed (ch_1), 1 left (item 2)".into(),
+                    kind: ReasonKind::PartialEffects,
+                    landed: vec!["ch_1".into()],
+                    with_read_back: true,
+                },
             ),
             row(
                 "keyed, window over at exactly created + window: read back",
@@ -894,7 +1196,7 @@ mod tests {
                 Some(unkeyed()),
                 30,
                 Some(Ok(ReadBack::Unsupported)),
-                escalated("downstream has no key contract and the tool has no read-back", false),
+                escalated("downstream has no key contract and the tool has no read-back", ReasonKind::NoKeyNoReadBack, false),
             ),
             row(
                 "keyed past its window without read-back",
@@ -902,7 +1204,7 @@ mod tests {
                 Some(keyed()),
                 61,
                 Some(Ok(ReadBack::Unsupported)),
-                escalated("safe retry window passed and the tool has no read-back", false),
+                escalated("safe retry window passed and the tool has no read-back", ReasonKind::WindowPassed, false),
             ),
             row(
                 "pending without read-back",
@@ -910,7 +1212,7 @@ mod tests {
                 Some(unkeyed()),
                 30,
                 Some(Ok(ReadBack::Unsupported)),
-                escalated("pending, and the tool has no read-back to poll it with", false),
+                escalated("pending, and the tool has no read-back to poll it with", ReasonKind::NoKeyNoReadBack, false),
             ),
             // | unknown, pending | the read-back fails for the Nth time in a row | escalate |
             row(
@@ -921,6 +1223,7 @@ mod tests {
                 reset(),
                 escalated(
                     "read-back failed 10 times in a row; last: outcome unknown: connection reset",
+                    ReasonKind::ReadBackFailing,
                     true,
                 ),
             ),
@@ -932,6 +1235,7 @@ mod tests {
                 reset(),
                 escalated(
                     "read-back failed 10 times in a row; last: outcome unknown: connection reset",
+                    ReasonKind::ReadBackFailing,
                     true,
                 ),
             ),
@@ -949,6 +1253,7 @@ mod tests {
                 reset(),
                 escalated(
                     "read-back failed 3 times in a row; last: outcome unknown: connection reset",
+                    ReasonKind::ReadBackFailing,
                     true,
                 ),
             ),
@@ -1092,7 +1397,7 @@ mod tests {
                 Some(unkeyed()),
                 30,
                 Some(Ok(ambiguous())),
-                escalated("read-back found 2 effects: ch_1, ch_2", true),
+                escalated("read-back found 2 effects: ch_1, ch_2", ReasonKind::ConflictingEvidence, true),
             ),
             row(
                 "pending, ambiguous",
@@ -1100,7 +1405,7 @@ mod tests {
                 Some(unkeyed()),
                 30,
                 Some(Ok(ambiguous())),
-                escalated("read-back found 2 effects: ch_1, ch_2", true),
+                escalated("read-back found 2 effects: ch_1, ch_2", ReasonKind::ConflictingEvidence, true),
             ),
             // | pending | not found | escalate |
             row(
@@ -1109,7 +1414,7 @@ mod tests {
                 Some(unkeyed()),
                 30,
                 Some(Ok(ReadBack::NotFound)),
-                escalated("pending record's downstream ref re_1 not found downstream", true),
+                escalated("pending record's downstream ref re_1 not found downstream", ReasonKind::ConflictingEvidence, true),
             ),
             // | unknown | not found, no bound declared: the default bound applies |
             row(
@@ -1130,6 +1435,7 @@ mod tests {
                     "read-back found nothing (not found), but the tool declares no in-flight \
                      bound, so the original may still commit; declare `in_flight` to let the \
                      reconciler release such records",
+                    ReasonKind::NoInFlightBound,
                     true,
                 ),
             ),
@@ -1257,7 +1563,7 @@ mod tests {
         }
         assert_eq!(
             rows.len(),
-            57,
+            73,
             "rows added or lost: update the count and the docs"
         );
     }

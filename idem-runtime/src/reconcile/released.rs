@@ -203,6 +203,7 @@ mod tests {
             None,
             Limits {
                 max_retries: 3,
+                patience: Duration::from_secs(900),
                 max_failed_read_backs: 10,
             },
             None,

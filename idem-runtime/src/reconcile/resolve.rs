@@ -158,6 +158,7 @@ pub fn releasable_at(registry: &Registry, record: &Record) -> Timestamp {
 /// Limits a release's bound does not read.
 const NO_LIMITS: Limits = Limits {
     max_retries: 0,
+    patience: Duration::ZERO,
     max_failed_read_backs: 0,
 };
 

@@ -59,6 +59,9 @@ struct Inner {
     executor: Executor,
     max_args_bytes: usize,
     require_tenant: bool,
+    /// The [`RegistryBuilder::redact`] hook, for sinks attached elsewhere
+    /// ([`crate::reconcile::Reconciler::sink`]) to be redacted too.
+    redact: Option<RedactHook>,
 }
 
 /// Builds a [`Registry`]. See [`Registry::builder`].
@@ -266,13 +269,8 @@ impl RegistryBuilder {
         }
         tools.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         let sink: Arc<dyn EscalationSink> = self.sink.unwrap_or_else(|| Arc::new(LogSink));
-        let sink = match self.redact {
-            Some(RedactHook(redact)) => Arc::new(RedactingSink {
-                inner: sink,
-                redact,
-            }),
-            None => sink,
-        };
+        let redact = self.redact;
+        let sink = RedactingSink::wrap(sink, redact.as_ref().map(|RedactHook(r)| r));
         let mut memory = self.memory;
         let (store, clock) = match (self.store, self.clock) {
             (Some(store), None) => {
@@ -316,6 +314,7 @@ impl RegistryBuilder {
                 max_args_bytes: self.max_args_bytes.unwrap_or(DEFAULT_MAX_ARGS_BYTES),
                 require_tenant: self.require_tenant,
                 store,
+                redact,
             }),
         })
     }
@@ -379,6 +378,12 @@ impl Registry {
     /// Where escalations go.
     pub fn escalation_sink(&self) -> &Arc<dyn EscalationSink> {
         &self.inner.executor.sink
+    }
+
+    /// `sink`, redacted by the registry's [`RegistryBuilder::redact`] hook when it has one:
+    /// every sink escalations reach, however it was attached, gets them redacted.
+    pub(crate) fn redacted(&self, sink: Arc<dyn EscalationSink>) -> Arc<dyn EscalationSink> {
+        RedactingSink::wrap(sink, self.inner.redact.as_ref().map(|RedactHook(r)| r))
     }
 
     pub(crate) fn executor(&self) -> &Executor {

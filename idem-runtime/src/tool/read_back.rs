@@ -39,6 +39,15 @@ pub enum ReadBack {
         /// The downstream ids found.
         downstream_refs: Vec<String>,
     },
+    /// Part of a batch is done downstream and part is not (some items charged, the rest
+    /// not): a person decides what to do with the rest, and the escalation lists what landed
+    /// ([`crate::escalation::Escalation::landed`]).
+    Partial {
+        /// The parts done downstream: their downstream ids, or what names them.
+        landed: Vec<String>,
+        /// The parts not done, named the same way.
+        left: Vec<String>,
+    },
 }
 
 impl ReadBack {
@@ -68,6 +77,13 @@ impl ReadBack {
                     downstream_refs.join(", ")
                 )
             }
+            ReadBack::Partial { landed, left } => format!(
+                "found partial: {} landed ({}), {} left ({})",
+                landed.len(),
+                landed.join(", "),
+                left.len(),
+                left.join(", ")
+            ),
         }
     }
 }

@@ -166,7 +166,11 @@ fn a_scripted_sequence_is_counted_exactly() {
     );
     assert_eq!(total(&seen, observe::RECONCILE_DECISIONS), 1);
     assert_eq!(
-        get(&seen, observe::ESCALATIONS, &[("tool", "slow_charge")]),
+        get(
+            &seen,
+            observe::ESCALATIONS,
+            &[("tool", "slow_charge"), ("reason", "no_key_no_read_back")]
+        ),
         1
     );
     assert_eq!(total(&seen, observe::ESCALATIONS), 1);
@@ -214,7 +218,10 @@ fn labels_come_from_bounded_sets_and_carry_nothing_of_a_call() {
                 "refused",
             ],
         ),
-        ("reason", &["unknown_tool", "changed_params"]),
+        (
+            "reason",
+            &["unknown_tool", "changed_params", "no_key_no_read_back"],
+        ),
         ("backend", &["memory"]),
         (
             "op",

@@ -62,6 +62,74 @@ async fn escalations_reach_the_sink_redacted() {
     assert!(text.contains("[redacted]"), "{text}");
 }
 
+/// A send whose outcome nobody can know: the downstream has no key contract and the tool
+/// no read-back, so the reconciler hands it to a person.
+struct Unknowable;
+
+impl idem_runtime::tool::WriteTool for Unknowable {
+    type Args = serde_json::Map<String, serde_json::Value>;
+    type Output = &'static str;
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("send_parcel")
+    }
+    async fn call(&self, _ctx: WriteCtx, _args: Self::Args) -> Result<&'static str, ToolError> {
+        Err(ToolError::unknown("connection reset"))
+    }
+}
+
+#[tokio::test]
+async fn a_sink_given_to_the_reconciler_gets_escalations_redacted_too() {
+    let registry = Registry::builder()
+        .redact(|e| {
+            if let Some(op) = e.operation.as_mut() {
+                op.args = CanonicalJson::from_value(&json!("[redacted]"));
+            }
+        })
+        .tool(Unknowable)
+        .build()
+        .unwrap();
+    let card = json!({"card": "4242424242424242"});
+    let call = ToolCall::new("run", "send_parcel", card).intent("parcel-1");
+    assert_eq!(
+        registry.call(call).await.class(),
+        Some(idem_runtime::outcome::OutcomeClass::Unknown)
+    );
+
+    let seen: Arc<Mutex<Vec<Escalation>>> = Arc::default();
+    let sink_seen = seen.clone();
+    let reconciler = idem_runtime::reconcile::Reconciler::new(&registry).sink(Arc::new(
+        CallbackSink(move |e: &Escalation| sink_seen.lock().unwrap().push(e.clone())),
+    ));
+    reconciler.run_once().await.unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one escalation");
+    let text = serde_json::to_string(&seen[0]).unwrap();
+    assert!(!text.contains("4242"), "{text}");
+    assert!(text.contains("[redacted]"), "{text}");
+    // The record in the store keeps the arguments (a person finds them with `idem show`) and
+    // the escalation's reason kind.
+    let record = registry
+        .store()
+        .get(&seen[0].key)
+        .await
+        .unwrap()
+        .expect("the escalated record");
+    assert_eq!(record.state, RecordState::Escalated);
+    assert!(
+        serde_json::to_string(&record.operation)
+            .unwrap()
+            .contains("4242"),
+        "the store keeps what the sink must not carry"
+    );
+    let detail = idem_runtime::escalation::EscalationDetail::of(&record);
+    assert_eq!(
+        detail.reason_kind,
+        idem_runtime::escalation::ReasonKind::NoKeyNoReadBack
+    );
+    assert_eq!(seen[0].kind, detail.reason_kind);
+}
+
 /// A store whose settle fails with a raw backend reply, after the handler ran.
 #[derive(Debug)]
 struct SettleFails(MemoryStore);

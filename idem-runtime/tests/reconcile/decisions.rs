@@ -46,6 +46,8 @@ struct Stub {
     sends: AtomicU32,
     /// The next this many read-backs fail (the downstream's lookup answers 503).
     read_back_errors: AtomicU32,
+    /// A charge is one item of a two-item batch: the read-back finds the batch partial.
+    partial: AtomicBool,
     keyed: bool,
 }
 
@@ -159,6 +161,10 @@ impl WriteTool for Charge {
         let found = self.stub.find(ctx.key().as_str());
         Ok(match found.as_slice() {
             [] => ReadBack::NotFound,
+            [(id, _)] if self.stub.partial.load(Ordering::SeqCst) => ReadBack::Partial {
+                landed: vec![format!("item 1: {id}")],
+                left: vec!["item 2".into()],
+            },
             [(id, "succeeded")] => ReadBack::Completed {
                 downstream_ref: Some(id.clone()),
                 output: json!({ "id": id }),
@@ -372,6 +378,14 @@ impl World {
         self.pass_with(|r| r).await
     }
 
+    /// A pass once the next same-key retry is due (the longest backoff later), by a
+    /// reconciler that retries a keyed operation at most three times.
+    async fn retry_pass(&self) -> Vec<Action> {
+        self.clock
+            .advance(idem_runtime::reconcile::RETRY_BACKOFF_MAX);
+        self.pass_with(|r| r.max_retries(3)).await
+    }
+
     async fn pass_with(&self, reconciler: impl FnOnce(Reconciler) -> Reconciler) -> Vec<Action> {
         reconciler(Reconciler::new(&self.registry))
             .run_once()
@@ -413,7 +427,7 @@ async fn keyed_unknown_inside_the_window_is_retried_with_the_same_key() {
     let w = World::new(Stub::new(true, [Fault::LostAck]), false, |s| s);
     let first = w.call().await;
     assert_eq!(first.class(), Some(OutcomeClass::Unknown));
-    assert_eq!(w.pass().await, [Action::Retried]);
+    assert_eq!(w.retry_pass().await, [Action::Retried]);
     assert_eq!(
         w.stub.sends.load(Ordering::SeqCst),
         2,
@@ -446,7 +460,7 @@ async fn a_keyed_downstream_that_keeps_failing_is_escalated_with_every_attempt()
     let first = w.call().await;
     let mut actions = Vec::new();
     for _ in 0..6 {
-        actions.extend(w.pass().await);
+        actions.extend(w.retry_pass().await);
     }
     assert_eq!(actions.iter().filter(|a| **a == Action::Retried).count(), 3);
     assert_eq!(actions.last(), Some(&Action::Escalated));
@@ -736,12 +750,12 @@ async fn a_keyed_record_out_of_attempts_is_settled_by_its_read_back() {
     let first = w.call().await;
     let mut actions = Vec::new();
     for _ in 0..3 {
-        actions.extend(w.pass().await);
+        actions.extend(w.retry_pass().await);
     }
     assert_eq!(actions, [Action::Retried; 3]);
     assert_eq!(w.state(&first).await, Some(RecordState::Unknown));
     // Attempts spent: read back before escalating, and it finds the charge.
-    assert_eq!(w.pass().await, [Action::Settled]);
+    assert_eq!(w.retry_pass().await, [Action::Settled]);
     let record = record_of(&w, &first).await;
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!(record.downstream_ref.as_deref(), Some("ch_1"));
@@ -758,10 +772,10 @@ async fn a_keyed_record_out_of_attempts_whose_read_back_fails_is_escalated_with_
     let w = World::new(Stub::new(true, [Fault::DroppedRequest; 4]), true, |s| s);
     let first = w.call().await;
     for _ in 0..3 {
-        assert_eq!(w.pass().await, [Action::Retried]);
+        assert_eq!(w.retry_pass().await, [Action::Retried]);
     }
     w.stub.read_back_errors.store(1, Ordering::SeqCst);
-    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.retry_pass().await, [Action::Escalated]);
     let record = record_of(&w, &first).await;
     assert_eq!(record.state, RecordState::Escalated);
     assert_eq!(failed_read_backs(&record), 1);
@@ -1023,12 +1037,12 @@ async fn a_keyed_record_out_of_attempts_that_is_not_found_is_escalated_not_relea
     });
     let first = w.call().await;
     for _ in 0..3 {
-        assert_eq!(w.pass().await, [Action::Retried]);
+        assert_eq!(w.retry_pass().await, [Action::Retried]);
     }
     // Long past the bound: outside a keyed window "not found" would free the key. Inside
     // it, with the sends used up, a person decides.
     w.clock.advance(Duration::from_secs(600));
-    assert_eq!(w.pass().await, [Action::Escalated]);
+    assert_eq!(w.retry_pass().await, [Action::Escalated]);
     let record = record_of(&w, &first).await;
     assert_eq!(record.state, RecordState::Escalated);
     assert_eq!(record.read_backs.len(), 1);
@@ -1150,4 +1164,95 @@ async fn a_sink_that_hangs_is_a_refusal_before_the_takeover_lapses() {
     assert_eq!(w.pass().await, [Action::Escalated]);
     assert_eq!(w.state(&first).await, Some(RecordState::Escalated));
     assert_eq!(w.escalations.lock().unwrap().len(), 1);
+}
+
+/// Passes of a default reconciler, 30 s apart, until one escalates or settles the record of
+/// `first` (or `max` passes): the actions taken.
+async fn passes_until_decided(
+    w: &World,
+    first: &idem_runtime::call::ToolResult,
+    max: usize,
+) -> Vec<Action> {
+    let mut actions = Vec::new();
+    for _ in 0..max {
+        w.clock.advance(Duration::from_secs(30));
+        actions.extend(w.pass().await);
+        if w.state(first).await != Some(RecordState::Unknown) {
+            break;
+        }
+    }
+    actions
+}
+
+#[tokio::test]
+async fn a_keyed_downstream_that_commits_late_is_settled_by_a_same_key_retry_not_escalated() {
+    // The first send and the next five same-key retries reach a downstream that answers
+    // "unknown" (the original still running past its bound); the seventh send lands.
+    let w = World::new(Stub::new(true, [Fault::DroppedRequest; 6]), false, |s| s);
+    let first = w.call().await;
+    assert_eq!(first.class(), Some(OutcomeClass::Unknown));
+    let actions = passes_until_decided(&w, &first, 40).await;
+    assert!(!actions.contains(&Action::Escalated), "{actions:?}");
+    assert_eq!(actions.iter().filter(|a| **a == Action::Retried).count(), 6);
+    assert_eq!(w.state(&first).await, Some(RecordState::Completed));
+    assert_eq!(w.stub.charges(), 1, "one effect");
+    assert!(w.escalations.lock().unwrap().is_empty());
+    assert!(w.call().await.replayed());
+}
+
+#[tokio::test]
+async fn a_keyed_record_is_retried_over_the_patience_then_escalated_with_its_reason_kind() {
+    let w = World::new(Stub::new(true, [Fault::DroppedRequest; 1000]), false, |s| {
+        s.window(Duration::from_secs(3600))
+    });
+    let first = w.call().await;
+    let created = record_of(&w, &first).await.created_at;
+    let actions = passes_until_decided(&w, &first, 100).await;
+    assert_eq!(actions.last(), Some(&Action::Escalated), "{actions:?}");
+    let record = record_of(&w, &first).await;
+    assert_eq!(record.state, RecordState::Escalated);
+    // Sent again with growing waits, and never once the patience was over.
+    let patience = idem_runtime::reconcile::DEFAULT_PATIENCE;
+    let starts: Vec<_> = record.attempts.iter().map(|a| a.started_at).collect();
+    assert!(
+        starts.len() > 4,
+        "more than a fixed few retries: {starts:?}"
+    );
+    assert!(
+        starts.iter().all(|t| *t < created.plus(patience)),
+        "{starts:?}"
+    );
+    let gaps: Vec<_> = starts.windows(2).map(|p| p[1].0 - p[0].0).collect();
+    assert!(
+        gaps.windows(2).all(|g| g[1] >= g[0]),
+        "waits grow: {gaps:?}"
+    );
+    assert_eq!(w.stub.charges(), 0);
+    // The reason kind, on the escalation and kept with the record.
+    let detail = idem_runtime::escalation::EscalationDetail::of(&record);
+    assert_eq!(
+        detail.reason_kind,
+        idem_runtime::escalation::ReasonKind::PatienceExhausted
+    );
+    let e = w.escalations.lock().unwrap()[0].clone();
+    assert_eq!(e.kind, detail.reason_kind);
+    assert!(e.reason.contains("patience"), "{}", e.reason);
+}
+
+#[tokio::test]
+async fn a_partial_batch_is_escalated_with_what_landed() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), true, |s| s);
+    w.stub.partial.store(true, Ordering::SeqCst);
+    let first = w.call().await;
+    let actions = passes_until_decided(&w, &first, 10).await;
+    assert_eq!(actions.last(), Some(&Action::Escalated), "{actions:?}");
+    let record = record_of(&w, &first).await;
+    let detail = idem_runtime::escalation::EscalationDetail::of(&record);
+    assert_eq!(
+        detail.reason_kind,
+        idem_runtime::escalation::ReasonKind::PartialEffects
+    );
+    assert_eq!(detail.landed, ["item 1: ch_1"]);
+    let e = w.escalations.lock().unwrap()[0].clone();
+    assert_eq!(e.landed, detail.landed);
 }
