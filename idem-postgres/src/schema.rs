@@ -164,12 +164,16 @@ impl Sql {
             // skew.) A separate index on `updated_at` would cost every settle a write.
             expire_results: format!(
                 // rules::expire_result, in SQL: the tombstone keeps no arguments, output,
-                // messages or read-backs.
+                // messages or read-backs. `jsonb` refuses the escape `\u0000` that a NUL in
+                // an attempt's message is stored as, and one such record would fail every
+                // sweep: the escape becomes `\u2400` first. The text stays valid JSON either
+                // way (the six characters are an escape, or plain text after an escaped
+                // backslash), and only messages change, which are dropped here.
                 "UPDATE {t} SET result_expired = true, payload = NULL, message = NULL, \
                    operation = NULL, read_backs = '[]', \
                    attempts = COALESCE((SELECT jsonb_agg(a - 'message' ORDER BY n)::text \
-                     FROM jsonb_array_elements(attempts::jsonb) WITH ORDINALITY AS e(a, n)), \
-                     '[]') \
+                     FROM jsonb_array_elements(replace(attempts, '\\u0000', '\\u2400')::jsonb) \
+                     WITH ORDINALITY AS e(a, n)), '[]') \
                  WHERE state IN ('completed', 'failed') AND NOT result_expired \
                    AND created_at <= $1 AND updated_at <= $1"
             ),

@@ -1246,7 +1246,19 @@ pub async fn sweep_enforces_retention_unread<F: StoreFactory>(f: &F) {
             &req.key,
             t,
             settlement
-                .attempts(vec![attempt(1, OutcomeClass::Completed, &h.clock)])
+                .attempts(vec![
+                    attempt(1, OutcomeClass::Completed, &h.clock),
+                    // Caller text reaches attempt messages, NUL included (which Postgres's
+                    // `jsonb` refuses): the sweep must still age the record.
+                    AttemptRecord::new(
+                        2,
+                        h.clock.now(),
+                        h.clock.now(),
+                        AttemptKind::Returned,
+                        OutcomeClass::Completed,
+                        Some("secret attempt \u{0} text".to_owned()),
+                    ),
+                ])
                 .read_backs(vec![rb]),
         )
         .await;
