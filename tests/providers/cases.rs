@@ -169,7 +169,7 @@ async fn a_call_reissued_in_later_turns_with_new_ids_through_every_api_is_one_ch
         &claude_again[0].content,
     ] {
         assert_eq!(
-            text, "already completed earlier; not sent again. result: \"ch_acme_in_7\"",
+            text, "already completed earlier; not sent again. result: ch_acme_in_7",
             "the repeat replays the saved result"
         );
     }
@@ -340,7 +340,7 @@ async fn malformed_arguments_texts_run_nothing_and_are_answered_under_their_ids(
     let fixed =
         openai::chat_tool_messages(&registry, &scope(), &chat(&[("call_ok", "charge", CHARGE)]))
             .await;
-    assert_eq!(fixed[0].content, "\"ch_acme_in_7\"");
+    assert_eq!(fixed[0].content, "ch_acme_in_7");
     assert_eq!(desk.ledger(), ["charge acme in_7 4900"]);
 }
 
