@@ -33,7 +33,7 @@
 //! let answers = openai::chat_tool_messages(&registry, &Scope::run("run-1"), &message).await;
 //! // Append `reply`, then each answer, to the conversation and ask the model again.
 //! assert_eq!(answers[0].tool_call_id, "call_1");
-//! assert_eq!(answers[0].content, "\"sent to ada@example.com\"");
+//! assert_eq!(answers[0].content, "sent to ada@example.com");
 //! assert!(answers[1].content.contains("not valid JSON")); // told, not thrown
 //! # Ok(()) }
 //! ```
