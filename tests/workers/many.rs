@@ -136,7 +136,7 @@ async fn a_handler_outliving_its_lease_keeps_its_claim_and_runs_once() {
     // Short, but not so short that a renewal delayed by a busy machine (an fsync, a starved
     // thread) lets it lapse: that would be safe (unknown, never a second run) but not this
     // test's subject.
-    let lease = Duration::from_millis(300);
+    let lease = Duration::from_millis(1000);
     for d in durables("lease") {
         let ledger = Arc::new(Ledger::default());
         let gate = Arc::new(Semaphore::new(0));
@@ -570,7 +570,7 @@ impl WriteTool for KeyedRetry {
 /// neither sends nor reads the record as unknown; A's retry (same key) completes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_keyed_retry_backoff_longer_than_the_lease_keeps_the_claim() {
-    let lease = Duration::from_millis(300);
+    let lease = Duration::from_millis(1000);
     for d in durables("backoff") {
         let ledger = Arc::new(Ledger::default());
         let worker = |store: Arc<dyn IdemStore>, policy: RetryPolicy| {
