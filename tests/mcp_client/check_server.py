@@ -283,6 +283,15 @@ def post(url: str, body: bytes, content_type: str = "application/json", origin: 
         return e.code
 
 
+def stop(proc: subprocess.Popen[str]) -> None:
+    """Ends a server this script started: terminated, killed if it does not exit in time."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=STEP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 async def http_checks(c: Checks, server: str, ledger: Path) -> None:
     env = dict(os.environ, **server_env(IDEM_MCP_LEDGER=str(ledger)))
     proc = subprocess.Popen([server, "--http", "127.0.0.1:0"], stderr=subprocess.PIPE, env=env, text=True)
@@ -339,11 +348,7 @@ async def http_checks(c: Checks, server: str, ledger: Path) -> None:
             )
         c.check("http: the server is still running", proc.poll() is None, proc.returncode)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=STEP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 async def restart_checks(c: Checks, server: str, ledger: Path) -> None:
@@ -430,11 +435,7 @@ async def caller_checks(c: Checks, server: str, ledger: Path) -> None:
         c.check("http: a wrong token: refused", await refused(url, {"Authorization": "Bearer guess"}), "")
         c.check("http: none of the refused requests charged", ledger_lines(ledger) == 2, ledger_lines(ledger))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=STEP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 async def main(server: str) -> int:
