@@ -180,7 +180,7 @@ idem_stop_redis_cluster() {
     local pid pids
     if [ "$1" = tls ]; then pids=$IDEM_REDIS_TLS_PIDS; else pids=$IDEM_REDIS_CLUSTER_PIDS; fi
     for pid in $pids; do
-        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+        kill "$pid" 2>/dev/null && { wait "$pid" 2>/dev/null || true; }
     done
     if [ "$1" = tls ]; then IDEM_REDIS_TLS_PIDS=""; else IDEM_REDIS_CLUSTER_PIDS=""; fi
 }
@@ -313,7 +313,7 @@ idem_start_redis_tls() {
         [ $up = 1 ] && break
         idem_log "redis-server (TLS) did not start on port $port (try $try); log:"
         tail -3 "$dir/redis.log" >&2 || true
-        kill "$IDEM_REDIS_TLS_PID" 2>/dev/null && wait "$IDEM_REDIS_TLS_PID" 2>/dev/null
+        kill "$IDEM_REDIS_TLS_PID" 2>/dev/null && { wait "$IDEM_REDIS_TLS_PID" 2>/dev/null || true; }
         IDEM_REDIS_TLS_PID=""
     done
     if [ $up != 1 ]; then
@@ -375,7 +375,7 @@ idem_stop_redis_pair() {
     local pid
     for pid in $IDEM_REDIS_PAIR_PIDS; do
         kill -CONT "$pid" 2>/dev/null
-        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+        kill "$pid" 2>/dev/null && { wait "$pid" 2>/dev/null || true; }
     done
     IDEM_REDIS_PAIR_PIDS=""
 }
@@ -503,26 +503,31 @@ idem_start_postgres_tls() {
 }
 
 idem_services_stop() {
+    # Runs as the EXIT trap, under the caller's `set -e`: a server that a test killed (the
+    # failover test kills the Redis primary) makes `wait` report its signal, and that must
+    # neither stop the cleanup half-way nor turn a passing run into a failing one.
+    local -
+    set +e
     if [ -n "$IDEM_REDIS_PID" ]; then
-        kill "$IDEM_REDIS_PID" 2>/dev/null && wait "$IDEM_REDIS_PID" 2>/dev/null
+        kill "$IDEM_REDIS_PID" 2>/dev/null && { wait "$IDEM_REDIS_PID" 2>/dev/null || true; }
         IDEM_REDIS_PID=""
     fi
     idem_stop_redis_cluster plain
     idem_stop_redis_cluster tls
     idem_stop_redis_pair
     if [ -n "$IDEM_REDIS_TLS_PID" ]; then
-        kill "$IDEM_REDIS_TLS_PID" 2>/dev/null && wait "$IDEM_REDIS_TLS_PID" 2>/dev/null
+        kill "$IDEM_REDIS_TLS_PID" 2>/dev/null && { wait "$IDEM_REDIS_TLS_PID" 2>/dev/null || true; }
         IDEM_REDIS_TLS_PID=""
     fi
     if [ -n "$IDEM_PG_DATA" ] && [ -f "$IDEM_PG_DATA/postmaster.pid" ]; then
-        idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_DATA" -m fast -w stop >/dev/null 2>&1
+        idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_DATA" -m fast -w stop >/dev/null 2>&1 || true
     fi
     if [ -n "$IDEM_PG_DATA" ]; then
         rm -rf "$(dirname "$IDEM_PG_DATA")"
         IDEM_PG_DATA=""
     fi
     if [ -n "$IDEM_PG_TLS_DATA" ] && [ -f "$IDEM_PG_TLS_DATA/postmaster.pid" ]; then
-        idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_TLS_DATA" -m fast -w stop >/dev/null 2>&1
+        idem_as_pg_user "$IDEM_PG_BIN/pg_ctl" -D "$IDEM_PG_TLS_DATA" -m fast -w stop >/dev/null 2>&1 || true
     fi
     if [ -n "$IDEM_PG_TLS_DATA" ]; then
         rm -rf "$(dirname "$IDEM_PG_TLS_DATA")"
