@@ -108,6 +108,7 @@
 mod http;
 mod meta;
 mod router;
+mod runs_to_end;
 mod server;
 
 use std::io;

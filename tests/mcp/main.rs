@@ -1,6 +1,7 @@
 //! The MCP server (feature `mcp`) from a client's side, in process: every test asserts on
 //! what the tools did (their ledger) or on the store's record, not on what the server said.
 
+mod axum_mount;
 mod billing;
 mod caller_scope;
 mod calls;

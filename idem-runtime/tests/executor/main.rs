@@ -5,7 +5,6 @@
 mod edges;
 mod in_flight_bound;
 mod in_flight_bound_slow_store;
-mod late_after_release;
 mod outcome_table;
 mod unavailable;
 mod unavailable_redelivered;

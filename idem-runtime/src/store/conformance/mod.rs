@@ -474,6 +474,15 @@ pub fn request_leased(name: &str, lease: Duration) -> ClaimRequest {
     }
 }
 
+/// [`request`] carrying `operation`: what the store keeps of the call (scope, intent,
+/// arguments), which retention drops and redaction hides.
+pub fn request_with_operation(name: &str, operation: crate::store::Operation) -> ClaimRequest {
+    ClaimRequest {
+        operation: Some(operation.into()),
+        ..request(name)
+    }
+}
+
 /// Claims `req`, which must be granted (panics otherwise).
 pub async fn claim(store: &impl IdemStore, req: &ClaimRequest) -> ClaimToken {
     match store.claim(req).await {
@@ -1078,16 +1087,15 @@ pub async fn tombstones_keep_no_arguments_or_outputs<F: StoreFactory>(f: &F) {
         return;
     };
     let s = &*h.store;
-    let with_op = |name: &str| ClaimRequest {
-        operation: Some(
+    let with_op = |name: &str| {
+        request_with_operation(
+            name,
             crate::store::Operation {
                 scope: Scope::run("run-secret").with_tenant("tenant-secret"),
                 intent: Some(format!("intent-{name}")),
                 args: json!({"card": "4242 4242 4242 4242", "cents": 4900}).into(),
-            }
-            .into(),
-        ),
-        ..request(name)
+            },
+        )
     };
     let done = with_op("scrub-completed");
     let failed = with_op("scrub-failed");
@@ -1216,16 +1224,15 @@ pub async fn sweep_enforces_retention_unread<F: StoreFactory>(f: &F) {
     };
     let s = &*h.store;
     let at = &h.location;
-    let with_op = |name: &str| ClaimRequest {
-        operation: Some(
+    let with_op = |name: &str| {
+        request_with_operation(
+            name,
             crate::store::Operation {
                 scope: Scope::run("run-secret"),
                 intent: Some(format!("intent-secret-{name}")),
                 args: json!({"card": "secret-card 4242", "cents": 4900}).into(),
-            }
-            .into(),
-        ),
-        ..request(name)
+            },
+        )
     };
     let done = with_op("swept-completed");
     let failed = with_op("swept-failed");
@@ -1405,16 +1412,15 @@ pub async fn sweep_task_enforces_retention<F: StoreFactory>(f: &F) {
     };
     let s = &*h.store;
     let at = &h.location;
-    let with_op = |name: &str| ClaimRequest {
-        operation: Some(
+    let with_op = |name: &str| {
+        request_with_operation(
+            name,
             crate::store::Operation {
                 scope: Scope::run("run-secret"),
                 intent: None,
                 args: json!({"card": "secret-card"}).into(),
-            }
-            .into(),
-        ),
-        ..request(name)
+            },
+        )
     };
     let done = with_op("task-completed");
     let unknown = with_op("task-unknown");
@@ -1655,17 +1661,14 @@ pub async fn release_traced_frees_its_claim<F: StoreFactory>(f: &F) {
         return;
     };
     let s = &*h.store;
-    let req = ClaimRequest {
-        operation: Some(
-            crate::store::Operation {
-                scope: Scope::run("run-traced"),
-                intent: None,
-                args: json!({"cents": 900}).into(),
-            }
-            .into(),
-        ),
-        ..request("traced")
-    };
+    let req = request_with_operation(
+        "traced",
+        crate::store::Operation {
+            scope: Scope::run("run-traced"),
+            intent: None,
+            args: json!({"cents": 900}).into(),
+        },
+    );
     let note = ReleaseNote::new(ReleaseNote::EXECUTOR, "unavailable, not executed");
     let parked = |n: u32| {
         Settlement::new(RecordState::Unknown)
@@ -1834,17 +1837,14 @@ pub async fn release_keeps_a_trace<F: StoreFactory>(f: &F) {
         return;
     };
     let s = &*h.store;
-    let req = ClaimRequest {
-        operation: Some(
-            crate::store::Operation {
-                scope: Scope::run("run-released"),
-                intent: Some("refund-7".to_owned()),
-                args: json!({"cents": 700}).into(),
-            }
-            .into(),
-        ),
-        ..request("released")
-    };
+    let req = request_with_operation(
+        "released",
+        crate::store::Operation {
+            scope: Scope::run("run-released"),
+            intent: Some("refund-7".to_owned()),
+            args: json!({"cents": 700}).into(),
+        },
+    );
     let note = |n: usize| ReleaseNote::new("alice", format!("not in the ledger (release {n})"));
 
     // Nothing to release: absent, running, or a stale token.

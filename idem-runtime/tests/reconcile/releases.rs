@@ -1,6 +1,8 @@
-//! A person's release is held to the reconciler's rule: while a timed-out send may still
-//! commit downstream, a plain release is refused (the key stays claimed, a repeat does not
-//! run the handler); a forced one frees it and the trace says it was forced, and why.
+//! A person's release of a timed-out write. It is held to the reconciler's rule: while the
+//! send may still commit downstream, a plain release is refused (the key stays claimed, a
+//! repeat does not run the handler); a forced one frees it and the trace says it was forced,
+//! and why. And when the send does commit after a forced release, the effect is recorded
+//! again (the key is not left free for a second one) and the person hears of it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -8,9 +10,12 @@ use std::time::Duration;
 use idem_runtime::reconcile::{resolve_as, resolve_in, Resolution, ResolveError};
 use idem_runtime::{
     call::ToolCall,
+    escalation::{CallbackSink, Escalation},
     outcome::OutcomeClass,
     registry::{Registry, RetryPolicy},
-    store::{IdemStore, ManualClock, MemoryStore, ReleaseNote, Timestamp},
+    store::{
+        AttemptKind, IdemStore, ManualClock, MemoryStore, RecordState, ReleaseNote, Timestamp,
+    },
     tool::{ToolError, ToolSpec, WriteCtx, WriteTool},
 };
 use serde_json::json;
@@ -26,7 +31,7 @@ struct Bank {
 }
 
 /// Times out (1 s) and commits an hour later, inside the two hours it declares its
-/// downstream may take.
+/// downstream may take (undeclared, its handler would be dropped after the default bound).
 struct SlowCharge(Arc<Bank>);
 
 impl WriteTool for SlowCharge {
@@ -50,16 +55,23 @@ struct World {
     store: Arc<MemoryStore>,
     clock: ManualClock,
     registry: Registry,
+    /// The escalations the registry's sink received.
+    notices: Arc<Mutex<Vec<Escalation>>>,
 }
 
 fn world() -> World {
     let bank = Arc::new(Bank::default());
     let clock = ManualClock::new(START);
     let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let notices: Arc<Mutex<Vec<Escalation>>> = Arc::default();
+    let seen = notices.clone();
     let registry = Registry::builder()
         .shared_store(store.clone())
         .clock(Arc::new(clock.clone()))
         .retry_policy(RetryPolicy::never())
+        .escalation_sink(Arc::new(CallbackSink(move |e: &Escalation| {
+            seen.lock().unwrap().push(e.clone())
+        })))
         .tool(SlowCharge(bank.clone()))
         .build()
         .unwrap();
@@ -68,6 +80,7 @@ fn world() -> World {
         store,
         clock,
         registry,
+        notices,
     }
 }
 
@@ -175,4 +188,52 @@ async fn a_release_after_the_bound_frees_the_key_unforced() {
     assert_eq!(w.store.get(&key).await.unwrap(), None);
     let releases = w.store.releases(&key).await.unwrap();
     assert_eq!(releases[0].note, "not in the ledger");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_result_after_a_forced_release_is_recorded_again_and_reported() {
+    let w = world();
+    let first = w.registry.call(charge()).await;
+    assert_eq!(first.class(), Some(OutcomeClass::Unknown));
+    let key = first.key().unwrap().clone();
+
+    // A person, seeing nothing in the ledger yet, frees the key: inside the bound, so only
+    // by forcing it.
+    let reason = "the bank's log shows no request";
+    let force = Resolution::ForceRelease {
+        reason: reason.into(),
+    };
+    resolve_in(&w.registry, &key, force, "ops", "not in the ledger")
+        .await
+        .unwrap();
+    assert_eq!(w.store.get(&key).await.unwrap(), None);
+
+    // The charge lands after all.
+    tokio::time::sleep(Duration::from_secs(3700)).await;
+    assert_eq!(w.bank.ledger.lock().unwrap().len(), 1);
+    let record = w
+        .store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the late result is recorded again");
+    assert_eq!(record.state, RecordState::Completed);
+    assert!(
+        record.attempts.iter().any(|a| a.kind == AttemptKind::Late),
+        "{:?}",
+        record.attempts
+    );
+    let notices = w.notices.lock().unwrap().clone();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.reason.contains("after its key was released")),
+        "{notices:?}"
+    );
+
+    // The model asks again: replayed, not charged twice.
+    let again = w.registry.call(charge()).await;
+    assert!(again.replayed() && again.is_completed(), "{}", again.text());
+    assert_eq!(*w.bank.requests.lock().unwrap(), 1);
+    assert_eq!(w.bank.ledger.lock().unwrap().len(), 1);
 }
