@@ -11,7 +11,7 @@ use deadpool_postgres::{Object, Pool};
 use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::rules::{self, Aged};
 use idem_runtime::store::backend::{
-    ClaimOutcome, ClaimRequest, Settlement, SweepTask, DEFAULT_SWEEP_EVERY,
+    log_field, ClaimOutcome, ClaimRequest, Settlement, SweepTask, DEFAULT_SWEEP_EVERY,
 };
 use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState, ReleaseNote, ReleaseRecord,
@@ -953,13 +953,13 @@ impl IdemStore for PostgresStore {
                 let raw: String = row.try_get(0).map_err(pg_err)?;
                 past = (row.try_get(1).map_err(pg_err)?, raw.clone());
                 let Ok(key) = IdemKey::parse(&raw) else {
-                    tracing::error!(key = %raw, "corrupt idem record left out of a listing");
+                    tracing::error!(key = %log_field(&raw), "corrupt idem record left out of a listing");
                     continue;
                 };
                 match self.get(&key).await {
                     Ok(_) => {}
                     Err(e @ StoreError::Corrupt { .. }) => {
-                        tracing::error!(error = %e, "corrupt idem record left out of a listing");
+                        tracing::error!(error = %log_field(&e), "corrupt idem record left out of a listing");
                     }
                     Err(e) => return Err(e),
                 }
@@ -988,7 +988,9 @@ impl IdemStore for PostgresStore {
         for row in &rows {
             match decode_some(row) {
                 Ok((record, _)) => out.push(record),
-                Err(e) => tracing::error!(error = %e, "corrupt idem record left out of a listing"),
+                Err(e) => {
+                    tracing::error!(error = %log_field(&e), "corrupt idem record left out of a listing")
+                }
             }
         }
         Ok(out)

@@ -9,7 +9,7 @@ use ::redis::Value;
 use futures_util::future::try_join_all;
 use idem_runtime::identity::IdemKey;
 use idem_runtime::store::backend::rules;
-use idem_runtime::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem_runtime::store::backend::{log_field, ClaimOutcome, ClaimRequest, Settlement};
 use idem_runtime::store::{
     ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState, ReleaseNote, ReleaseRecord,
     Retention, StoreError, Timestamp,
@@ -603,14 +603,16 @@ impl RedisStore {
             return Err(unexpected("list", &Value::Array(items)));
         };
         for k in bad.iter().filter_map(text) {
-            tracing::error!(key = %k, prefix = %part.prefix,
+            tracing::error!(key = %log_field(&k), prefix = %part.prefix,
                 "corrupt idem record left out of a listing; inspect it with HGETALL");
         }
         let mut out = Vec::with_capacity(records.len());
         for fields in records {
             match decode_record(fields, &part.record_prefix) {
                 Ok(r) => out.push(r),
-                Err(e) => tracing::error!(error = %e, "corrupt idem record left out of a listing"),
+                Err(e) => {
+                    tracing::error!(error = %log_field(&e), "corrupt idem record left out of a listing")
+                }
             }
         }
         Ok(out)

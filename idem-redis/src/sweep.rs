@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use ::redis::Value;
-use idem_runtime::store::backend::SweepTask;
+use idem_runtime::store::backend::{log_field, SweepTask};
 use idem_runtime::store::{StoreError, Swept};
 
 #[cfg(doc)]
@@ -85,7 +85,7 @@ impl RedisStore {
             swept.tombstones += u64::try_from(*gone).unwrap_or(0);
             if let Some(Value::Array(bad)) = items.get(3) {
                 for k in bad.iter().filter_map(text) {
-                    tracing::error!(key = %k, prefix = %part.prefix,
+                    tracing::error!(key = %log_field(&k), prefix = %part.prefix,
                         "corrupt idem record left out of the retention sweep; inspect it with HGETALL");
                 }
             }

@@ -263,6 +263,16 @@ impl IdemStore for Bridged {
         Arc::clone(&self.clock)
     }
 
+    // What the wrapped store says: a wrapper must not hide that a store outlives the process
+    // or that it sweeps.
+    fn durability(&self) -> idem::store::Durability {
+        self.inner.durability()
+    }
+
+    async fn sweep_expired(&self) -> Result<idem::store::Swept, StoreError> {
+        self.op(|s| async move { s.sweep_expired().await })
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         let req = req.clone();
         self.op(|s| async move { s.claim(&req).await })

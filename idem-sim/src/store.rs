@@ -161,6 +161,16 @@ impl IdemStore for SimStore {
         Arc::clone(&self.clock)
     }
 
+    // What the wrapped store says: a wrapper must not hide that a store outlives the process
+    // or that it sweeps.
+    fn durability(&self) -> idem::store::Durability {
+        self.inner().durability()
+    }
+
+    async fn sweep_expired(&self) -> Result<idem::store::Swept, StoreError> {
+        self.inner().sweep_expired().await
+    }
+
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         if let Some(order) = req
             .operation

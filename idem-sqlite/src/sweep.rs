@@ -3,6 +3,7 @@
 
 use crate::codec::{decode, delete, drop_lapsed_releases, millis, put, sql_time, COLUMNS};
 use crate::store::{db_err, Inner};
+use idem_runtime::store::backend::log_field;
 use idem_runtime::store::backend::rules::{self, Aged};
 use idem_runtime::store::{RecordState, StoreError, Swept, Timestamp};
 use rusqlite::{params, Connection};
@@ -49,7 +50,9 @@ pub(crate) fn sweep_counted(
                 Ok(record) => out.push(record),
                 // One bad row must not stop housekeeping for the rest; it is reported as
                 // corrupt to whoever reads or lists it.
-                Err(e) => tracing::warn!(error = %e, "sweep skipped an undecodable record"),
+                Err(e) => {
+                    tracing::warn!(error = %log_field(&e), "sweep skipped an undecodable record")
+                }
             }
         }
         out

@@ -108,7 +108,6 @@
 mod http;
 mod meta;
 mod router;
-mod runs_to_end;
 mod server;
 
 use std::io;

@@ -14,7 +14,6 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::Value;
 
 use super::meta::{self, CallMeta};
-use super::runs_to_end::RunsToEnd;
 use crate::definitions::{mcp_output_schema, mcp_structured_content};
 use crate::store::Durability;
 use crate::{
@@ -393,13 +392,15 @@ impl McpServer {
         if let Some(principal) = caller.principal {
             call = call.principal(principal);
         }
-        // Whatever a transport does with this request's future when the client goes away
-        // (cancels it, drops it), a claimed write runs to its end and settles its record; a
-        // retry gets what it recorded.
+        // On a task of its own, so that whatever a transport does with this request's future
+        // when the client goes away (cancels it, drops it), a claimed write runs to its end and
+        // settles its record; a retry gets what it recorded.
         let registry = registry.clone();
         // Cheap (`Arc`s): the spec, its output schema included, is not copied.
         let tool = tool.clone();
-        let result = RunsToEnd::new(async move { registry.call(call).await }).await;
+        let result = tokio::spawn(async move { registry.call(call).await })
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("the call's task failed: {e}"), None))?;
         let schema = self.shared.output_schemas.get(tool.spec().name());
         Ok(call_tool_result(tool.spec(), &result, schema))
     }

@@ -3,7 +3,8 @@
 //! limits (depth, size, any Unicode including NUL, numbers at the edges of i64, u64 and
 //! f64), as a value and as text, ends completed with its output saved; a repeat replays it
 //! without running the handler; the record is listed. Arguments one level too deep are
-//! refused and nothing runs or is stored.
+//! refused and nothing runs or is stored. An output too deep to keep ends completed with a
+//! null output, readable and replayed on every store.
 
 use std::sync::{Arc, Mutex};
 
@@ -241,4 +242,106 @@ async fn call_and_repeat(
         return Err("the record is not listed".to_owned());
     }
     Ok(())
+}
+
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+struct NestArgs {
+    levels: u32,
+}
+
+/// Runs of the handler, by key.
+#[derive(Default)]
+struct Nester {
+    runs: Mutex<u32>,
+}
+
+#[toolbox]
+impl Nester {
+    /// Give back a value nested `levels` arrays deep.
+    #[tool(write)]
+    async fn nest(&self, _ctx: WriteCtx, args: NestArgs) -> Result<Value, ToolError> {
+        *self.runs.lock().unwrap() += 1;
+        let mut v = json!("core");
+        for _ in 0..args.levels {
+            v = Value::Array(vec![v]);
+        }
+        Ok(v)
+    }
+}
+
+fn nests(mut v: &Value) -> usize {
+    let mut levels = 0;
+    while let Some([inner]) = v.as_array().map(Vec::as_slice) {
+        levels += 1;
+        v = inner;
+    }
+    levels
+}
+
+/// A handler's output is as free as its code: one that nests deeper than a record can keep
+/// (the stores wrap it in forms that must parse back) still ends completed, with a null
+/// output, on every store: readable, listed, replayed, never run again. One within the
+/// limit is kept whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_too_deep_to_keep_is_completed_with_null_on_every_store() {
+    for b in backends("deep_output") {
+        let store = (b.open)(Retention::default()).await;
+        let nester = Arc::new(Nester::default());
+        let registry = Registry::builder()
+            .shared_store(store.clone())
+            .toolbox(nester.clone())
+            .build()
+            .unwrap();
+        for (levels, kept) in [
+            (MAX_ARGS_DEPTH, true),
+            (MAX_ARGS_DEPTH + 1, false),
+            (300, false),
+        ] {
+            let name = b.name;
+            let call = || ToolCall::new(format!("run-{levels}"), "nest", json!({"levels": levels}));
+            let before = *nester.runs.lock().unwrap();
+            let first = registry.call(call()).await;
+            let key = first.key().expect("a write has a key").clone();
+            let output = match first.outcome() {
+                Some(idem::Outcome::Completed { output }) => output.clone(),
+                other => panic!("{name}, {levels} levels: not completed: {other:?}"),
+            };
+            let record = store
+                .get(&key)
+                .await
+                .unwrap_or_else(|e| panic!("{name}, {levels} levels: unreadable: {e}"))
+                .expect("a record");
+            assert_eq!(record.state, RecordState::Completed, "{name}, {levels}");
+            let saved = record.payload.clone().unwrap_or(Value::Null);
+            if kept {
+                assert_eq!(nests(&output), levels, "{name}");
+                assert_eq!(nests(&saved), levels, "{name}");
+            } else {
+                assert_eq!(
+                    (&output, &saved),
+                    (&Value::Null, &Value::Null),
+                    "{name}, {levels}"
+                );
+            }
+            let repeat = registry.call(call()).await;
+            assert!(
+                repeat.replayed() && repeat.is_completed(),
+                "{name}, {levels}: {}",
+                repeat.text()
+            );
+            assert_eq!(*nester.runs.lock().unwrap(), before + 1, "{name}, {levels}");
+            let cursor = ListCursor {
+                created_at: Timestamp(record.created_at.as_millis().saturating_sub(1)),
+                key: key.clone(),
+            };
+            let listed = store
+                .list_after(RecordState::Completed, Some(&cursor), 16)
+                .await
+                .unwrap_or_else(|e| panic!("{name}, {levels} levels: listing failed: {e}"));
+            assert!(
+                listed.iter().any(|r| r.key == key),
+                "{name}, {levels}: not listed"
+            );
+        }
+    }
 }

@@ -24,6 +24,29 @@ use serde_json::Value;
 /// with that limit on every backend, with room to spare.
 pub(crate) const ARGS_DEPTH_LIMIT: usize = 64;
 
+/// How many levels an output may nest to be kept (a handler's, a read-back's, a person's):
+/// the arguments' limit, for the same reason. Every backend wraps the output it saves in a
+/// form of its own that must parse back with serde_json's limit.
+pub(crate) const OUTPUT_DEPTH_LIMIT: usize = ARGS_DEPTH_LIMIT;
+
+/// Whether `value` nests deeper than `levels` arrays and objects. Iterative, so a value
+/// deeper than the stack could recurse through is measured, not overflowed on.
+pub(crate) fn nests_deeper_than(value: &Value, levels: usize) -> bool {
+    let mut open: Vec<(&Value, usize)> = vec![(value, 1)];
+    while let Some((v, level)) = open.pop() {
+        let children: &mut dyn Iterator<Item = &Value> = match v {
+            Value::Array(a) => &mut a.iter(),
+            Value::Object(o) => &mut o.values(),
+            _ => continue,
+        };
+        if level > levels {
+            return true;
+        }
+        open.extend(children.map(|c| (c, level + 1)));
+    }
+    false
+}
+
 /// The registry's default limit on a call's arguments (the public
 /// `DEFAULT_MAX_ARGS_BYTES`): 1 MiB of JSON text.
 pub(crate) const ARGS_BYTES_DEFAULT: usize = 1 << 20;
@@ -120,4 +143,52 @@ pub fn identify_value<S: AsRef<str>>(
         fingerprint,
         key_fields,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::nests_deeper_than;
+
+    fn nested(levels: usize) -> Value {
+        let mut v = json!(0);
+        for i in 0..levels {
+            // Not `json!({"k": v})`: it serializes `v`, recursing as deep as `v` nests.
+            v = if i % 2 == 0 {
+                Value::Array(vec![v])
+            } else {
+                Value::Object(std::iter::once(("k".to_owned(), v)).collect())
+            };
+        }
+        v
+    }
+
+    #[test]
+    fn nesting_counts_arrays_and_objects_not_scalars() {
+        assert!(!nests_deeper_than(&json!("text"), 0));
+        assert!(nests_deeper_than(&json!([]), 0));
+        assert!(!nests_deeper_than(&json!({"a": [1, {"b": 2}]}), 3));
+        assert!(nests_deeper_than(&json!({"a": [1, {"b": {}}]}), 3));
+        for levels in [1, 63, 64, 65, 500] {
+            let v = nested(levels);
+            assert!(!nests_deeper_than(&v, levels), "{levels}");
+            assert!(nests_deeper_than(&v, levels - 1), "{levels}");
+        }
+    }
+
+    #[test]
+    fn a_value_deeper_than_the_stack_is_measured() {
+        let deep = nested(200_000);
+        assert!(nests_deeper_than(&deep, 64));
+        // Taken apart level by level: its drop would recurse as deep as it nests.
+        let mut rest = deep;
+        loop {
+            rest = match rest {
+                Value::Array(mut a) => a.pop().unwrap_or(Value::Null),
+                Value::Object(mut o) => o.remove("k").unwrap_or(Value::Null),
+                _ => break,
+            };
+        }
+    }
 }

@@ -79,6 +79,13 @@ pub enum ResolveError {
     /// A forced release without a reason.
     #[error("a forced release needs a reason (it is kept in the release trace)")]
     NoReason,
+    /// A completed resolution whose output nests deeper than the stores keep (as deep as a
+    /// call's arguments may: the registry's `MAX_ARGS_DEPTH`).
+    #[error("the output nests deeper than {limit} levels, more than a record can keep; give a flatter one")]
+    OutputTooDeep {
+        /// The deepest nesting kept.
+        limit: usize,
+    },
     /// The store failed, or the record changed under us (try again).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -234,6 +241,10 @@ async fn resolve_with(
         } => {
             let output =
                 output.unwrap_or_else(|| serde_json::json!({ "downstream_ref": downstream_ref }));
+            let limit = crate::identity::OUTPUT_DEPTH_LIMIT;
+            if crate::identity::nests_deeper_than(&output, limit) {
+                return Err(ResolveError::OutputTooDeep { limit });
+            }
             Settlement::new(RecordState::Completed)
                 .payload(output)
                 .downstream_ref(downstream_ref)

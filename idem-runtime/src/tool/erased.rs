@@ -243,12 +243,24 @@ fn integral_floats_as_integers(value: &Value) -> Option<Value> {
 }
 
 fn output_to_value<O: serde::Serialize>(tool: &str, output: O) -> Value {
-    serde_json::to_value(output).unwrap_or_else(|e| {
-        // The effect has happened; the record must still say "completed". We keep a null
-        // result rather than pretend the call failed, and make the bug loud.
-        tracing::error!(tool, error = %crate::observe::field(&e), "tool output does not serialize to JSON; saving null");
-        Value::Null
-    })
+    // The effect has happened; the record must still say "completed". Where the output
+    // cannot be kept we keep a null result rather than pretend the call failed, and make the
+    // bug loud.
+    match serde_json::to_value(output) {
+        Ok(v) if crate::identity::nests_deeper_than(&v, crate::identity::OUTPUT_DEPTH_LIMIT) => {
+            tracing::error!(
+                tool,
+                limit = crate::identity::OUTPUT_DEPTH_LIMIT,
+                "tool output nests deeper than the stores can keep; saving null"
+            );
+            Value::Null
+        }
+        Ok(v) => v,
+        Err(e) => {
+            tracing::error!(tool, error = %crate::observe::field(&e), "tool output does not serialize to JSON; saving null");
+            Value::Null
+        }
+    }
 }
 
 fn wrong_args_type(tool: &str) -> ToolError {

@@ -3,4 +3,4 @@
 
 mod decisions;
 mod escalation_sink;
-mod releases;
+mod resolutions;

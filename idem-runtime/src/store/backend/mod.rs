@@ -32,6 +32,21 @@ mod sweeper;
 pub mod tls;
 
 pub use super::clock::deadline_after;
+
+/// `value`'s text as a log field: whole up to 256 bytes, else cut at a character boundary
+/// with the count of bytes left out (a huge value is measured, never copied). For what a
+/// backend logs of data it read back, whose size nobody bounded: a corrupt record's key, a
+/// decoder's error quoting it.
+///
+/// ```
+/// use idem_runtime::store::backend::log_field;
+/// let key = "k".repeat(10_000);
+/// assert_eq!(log_field(&key), format!("{}… (9744 more bytes)", "k".repeat(256)));
+/// assert_eq!(log_field(&"idem:ab12"), "idem:ab12");
+/// ```
+pub fn log_field(value: &dyn std::fmt::Display) -> String {
+    crate::observe::field(value)
+}
 pub use super::record::Settlement;
 pub use sweeper::{SweepTask, DEFAULT_SWEEP_EVERY};
 

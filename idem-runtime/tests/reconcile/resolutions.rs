@@ -1,4 +1,5 @@
-//! A person's release of a timed-out write. It is held to the reconciler's rule: while the
+//! A person's decisions on a timed-out write. A completed one whose output nests deeper than
+//! a record keeps is refused, changing nothing. A release is held to the reconciler's rule: while the
 //! send may still commit downstream, a plain release is refused (the key stays claimed, a
 //! repeat does not run the handler); a forced one frees it and the trace says it was forced,
 //! and why. And when the send does commit after a forced release, the effect is recorded
@@ -236,4 +237,26 @@ async fn a_late_result_after_a_forced_release_is_recorded_again_and_reported() {
     assert!(again.replayed() && again.is_completed(), "{}", again.text());
     assert_eq!(*w.bank.requests.lock().unwrap(), 1);
     assert_eq!(w.bank.ledger.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completed_resolution_too_deep_to_keep_is_refused_and_changes_nothing() {
+    let w = world();
+    let first = w.registry.call(charge()).await;
+    let key = first.key().unwrap().clone();
+    let before = w.store.get(&key).await.unwrap().unwrap();
+    let mut output = json!("ch_1");
+    for _ in 0..100 {
+        output = serde_json::Value::Array(vec![output]);
+    }
+    let deep = Resolution::Completed {
+        downstream_ref: "ch_1".into(),
+        output: Some(output),
+    };
+    let refused = resolve_in(&w.registry, &key, deep, "ops", "found it").await;
+    assert!(
+        matches!(refused, Err(ResolveError::OutputTooDeep { limit: 64 })),
+        "{refused:?}"
+    );
+    assert_eq!(w.store.get(&key).await.unwrap().as_ref(), Some(&before));
 }
