@@ -2,7 +2,8 @@
 //! `async-openai`, for async-openai 0.43 with only its `chat-completion-types` and
 //! `response-types` features: idem brings no HTTP client; yours sends the requests).
 //!
-//! The same edge as [`super::openai`], over async-openai's types instead of plain JSON:
+//! The same edge as `idem::providers::openai` (feature `openai`), over async-openai's types
+//! instead of plain JSON:
 //!
 //! | API | in | out | tools |
 //! |---|---|---|---|
@@ -142,7 +143,21 @@ pub fn chat_tool_message(result: &ToolResult) -> ChatCompletionRequestToolMessag
 
 /// Runs every function call of `message` concurrently and answers each with a `tool`
 /// message, in the model's order. Never fails: a call that cannot run is answered with why.
-/// (Module docs: an example.)
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # use async_openai::types::chat::ChatCompletionResponseMessage;
+/// # use idem::{providers::async_openai::chat_tool_messages, Registry, Scope};
+/// let registry = Registry::builder().build()?;
+/// let message: ChatCompletionResponseMessage = serde_json::from_str(r#"{"role": "assistant",
+///     "tool_calls": [{"id": "call_1", "type": "function",
+///                     "function": {"name": "no_such_tool", "arguments": "{}"}}]}"#)?;
+/// let answers = chat_tool_messages(&registry, &Scope::run("run-1"), &message).await;
+/// let sent = serde_json::to_value(&answers[0])?;
+/// assert_eq!(sent["role"], "tool");
+/// assert!(sent["content"].as_str().unwrap().contains("unknown tool"));
+/// # Ok(()) }
+/// ```
 pub async fn chat_tool_messages(
     registry: &Registry,
     scope: &Scope,

@@ -7,10 +7,10 @@
 //!
 //! | API | in | out |
 //! |---|---|---|
-//! | OpenAI Chat Completions ([`openai`]) | `message.tool_calls[]` (arguments as JSON text) | `{"role": "tool", "tool_call_id", "content"}` |
-//! | OpenAI Responses ([`openai`]) | `output[]` items of type `function_call` | `{"type": "function_call_output", "call_id", "output"}` |
-//! | Anthropic Messages ([`anthropic`]) | `content[]` blocks of type `tool_use` | `{"type": "tool_result", "tool_use_id", "content", "is_error"}` |
-//! | async-openai's types ([`async_openai`]), both OpenAI APIs | `ChatCompletionResponseMessage::tool_calls`, `OutputItem::FunctionCall`, and their streams | `ChatCompletionRequestToolMessage`, `InputItem` of `function_call_output` |
+//! | OpenAI Chat Completions (`openai`) | `message.tool_calls[]` (arguments as JSON text) | `{"role": "tool", "tool_call_id", "content"}` |
+//! | OpenAI Responses (`openai`) | `output[]` items of type `function_call` | `{"type": "function_call_output", "call_id", "output"}` |
+//! | Anthropic Messages (`anthropic`) | `content[]` blocks of type `tool_use` | `{"type": "tool_result", "tool_use_id", "content", "is_error"}` |
+//! | async-openai's types (`async_openai`), both OpenAI APIs | `ChatCompletionResponseMessage::tool_calls`, `OutputItem::FunctionCall`, and their streams | `ChatCompletionRequestToolMessage`, `InputItem` of `function_call_output` |
 //!
 //! Each call carries the provider's call id (`.call_id(..)`): logged, and echoed in the
 //! result, but never part of the key — a model that re-issues a call mints a new one. The
