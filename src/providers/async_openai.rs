@@ -486,7 +486,9 @@ struct ChatPending {
 /// the stream left open and returns every result in the model's order (by `index`), ready for
 /// [`chat_tool_message`].
 ///
-/// The id and name are the first ones a call's deltas give. A call's arguments text is
+/// The id and name are the first ones a call's deltas give; a delta with another id at the
+/// index of a call still open (servers that stream every call at index 0) completes that
+/// call and opens the next, answered in the order they came. A call's arguments text is
 /// bounded by [`Registry::max_args_bytes`]: past it the text is dropped as it comes and the
 /// call is answered [`CallError::ArgsTooLarge`], nothing run. Arguments cut short (a
 /// `length` finish, a broken stream) are malformed JSON and refused as such.
@@ -607,32 +609,38 @@ impl ChatToolCallStream {
         late.map_or(Ok(started), Err)
     }
 
-    /// Takes one tool-call delta. Returns how many calls it started (those before its index,
-    /// now complete), or a [`LateFragment`] when its call was already started.
+    /// Takes one tool-call delta. Returns how many calls it started (those it shows complete:
+    /// before its index, or at its index under another id), or a [`LateFragment`] when its
+    /// call was already started.
     pub fn push_delta(
         &mut self,
         delta: &ChatCompletionMessageToolCallChunk,
     ) -> Result<usize, LateFragment> {
         let index = delta.index;
-        if self.started.iter().any(|(i, _)| *i == index) {
-            return Err(LateFragment { index });
-        }
-        let started = self.start_below(index, false);
-        let limit = self.registry.max_args_bytes();
+        let id = delta.id.as_deref().filter(|id| !id.is_empty());
+        let mut started = self.start_below(index, false);
         let position = match self.pending.iter().position(|p| p.index == index) {
-            Some(position) => position,
-            None => {
-                self.pending.push(ChatPending {
-                    index,
-                    id: String::new(),
-                    name: String::new(),
-                    arguments: Arguments::default(),
-                });
-                self.pending.len() - 1
+            // A new id at the index of a call still open: a server that streams every call
+            // at index 0. The open call is complete.
+            Some(position)
+                if id.is_some_and(|id| {
+                    !self.pending[position].id.is_empty() && self.pending[position].id != id
+                }) =>
+            {
+                let call = self.pending.remove(position);
+                self.start_pending(call);
+                started += 1;
+                self.open(index)
             }
+            Some(position) => position,
+            None if id.is_none() && self.started.iter().any(|(i, _)| *i == index) => {
+                return Err(LateFragment { index });
+            }
+            None => self.open(index),
         };
+        let limit = self.registry.max_args_bytes();
         let call = &mut self.pending[position];
-        if let Some(id) = delta.id.as_deref().filter(|_| call.id.is_empty()) {
+        if let Some(id) = id.filter(|_| call.id.is_empty()) {
             call.id = id.to_owned();
         }
         if let Some(function) = &delta.function {
@@ -646,6 +654,24 @@ impl ChatToolCallStream {
         Ok(started)
     }
 
+    /// Opens a call at `index`; its position in `pending`.
+    fn open(&mut self, index: u32) -> usize {
+        self.pending.push(ChatPending {
+            index,
+            id: String::new(),
+            name: String::new(),
+            arguments: Arguments::default(),
+        });
+        self.pending.len() - 1
+    }
+
+    fn start_pending(&mut self, call: ChatPending) {
+        let started = call
+            .arguments
+            .start(&self.registry, &self.scope, &call.id, &call.name);
+        self.started.push((call.index, started));
+    }
+
     /// Starts the pending calls before `index` (`all`: every one).
     fn start_below(&mut self, index: u32, all: bool) -> usize {
         let (ready, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
@@ -654,10 +680,7 @@ impl ChatToolCallStream {
         self.pending = open;
         let n = ready.len();
         for call in ready {
-            let started = call
-                .arguments
-                .start(&self.registry, &self.scope, &call.id, &call.name);
-            self.started.push((call.index, started));
+            self.start_pending(call);
         }
         n
     }
@@ -868,5 +891,22 @@ impl ResponsesItem {
             arguments,
             started: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Arguments;
+
+    #[test]
+    fn arguments_past_the_limit_keep_their_size_and_drop_their_text() {
+        let mut arguments = Arguments::default();
+        let fragment = "x".repeat(1024);
+        for _ in 0..4096 {
+            arguments.push(&fragment, 4096);
+        }
+        assert_eq!(arguments.size, 4096 * 1024);
+        // Nothing of the text is held once it outgrew the limit.
+        assert_eq!(arguments.text.capacity(), 0);
     }
 }

@@ -267,6 +267,38 @@ async fn a_chat_delta_for_a_call_already_started_is_reported() {
     assert_eq!(ledger, ["c1 i1 1", "c2 i2 2"]);
 }
 
+#[tokio::test]
+async fn calls_streamed_at_one_index_under_their_own_ids_are_each_run_in_order() {
+    // Some OpenAI-compatible servers stream every call at index 0.
+    let setup = Setup::new();
+    let mut calls = ChatToolCallStream::new(&setup.registry, &Scope::run("run-1"));
+    let mut started = Vec::new();
+    for (id, args) in [
+        ("call_a", r#"{"customer":"c1","invoice":"i1","cents":1}"#),
+        ("call_b", r#"{"customer":"c2","invoice":"i2","cents":2}"#),
+    ] {
+        let (head, tail) = args.split_at(10);
+        let opening = json!([{"index": 0, "id": id, "type": "function",
+                              "function": {"name": "charge", "arguments": head}}]);
+        // The id repeated on a later delta of the same call changes nothing.
+        let rest = json!([{"index": 0, "id": id, "function": {"arguments": tail}}]);
+        started.push(calls.push(&tool_chunk(opening, None)).unwrap());
+        started.push(calls.push(&tool_chunk(rest, None)).unwrap());
+    }
+    started.push(
+        calls
+            .push(&tool_chunk(json!([]), Some("tool_calls")))
+            .unwrap(),
+    );
+    assert_eq!(started, [0, 0, 1, 0, 1]);
+    let results = calls.finish().await;
+    assert_eq!(call_ids(&results), ["call_a", "call_b"]);
+    assert_eq!(results[1].text(), "ch_c2_i2");
+    let mut ledger = setup.ledger();
+    ledger.sort();
+    assert_eq!(ledger, ["c1 i1 1", "c2 i2 2"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_streamed_responses_calls_are_two_charges_each_started_at_arguments_done() {
     let mut setup = Setup::new();
