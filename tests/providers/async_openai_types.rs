@@ -470,3 +470,12 @@ fn the_tools_are_the_registrys_definitions_in_async_openais_types() {
         "charge"
     );
 }
+
+#[test]
+fn the_accumulators_move_into_spawned_tasks() {
+    // A stream is often read in a task of its own: the accumulators are `Send + 'static`
+    // (this fails to compile otherwise).
+    fn spawnable<T: Send + 'static>() {}
+    spawnable::<ChatToolCallStream>();
+    spawnable::<ResponsesToolCallStream>();
+}
