@@ -295,7 +295,7 @@ pub mod postgres {
 #[cfg(feature = "mcp")]
 pub mod mcp;
 
-#[cfg(any(feature = "openai", feature = "anthropic"))]
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "async-openai"))]
 pub mod providers;
 
 #[cfg(feature = "rig")]

@@ -22,6 +22,26 @@
 //! # let _ = reply; Ok(()) }
 //! ```
 //!
+//! A rig conversation can be the run: [`AgentRunnerExt::idem_conversation`] sets the run's
+//! conversation id (rig's `AgentRunner::conversation`, which conversation memory loads and
+//! saves under) and binds the same id as the idem run, so every run of one conversation
+//! shares its saved results and another conversation has its own:
+//!
+//! ```no_run
+//! # async fn run(agent: rig_agent::Agent) -> Result<(), Box<dyn std::error::Error>> {
+//! use idem::rig::AgentRunnerExt;
+//!
+//! // A second prompt in "thread-9" that repeats the charge replays it.
+//! let reply = agent.prompt("Charge cus_42 for in_7").idem_conversation("thread-9").await?;
+//! # let _ = reply; Ok(()) }
+//! ```
+//!
+//! rig-agent 0.44 does not show a run's conversation id to its tools: it keeps it in the
+//! agent's configuration (crate-private, with no getter) for conversation memory only, and a
+//! tool call gets the runner's [`ToolContext`] alone. So the conversation becomes the run
+//! through this one method, which sets both; a conversation set with rig's own
+//! `conversation(..)` is not seen, and a call in it is refused as below.
+//!
 //! A call without a bound run is refused (nothing runs) rather than given a run id the
 //! caller did not choose: a guessed scope would merge, or split, operations silently.
 //!
@@ -58,11 +78,30 @@ pub trait AgentRunnerExt: Sized {
     /// Sets the run's tool context to one holding `scope` ([`run_context`]); it replaces a
     /// context set before.
     fn idem_run(self, scope: Scope) -> Self;
+
+    /// Sets the run's rig conversation id (`AgentRunner::conversation`) and binds the same
+    /// id as its idem run (`Scope::run(id)`, in a tool context that replaces one set before).
+    /// For a run with a tenant or a principal, set rig's conversation and bind the scope
+    /// yourself: `.conversation(id).idem_run(scope)`.
+    ///
+    /// ```no_run
+    /// # async fn run(agent: rig_agent::Agent) -> Result<(), Box<dyn std::error::Error>> {
+    /// use idem::rig::AgentRunnerExt;
+    /// let reply = agent.prompt("Refund in_7").idem_conversation("thread-9").await?;
+    /// # let _ = reply; Ok(()) }
+    /// ```
+    fn idem_conversation(self, id: impl Into<String>) -> Self;
 }
 
 impl<O> AgentRunnerExt for rig_agent::AgentRunner<O> {
     fn idem_run(self, scope: Scope) -> Self {
         self.tool_context(run_context(scope))
+    }
+
+    fn idem_conversation(self, id: impl Into<String>) -> Self {
+        let id = id.into();
+        let scope = Scope::run(id.as_str());
+        self.conversation(id).idem_run(scope)
     }
 }
 
@@ -109,7 +148,9 @@ fn call<'a>(
 fn no_run(tool: &str) -> ToolExecutionError {
     ToolExecutionError::other(format!(
         "`{tool}` was called outside an idem run; nothing was done. Bind the agent run's \
-         scope with idem::rig::AgentRunnerExt::idem_run or idem::rig::run_context"
+         scope with idem::rig::AgentRunnerExt::idem_run (or idem::rig::run_context), or make \
+         its rig conversation the run with AgentRunnerExt::idem_conversation (rig does not \
+         show a conversation set otherwise to tools)"
     ))
     .with_retryable(false)
 }

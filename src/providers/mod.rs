@@ -7,9 +7,10 @@
 //!
 //! | API | in | out |
 //! |---|---|---|
-//! | OpenAI Chat Completions ([`openai`]) | `message.tool_calls[]` (arguments as JSON text) | `{"role": "tool", "tool_call_id", "content"}` |
-//! | OpenAI Responses ([`openai`]) | `output[]` items of type `function_call` | `{"type": "function_call_output", "call_id", "output"}` |
-//! | Anthropic Messages ([`anthropic`]) | `content[]` blocks of type `tool_use` | `{"type": "tool_result", "tool_use_id", "content", "is_error"}` |
+//! | OpenAI Chat Completions (`openai`) | `message.tool_calls[]` (arguments as JSON text) | `{"role": "tool", "tool_call_id", "content"}` |
+//! | OpenAI Responses (`openai`) | `output[]` items of type `function_call` | `{"type": "function_call_output", "call_id", "output"}` |
+//! | Anthropic Messages (`anthropic`) | `content[]` blocks of type `tool_use` | `{"type": "tool_result", "tool_use_id", "content", "is_error"}` |
+//! | async-openai's types (`async_openai`), both OpenAI APIs | `ChatCompletionResponseMessage::tool_calls`, `OutputItem::FunctionCall`, and their streams | `ChatCompletionRequestToolMessage`, `InputItem` of `function_call_output` |
 //!
 //! Each call carries the provider's call id (`.call_id(..)`): logged, and echoed in the
 //! result, but never part of the key — a model that re-issues a call mints a new one. The
@@ -21,6 +22,8 @@
 
 #[cfg(feature = "anthropic")]
 pub mod anthropic;
+#[cfg(feature = "async-openai")]
+pub mod async_openai;
 #[cfg(feature = "openai")]
 pub mod openai;
 
@@ -66,6 +69,7 @@ fn answered_id(result: &ToolResult) -> String {
     result.call_id().unwrap_or_default().to_owned()
 }
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 /// Items of a provider's list are told apart by their `type`: an item of the type idem reads
 /// must parse as one (a malformed one is an error, never silently "other"); an item of any
 /// other type is handed back as it is.
@@ -81,6 +85,7 @@ fn typed_item<T: serde::de::DeserializeOwned>(
         .map_err(|e| format!("a `{wanted}` item that does not parse: {e}"))
 }
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 /// `TryFrom<Value>` for an enum of one typed variant and `Other(Value)`.
 macro_rules! item_from_value {
     ($item:ident, $variant:ident, $wanted:literal) => {
@@ -95,8 +100,10 @@ macro_rules! item_from_value {
         }
     };
 }
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 use item_from_value;
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 /// A list the provider may send as `null` or leave out: empty.
 fn null_as_empty<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
 where

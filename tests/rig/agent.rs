@@ -146,4 +146,9 @@ async fn a_call_outside_an_idem_run_is_refused_and_nothing_runs() {
     assert!(billing.ledger.lock().unwrap().is_empty());
     let answer = tool_answer(&http.requests()[1], "call_1");
     assert!(answer.contains("outside an idem run"), "{answer}");
+    // It says how to bind one: a scope of the host's, or the rig conversation.
+    assert!(
+        answer.contains("AgentRunnerExt::idem_run") && answer.contains("idem_conversation"),
+        "{answer}"
+    );
 }

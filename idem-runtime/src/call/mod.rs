@@ -122,6 +122,33 @@ pub struct ToolResult {
 }
 
 impl ToolResult {
+    /// The result of a call refused before it reached a registry: nothing ran, no key was
+    /// derived. For an integration that turns a model's call down itself, such as a streamed
+    /// call whose arguments outgrew the registry's limit before they were complete (the
+    /// text was dropped as it came, so there is nothing to hand the registry).
+    ///
+    /// ```
+    /// # use idem_runtime::call::{CallError, ToolResult};
+    /// let refused = ToolResult::refused(
+    ///     "charge_card",
+    ///     Some("call_7".into()),
+    ///     CallError::ArgsTooLarge { size: 5 << 30, limit: 1 << 20 },
+    /// );
+    /// assert!(refused.is_error() && refused.attempts() == 0);
+    /// assert_eq!(refused.call_id(), Some("call_7"));
+    /// assert!(refused.text().contains("nothing was done"));
+    /// ```
+    pub fn refused(tool: impl Into<String>, call_id: Option<String>, error: CallError) -> Self {
+        ToolResult {
+            tool: tool.into(),
+            key: None,
+            call_id,
+            result: Err(error),
+            replayed: false,
+            attempts: 0,
+        }
+    }
+
     /// The tool that was called.
     pub fn tool(&self) -> &str {
         &self.tool

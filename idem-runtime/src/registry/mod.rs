@@ -390,6 +390,20 @@ impl Registry {
         &self.inner.executor
     }
 
+    /// The limit on a call's arguments as JSON text, in bytes
+    /// ([`RegistryBuilder::max_args_bytes`], [`DEFAULT_MAX_ARGS_BYTES`] unless set): larger
+    /// arguments are refused before anything runs.
+    ///
+    /// ```
+    /// # use idem_runtime::registry::{Registry, DEFAULT_MAX_ARGS_BYTES};
+    /// assert_eq!(Registry::builder().build()?.max_args_bytes(), DEFAULT_MAX_ARGS_BYTES);
+    /// assert_eq!(Registry::builder().max_args_bytes(4096).build()?.max_args_bytes(), 4096);
+    /// # Ok::<(), idem_runtime::registry::BuildError>(())
+    /// ```
+    pub fn max_args_bytes(&self) -> usize {
+        self.inner.max_args_bytes
+    }
+
     /// A registered tool by name.
     pub fn get(&self, name: &str) -> Option<&DynTool> {
         let tools = &self.inner.tools;
