@@ -143,7 +143,12 @@ struct OrderArgs {
 }
 
 /// Place an order.
-#[tool(write, key(customer), downstream = "keyed")]
+#[tool(
+    write,
+    key(customer),
+    downstream = "keyed",
+    key_travels = "nowhere: no downstream, the tests read its definition"
+)]
 async fn place_order(_ctx: WriteCtx, args: OrderArgs) -> Result<String, ToolError> {
     Ok(args.customer)
 }
