@@ -377,19 +377,20 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 errors.spanned(&meta, example);
                 return;
             };
-            let items =
-                match list.parse_args_with(Punctuated::<PathItem, Token![,]>::parse_terminated) {
-                    Ok(items) => items.into_iter().collect::<Vec<_>>(),
-                    Err(e) => {
-                        errors.push(syn::Error::new(
+            let items = match list
+                .parse_args_with(Punctuated::<PathItem, Token![,]>::parse_terminated)
+            {
+                Ok(items) => items.into_iter().collect::<Vec<_>>(),
+                Err(e) => {
+                    errors.push(syn::Error::new(
                             e.span(),
                             format!(
                                 "expected field names or JSON Pointers: `{name}(customer, \"/invoice/id\")`"
                             ),
                         ));
-                        return;
-                    }
-                };
+                    return;
+                }
+            };
             if items.is_empty() {
                 errors.at(list.delimiter.span().join(), empty);
                 return;

@@ -56,10 +56,12 @@ impl ArgsPath {
         };
         let tokens = rest
             .split('/')
-            .map(|token| unescape(token).map_err(|reason| ArgsPathError {
-                path: text.to_owned(),
-                reason,
-            }))
+            .map(|token| {
+                unescape(token).map_err(|reason| ArgsPathError {
+                    path: text.to_owned(),
+                    reason,
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ArgsPath {
             text: text.to_owned(),
@@ -191,7 +193,10 @@ impl IdentityRules {
     {
         let parse = |p: &dyn AsRef<str>| ArgsPath::parse(p.as_ref());
         Ok(IdentityRules {
-            key: key.into_iter().map(|p| parse(&p)).collect::<Result<_, _>>()?,
+            key: key
+                .into_iter()
+                .map(|p| parse(&p))
+                .collect::<Result<_, _>>()?,
             exclude: exclude
                 .into_iter()
                 .map(|p| parse(&p))

@@ -722,7 +722,9 @@ impl Reconciler {
             return Ok(None);
         };
         let tool = self.write_tool(&record.tool);
-        let key_name = tool.as_ref().map_or(record.tool.as_ref(), DynTool::key_name);
+        let key_name = tool
+            .as_ref()
+            .map_or(record.tool.as_ref(), DynTool::key_name);
         for format in [migration.claim_format(), honoured] {
             let Some((key, _)) = format.identify(
                 &operation.scope,

@@ -10,7 +10,9 @@ use super::striped::Striped;
 use super::{input_schema_for, ReadBack, ReadBackCtx};
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
 use crate::identity::canonical::nesting_levels;
-use crate::identity::{identify_with, ArgsIdentity, CanonicalJson, IdentityRules, ARGS_DEPTH_LIMIT};
+use crate::identity::{
+    identify_with, ArgsIdentity, CanonicalJson, IdentityRules, ARGS_DEPTH_LIMIT,
+};
 
 /// A boxed future, `Send`: what a type-erased tool's handler returns.
 pub(crate) type BoxFuture<'a, T> =

@@ -219,7 +219,10 @@ fn the_library_computes_every_vector() {
         let by_value = identify_value_with(&v.args, &rules).unwrap();
         // From a serializable value: the path typed arguments take.
         let typed = identify_with(&v.args, &rules).unwrap();
-        let mut paths = vec![("identify_value_with", by_value.clone()), ("identify_with", typed)];
+        let mut paths = vec![
+            ("identify_value_with", by_value.clone()),
+            ("identify_with", typed),
+        ];
         if v.exclude.is_none() {
             // Without exclusions, the plain forms (the one-pass writer among them) agree.
             paths.push(("identify_value", identify_value(&v.args, &fields).unwrap()));

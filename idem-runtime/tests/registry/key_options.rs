@@ -63,11 +63,14 @@ struct InvoiceArgs {
     note: Option<Note>,
 }
 
+/// One run of the handler: the key it was handed and the memo it sent.
+type Run = (String, Option<String>);
+
 /// A write tool that notes every call it runs (its ledger) under the spec it is given.
 #[derive(Clone)]
 struct Charge {
     spec: ToolSpec,
-    ledger: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    ledger: Arc<Mutex<Vec<Run>>>,
 }
 
 impl Charge {
@@ -78,7 +81,7 @@ impl Charge {
         }
     }
 
-    fn runs(&self) -> Vec<(String, Option<String>)> {
+    fn runs(&self) -> Vec<Run> {
         self.ledger.lock().unwrap().clone()
     }
 }
@@ -265,7 +268,10 @@ async fn a_reworded_excluded_field_is_the_same_operation_replayed() {
     // One charge, with the first call's memo; the repeat was answered from the record.
     assert_eq!(
         tool.runs(),
-        [(first.key().unwrap().to_string(), Some("first try".to_owned()))]
+        [(
+            first.key().unwrap().to_string(),
+            Some("first try".to_owned())
+        )]
     );
     let records = store.list(RecordState::Completed, 10).await.unwrap();
     assert_eq!(records.len(), 1);
@@ -346,5 +352,8 @@ async fn a_renamed_tool_that_keeps_its_key_name_finds_what_it_claimed() {
         .await;
     assert_ne!(again.key(), first.key());
     assert_eq!(rekeyed.runs().len(), 1);
-    assert_eq!(store.list(RecordState::Completed, 10).await.unwrap().len(), 2);
+    assert_eq!(
+        store.list(RecordState::Completed, 10).await.unwrap().len(),
+        2
+    );
 }
