@@ -174,8 +174,9 @@ pub mod identity {
     //! of the arguments. The key itself and its [`Scope`](crate::Scope) are at the root
     //! ([`IdemKey`](crate::IdemKey)).
     pub use idem_runtime::identity::{
-        canonical, identify, identify_value, ArgsIdentity, CanonicalJson, Fingerprint,
-        IdentityError, KeyFormat, KeyMaterial, KeyMigration, ParseKeyError, ParseKeyFormatError,
+        canonical, identify, identify_value, identify_value_with, identify_with, ArgsIdentity,
+        ArgsPath, ArgsPathError, CanonicalJson, Fingerprint, IdentityError, IdentityRules,
+        KeyFormat, KeyMaterial, KeyMigration, ParseKeyError, ParseKeyFormatError,
     };
 }
 
