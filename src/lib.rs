@@ -70,17 +70,22 @@
 /// | `timeout = "30s"` | both | per attempt; `ms`, `s`, `m`, `h`, or sums like `"1h30m"` |
 /// | `no_output_schema` | both | no output schema, even when `T` implements `JsonSchema` |
 /// | `crate = "::idem2"` | both | where the facade is, for a crate that renames the `idem-rs` dependency (see below); default `::idem` |
-/// | `key(field, …)` | write | key material: these fields of the args (default: all of them) |
-/// | `downstream = "keyed"` | write | the downstream honours idempotency keys (default `"unkeyed"`) |
+/// | `key(field, "/json/pointer", …)` | write | key material: these fields of the args, by Rust field name or by JSON Pointer into the serialized args (default: all of them) |
+/// | `exclude(field, "/json/pointer", …)` | write | parts left out of the fingerprint and of the key: a repeat differing only there is replayed, not refused as changed parameters |
+/// | `key_name = "…"` | write | the name keys are derived under (default: the tool's name), so a renamed tool keeps its keys |
+/// | `downstream = "keyed"` | write | the downstream honours idempotency keys (default `"unkeyed"`); the handler must name its context (to pass `ctx.key()` on) |
+/// | `key_travels = "…"` | write | with `downstream = "keyed"`: the handler hands the key on without naming its context, and this says how |
 /// | `window = "23h"` | write | safe retry window of a keyed downstream |
 /// | `lease = "1m"` | write | claim lease (default: timeout + 30 s) |
 /// | `destructive` | write | MCP `destructiveHint` |
 /// | `reconcile = find_charge` | write | the read-back the [`Reconciler`] settles unknown and pending calls with: an async fn `(ReadBackCtx, Args) -> Result<ReadBack, ToolError>` (in a `#[toolbox]`, a `&self` method's name) |
 /// | `in_flight = "2m"` | write | how long after its timeout a send can still land: a timed-out handler is dropped then, and a read-back's "not found" means "did not happen" only after twice that (default: the registry's `default_in_flight_bound`, else 4 × the timeout between 2 and 30 minutes) |
 ///
-/// Every mistake (a write without `WriteCtx`, an unknown option, `key(nope)`, a bad duration,
-/// a name outside the charset, args that do not derive the traits, a return type that is not
-/// a `Result`) is a compile error at the offending token saying what to write instead.
+/// Every mistake (a write without `WriteCtx`, an unknown option, `key(nope)`, a malformed
+/// pointer, a bad duration, a name outside the charset, a keyed handler that never names its
+/// context, args that do not derive the traits, a return type that is not a `Result`) is a
+/// compile error at the offending token saying what to write instead. A pointer into nested
+/// args is checked against the args' schema when the registry is built.
 ///
 /// # A renamed dependency
 ///
@@ -169,8 +174,9 @@ pub mod identity {
     //! of the arguments. The key itself and its [`Scope`](crate::Scope) are at the root
     //! ([`IdemKey`](crate::IdemKey)).
     pub use idem_runtime::identity::{
-        canonical, identify, identify_value, ArgsIdentity, CanonicalJson, Fingerprint,
-        IdentityError, KeyFormat, KeyMaterial, KeyMigration, ParseKeyError, ParseKeyFormatError,
+        canonical, identify, identify_value, identify_value_with, identify_with, ArgsIdentity,
+        ArgsPath, ArgsPathError, CanonicalJson, Fingerprint, IdentityError, IdentityRules,
+        KeyFormat, KeyMaterial, KeyMigration, ParseKeyError, ParseKeyFormatError,
     };
 }
 

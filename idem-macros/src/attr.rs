@@ -13,9 +13,10 @@ use crate::duration;
 
 /// Every option, in the order the "unknown option" error lists them.
 const VALID: &str = "`read`, `write`, `name = \"…\"`, `description = \"…\"`, `timeout = \"30s\"`, \
-     `no_output_schema`, `crate = \"::idem\"` (a renamed dependency), and for write tools `key(field, …)`, `downstream = \"keyed\" | \"unkeyed\"`, \
-     `window = \"23h\"`, `lease = \"1m\"`, `destructive`, `reconcile = path::to_read_back`, \
-     `in_flight = \"2m\"`";
+     `no_output_schema`, `crate = \"::idem\"` (a renamed dependency), and for write tools \
+     `key(field, \"/json/pointer\", …)`, `exclude(field, \"/json/pointer\", …)`, `key_name = \"…\"`, \
+     `downstream = \"keyed\" | \"unkeyed\"`, `key_travels = \"…\"`, `window = \"23h\"`, `lease = \"1m\"`, \
+     `destructive`, `reconcile = path::to_read_back`, `in_flight = \"2m\"`";
 
 /// The shortest lease, in milliseconds. The runtime renews a lease every third of its
 /// length; below this it would lapse between renewals. `Registry::build` holds the same rule;
@@ -43,12 +44,89 @@ pub(crate) enum Downstream {
     Unkeyed,
 }
 
-/// `key(field, …)`.
+/// One part of the args named by `key(…)` or `exclude(…)`.
 #[derive(Clone)]
-pub(crate) struct KeyOpt {
-    /// The `key` token.
+pub(crate) enum PathItem {
+    /// A field of the args type, by its Rust name.
+    Field(Ident),
+    /// A JSON Pointer into the serialized args, checked well-formed.
+    Pointer(LitStr),
+}
+
+impl PathItem {
+    /// What the item names, for duplicates: a field's name, a one-step pointer's member, a
+    /// deeper pointer's text.
+    fn identity(&self) -> String {
+        match self {
+            PathItem::Field(ident) => ident.unraw().to_string(),
+            PathItem::Pointer(lit) => {
+                let text = lit.value();
+                match unescape_pointer(&text).ok().as_deref() {
+                    Some([only]) if !only.starts_with('/') => only.clone(),
+                    _ => text,
+                }
+            }
+        }
+    }
+}
+
+impl syn::parse::Parse for PathItem {
+    fn parse(input: syn::parse::ParseStream) -> syn::Result<Self> {
+        if input.peek(LitStr) {
+            input.parse().map(PathItem::Pointer)
+        } else {
+            input.parse().map(PathItem::Field)
+        }
+    }
+}
+
+/// The reference tokens of a JSON Pointer (RFC 6901), or why it is not one.
+fn unescape_pointer(text: &str) -> Result<Vec<String>, String> {
+    let Some(rest) = text.strip_prefix('/') else {
+        return Err(format!(
+            "`\"{text}\"` is not a JSON Pointer: a quoted path begins with `/`, e.g. `\"/{text}\"` (or name a field of the args without quotes)"
+        ));
+    };
+    rest.split('/')
+        .map(|token| {
+            let mut out = String::new();
+            let mut chars = token.chars();
+            while let Some(c) = chars.next() {
+                if c != '~' {
+                    out.push(c);
+                    continue;
+                }
+                match chars.next() {
+                    Some('0') => out.push('~'),
+                    Some('1') => out.push('/'),
+                    _ => {
+                        return Err(format!(
+                            "`\"{text}\"` is not a JSON Pointer: `~` must be followed by `0` (for `~`) or `1` (for `/`)"
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+/// `key(field, "/pointer", …)` or `exclude(…)`.
+#[derive(Clone)]
+pub(crate) struct PathsOpt {
+    /// The option's token.
     pub(crate) span: Span,
-    pub(crate) fields: Vec<Ident>,
+    pub(crate) items: Vec<PathItem>,
+}
+
+impl PathsOpt {
+    /// The fields named by their Rust name.
+    pub(crate) fn fields(&self) -> impl Iterator<Item = &Ident> {
+        self.items.iter().filter_map(|i| match i {
+            PathItem::Field(ident) => Some(ident),
+            PathItem::Pointer(_) => None,
+        })
+    }
 }
 
 /// The parsed `#[tool(..)]` attribute.
@@ -58,7 +136,14 @@ pub(crate) struct ToolAttr {
     pub(crate) name: Option<LitStr>,
     pub(crate) description: Option<LitStr>,
     pub(crate) timeout: Option<DurationOpt>,
-    pub(crate) key: Option<KeyOpt>,
+    pub(crate) key: Option<PathsOpt>,
+    /// `exclude(…)`: parts of the args left out of the fingerprint and the key.
+    pub(crate) exclude: Option<PathsOpt>,
+    /// `key_name = "…"`: the name keys are derived under instead of the tool's.
+    pub(crate) key_name: Option<LitStr>,
+    /// `key_travels = "…"`: a keyed handler that hands the key on some other way than
+    /// through its context binding (the text says how).
+    pub(crate) key_travels: Option<LitStr>,
     pub(crate) downstream: Option<(Downstream, Span)>,
     pub(crate) window: Option<DurationOpt>,
     pub(crate) lease: Option<DurationOpt>,
@@ -81,6 +166,15 @@ impl ToolAttr {
         let mut found = Vec::new();
         if let Some(key) = &self.key {
             found.push(("key", key.span));
+        }
+        if let Some(exclude) = &self.exclude {
+            found.push(("exclude", exclude.span));
+        }
+        if let Some(lit) = &self.key_name {
+            found.push(("key_name", lit.span()));
+        }
+        if let Some(lit) = &self.key_travels {
+            found.push(("key_travels", lit.span()));
         }
         if let Some((_, span)) = self.downstream {
             found.push(("downstream", span));
@@ -192,14 +286,22 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
                 None => attr.kind = Some((kind, span)),
             }
         }
-        "name" | "description" => {
+        "name" | "description" | "key_name" | "key_travels" => {
             let Some(lit) = string_value(&meta, &name, "\"…\"", errors) else {
                 return;
             };
-            let slot = if name == "name" {
-                &mut attr.name
-            } else {
-                &mut attr.description
+            if name == "key_travels" && lit.value().trim().is_empty() {
+                errors.at(
+                    lit.span(),
+                    "`key_travels`: say how the key reaches the downstream, e.g. `key_travels = \"the client's middleware sets the Idempotency-Key header from the task-local key\"`",
+                );
+                return;
+            }
+            let slot = match name.as_str() {
+                "name" => &mut attr.name,
+                "description" => &mut attr.description,
+                "key_name" => &mut attr.key_name,
+                _ => &mut attr.key_travels,
             };
             set_once(slot, lit, &name, span, errors);
         }
@@ -259,41 +361,64 @@ fn option(attr: &mut ToolAttr, meta: Meta, errors: &mut Errors) {
             };
             set_once(&mut attr.downstream, (value, span), &name, span, errors);
         }
-        "key" => {
+        "key" | "exclude" => {
+            let (example, empty) = if name == "key" {
+                (
+                    "expected `key(field, …)`: the fields of the args (or JSON Pointers into them, `key(\"/customer/id\")`) whose values identify the operation",
+                    "`key()` names no field; name the fields that identify the operation, or remove `key` to use the whole arguments",
+                )
+            } else {
+                (
+                    "expected `exclude(field, …)`: the fields of the args (or JSON Pointers into them, `exclude(\"/note/text\")`) that do not change the operation",
+                    "`exclude()` names no field; name the fields to leave out of the fingerprint, or remove `exclude`",
+                )
+            };
             let Meta::List(list) = &meta else {
-                errors.spanned(
-                    &meta,
-                    "expected `key(field, …)`: the fields of the args whose values identify the operation",
-                );
+                errors.spanned(&meta, example);
                 return;
             };
-            let fields =
-                match list.parse_args_with(Punctuated::<Ident, Token![,]>::parse_terminated) {
-                    Ok(fields) => fields.into_iter().collect::<Vec<_>>(),
-                    Err(e) => {
-                        errors.push(syn::Error::new(
+            let items = match list
+                .parse_args_with(Punctuated::<PathItem, Token![,]>::parse_terminated)
+            {
+                Ok(items) => items.into_iter().collect::<Vec<_>>(),
+                Err(e) => {
+                    errors.push(syn::Error::new(
                             e.span(),
-                            "expected field names: `key(customer, invoice)`",
+                            format!(
+                                "expected field names or JSON Pointers: `{name}(customer, \"/invoice/id\")`"
+                            ),
                         ));
-                        return;
-                    }
-                };
-            if fields.is_empty() {
-                errors.at(
-                    list.delimiter.span().join(),
-                    "`key()` names no field; name the fields that identify the operation, or remove `key` to use the whole arguments",
-                );
+                    return;
+                }
+            };
+            if items.is_empty() {
+                errors.at(list.delimiter.span().join(), empty);
                 return;
             }
             let mut seen: Vec<String> = Vec::new();
-            for field in &fields {
-                let field_name = field.unraw().to_string();
-                if seen.contains(&field_name) {
-                    errors.at(field.span(), format!("duplicate key field `{field_name}`"));
+            for item in &items {
+                if let PathItem::Pointer(lit) = item {
+                    if let Err(message) = unescape_pointer(&lit.value()) {
+                        errors.at(lit.span(), message);
+                        continue;
+                    }
                 }
-                seen.push(field_name);
+                let identity = item.identity();
+                if seen.contains(&identity) {
+                    let at = match item {
+                        PathItem::Field(ident) => ident.span(),
+                        PathItem::Pointer(lit) => lit.span(),
+                    };
+                    errors.at(at, format!("duplicate {name} field `{identity}`"));
+                }
+                seen.push(identity);
             }
-            set_once(&mut attr.key, KeyOpt { span, fields }, &name, span, errors);
+            let slot = if name == "key" {
+                &mut attr.key
+            } else {
+                &mut attr.exclude
+            };
+            set_once(slot, PathsOpt { span, items }, &name, span, errors);
         }
         "reconcile" => {
             let expected = "expected `reconcile = path::to_read_back`: an async fn \

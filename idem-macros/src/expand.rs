@@ -52,6 +52,7 @@ pub(crate) fn tool(attr_tokens: TokenStream, item: TokenStream) -> TokenStream {
     });
     let tool = ToolFn::new(parsed, &func.attrs, &func.sig, Mode::Free, &mut errors);
     valid::check(&tool, &attr_tokens, &mut errors);
+    valid::check_ctx_named(&tool, &func.sig, &func.block, &mut errors);
     let rt = paths::Facade::new(tool.attr.krate.clone().map(|(path, _)| path)).runtime();
     if !errors.is_empty() {
         return fallback::free_fn(&rt, &func, &tool, errors);
@@ -294,15 +295,34 @@ fn spec(rt: &TokenStream, tool: &ToolFn) -> TokenStream {
         let d = duration(in_flight.millis);
         spec.extend(quote!(.in_flight_bound(#d)));
     }
-    if let (Some(key), Some(args)) = (&tool.attr.key, &tool.params.args) {
+    if let Some(key_name) = &tool.attr.key_name {
+        spec.extend(quote!(.key_name(#key_name)));
+    }
+    let Some(args) = &tool.params.args else {
+        return spec;
+    };
+    let mut probed = false;
+    for (opt, method) in [
+        (&tool.attr.key, quote!(key_fields)),
+        (&tool.attr.exclude, quote!(exclude_fields)),
+    ] {
+        let Some(opt) = opt else { continue };
         // `key(customer_id)` names the Rust field; the key reads the property serde writes
-        // (`customerId` under `rename_all`), which an `#[idem::args]` type reports.
-        let names = key.fields.iter().map(|f| {
-            use syn::ext::IdentExt;
-            let name = f.unraw().to_string();
-            quote!((&#rt::macro_support::KeyName::<#args>::new()).key_name(#name))
+        // (`customerId` under `rename_all`), which an `#[idem::args]` type reports. A JSON
+        // Pointer names the serialized value already.
+        let names = opt.items.iter().map(|item| match item {
+            attr::PathItem::Field(f) => {
+                use syn::ext::IdentExt;
+                probed = true;
+                let name = f.unraw().to_string();
+                quote!((&#rt::macro_support::KeyName::<#args>::new()).key_name(#name))
+            }
+            attr::PathItem::Pointer(lit) => quote!(#lit),
         });
-        spec.extend(quote!(.key_fields([#(#names),*])));
+        let names: Vec<_> = names.collect();
+        spec.extend(quote!(.#method([#(#names),*])));
+    }
+    if probed {
         return quote!({
             use #rt::macro_support::{ByArgsFields as _, ByFieldName as _};
             #spec
@@ -311,13 +331,15 @@ fn spec(rt: &TokenStream, tool: &ToolFn) -> TokenStream {
     spec
 }
 
-/// `key(customer)`: a field access per named field, spanned on the name, so a field the args
-/// lack is rustc's own "no field `nope` on type `ChargeArgs`" at `nope`. Never called.
+/// `key(customer)` and `exclude(memo)`: a field access per named field, spanned on the name, so
+/// a field the args lack is rustc's own "no field `nope` on type `ChargeArgs`" at `nope`. Never called.
 fn key_check(tool: &ToolFn, args_ty: &TokenStream) -> TokenStream {
-    let Some(key) = &tool.attr.key else {
-        return quote!();
-    };
-    if tool.params.args.is_none() {
+    let fields: Vec<&Ident> = [&tool.attr.key, &tool.attr.exclude]
+        .into_iter()
+        .flatten()
+        .flat_map(attr::PathsOpt::fields)
+        .collect();
+    if fields.is_empty() || tool.params.args.is_none() {
         return quote!();
     }
     let args = Ident::new("args", Span::mixed_site());
@@ -326,9 +348,8 @@ fn key_check(tool: &ToolFn, args_ty: &TokenStream) -> TokenStream {
         tool.ident,
         span = Span::mixed_site()
     );
-    let accesses = key
-        .fields
-        .iter()
+    let accesses = fields
+        .into_iter()
         .map(|field| quote_spanned!(field.span()=> let _ = &#args.#field;));
     let cfgs = &tool.cfgs;
     quote! {

@@ -62,6 +62,26 @@ fn write_tool() {
 }
 
 #[test]
+fn write_tool_with_pointers_exclusions_and_a_key_name() {
+    let out = crate::expand::tool(
+        quote!(
+            write,
+            name = "charge_card",
+            key_name = "charge",
+            key("/customer/id", invoice),
+            exclude(memo, "/note/text")
+        ),
+        quote! {
+            /// Charge a customer's card.
+            async fn charge_card(ctx: WriteCtx, args: ChargeArgs) -> Result<Receipt, BillingError> {
+                billing::charge(&args, ctx.key().as_str()).await
+            }
+        },
+    );
+    insta::assert_snapshot!(pretty(out));
+}
+
+#[test]
 fn toolbox() {
     let out = crate::toolbox::toolbox(
         quote!(),

@@ -67,6 +67,7 @@ pub(crate) fn toolbox(attr_tokens: TokenStream, item: TokenStream) -> TokenStrea
         // The types move into the generated holder's impl, where `Self` is the holder.
         resolve_self(&mut tool.params, &imp.self_ty);
         valid::check(&tool, &attr, &mut errors);
+        valid::check_ctx_named(&tool, &method.sig, &method.block, &mut errors);
         tools.push(tool);
     }
     if tools.is_empty() && errors.is_empty() {

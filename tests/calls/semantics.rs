@@ -1279,7 +1279,13 @@ struct RefundArgs {
 }
 
 /// Refund a charge in full.
-#[tool(write, destructive, downstream = "keyed", key(charge))]
+#[tool(
+    write,
+    destructive,
+    downstream = "keyed",
+    key(charge),
+    key_travels = "nowhere: no downstream, the tests read its definition"
+)]
 async fn refund_charge(_ctx: WriteCtx, args: RefundArgs) -> Result<String, ToolError> {
     Ok(args.charge)
 }

@@ -143,7 +143,12 @@ struct OrderArgs {
 }
 
 /// Place an order.
-#[tool(write, key(customer), downstream = "keyed")]
+#[tool(
+    write,
+    key(customer),
+    downstream = "keyed",
+    key_travels = "nowhere: no downstream, the tests read its definition"
+)]
 async fn place_order(_ctx: WriteCtx, args: OrderArgs) -> Result<String, ToolError> {
     Ok(args.customer)
 }
@@ -749,6 +754,79 @@ async fn key_names_the_rust_field_under_serde_renames() {
     assert_eq!(other.output(), Some(&json!(5)), "{:?}", other.as_result());
     assert!(!other.replayed());
     assert_eq!(RENAMED_CHARGES.load(Ordering::SeqCst), 2);
+}
+
+#[idem::args]
+struct Payer {
+    id: String,
+}
+
+#[idem::args]
+struct Detail {
+    note: String,
+    priority: u8,
+}
+
+#[idem::args]
+#[serde(rename_all = "camelCase")]
+struct NotedArgs {
+    payer: Payer,
+    cents: u64,
+    memo_text: Option<String>,
+    detail: Detail,
+}
+
+static NOTED_CHARGES: AtomicU32 = AtomicU32::new(0);
+
+/// Keyed by a pointer under a key name of its own; a renamed memo and a nested note are left
+/// out of the fingerprint.
+#[tool(
+    write,
+    key_name = "charge",
+    key("/payer/id"),
+    exclude(memo_text, "/detail/note"),
+    downstream = "keyed"
+)]
+async fn charge_noted(ctx: WriteCtx, args: NotedArgs) -> Result<String, ToolError> {
+    NOTED_CHARGES.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("{} {} {}", args.payer.id, args.cents, ctx.key()))
+}
+
+#[tokio::test]
+async fn pointers_exclusions_and_a_key_name_from_the_macro() {
+    let registry = Registry::builder().tool(charge_noted).build().unwrap();
+    let spec = registry.get("charge_noted").unwrap().spec();
+    assert_eq!(spec.key_field_names().collect::<Vec<_>>(), ["/payer/id"]);
+    // `memo_text` is the Rust name; the exclusion reads the property serde writes.
+    assert_eq!(
+        spec.excluded_field_names().collect::<Vec<_>>(),
+        ["memoText", "/detail/note"]
+    );
+    assert_eq!(spec.key_name_text(), "charge");
+    let charge = |cents: u64, memo: &str, note: &str| {
+        let args = json!({
+            "payer": {"id": "p1"},
+            "cents": cents,
+            "memoText": memo,
+            "detail": {"note": note, "priority": 1},
+        });
+        registry.call(ToolCall::new("run", "charge_noted", args))
+    };
+    let first = charge(5, "first", "call first").await;
+    let reworded = charge(5, "second, reworded", "call later").await;
+    let changed = charge(6, "first", "call first").await;
+    assert!(first.is_completed(), "{:?}", first.as_result());
+    assert!(reworded.replayed(), "{:?}", reworded.as_result());
+    assert_eq!(reworded.key(), first.key());
+    assert!(
+        matches!(
+            changed.as_result(),
+            Err(idem::CallError::ChangedParams { .. })
+        ),
+        "{:?}",
+        changed.as_result()
+    );
+    assert_eq!(NOTED_CHARGES.load(Ordering::SeqCst), 1);
 }
 
 /// Derived by hand: the macro cannot see serde's names.

@@ -60,8 +60,9 @@ impl Executor {
         };
         let claim_format = self.key_migration.claim_format();
         let intent = call.intent.as_deref();
-        let derive =
-            |format: KeyFormat| format.identify(&call.scope, spec.name(), intent, &identity);
+        let derive = |format: KeyFormat| {
+            format.identify(&call.scope, spec.key_name_text(), intent, &identity)
+        };
         let Some((key, fingerprint)) = derive(claim_format) else {
             // Not reachable with the formats of this build (each derives from the canonical
             // arguments); refused rather than trusted to stay so.

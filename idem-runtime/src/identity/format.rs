@@ -73,7 +73,9 @@ impl KeyFormat {
 
     /// The key and fingerprint of one operation under this format: its scope, tool, intent
     /// id (if the caller gave one) and the identity of its arguments (with the tool's key
-    /// fields selected, if it names any). The material follows the usual precedence: the
+    /// fields selected, if it names any). `tool` is the name keys are derived under: the
+    /// tool's key name ([`crate::tool::ToolSpec::key_name`]), by default its name. The
+    /// material follows the usual precedence: the
     /// intent id, else the key fields, else the whole arguments.
     pub fn identify(
         self,
@@ -89,13 +91,13 @@ impl KeyFormat {
             (None, None) if self == KeyFormat::V2 => {
                 KeyMaterial::ArgsFingerprint(&args.fingerprint)
             }
-            (None, None) => KeyMaterial::Args(&args.canonical),
+            (None, None) => KeyMaterial::Args(args.fingerprinted_bytes()),
         };
         let key = self.key(scope, tool, material)?;
         let fingerprint = if self == KeyFormat::V2 {
             args.fingerprint
         } else {
-            self.fingerprint(&args.canonical)
+            self.fingerprint(args.fingerprinted_bytes())
         };
         Some((key, fingerprint))
     }

@@ -8,11 +8,14 @@ mod fingerprint;
 mod format;
 mod hex;
 mod key;
+mod path;
 
 pub use canonical::text::CanonicalJson;
 pub use fingerprint::Fingerprint;
 pub use format::{KeyFormat, KeyMigration, ParseKeyFormatError};
 pub use key::{IdemKey, KeyMaterial, ParseKeyError, Scope};
+pub(crate) use path::array_index;
+pub use path::{ArgsPath, ArgsPathError, IdentityRules};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -56,10 +59,22 @@ pub(crate) const ARGS_BYTES_DEFAULT: usize = 1 << 20;
 pub struct ArgsIdentity {
     /// Canonical JSON of the typed arguments, re-serialized.
     pub canonical: Vec<u8>,
-    /// Fingerprint of `canonical`.
+    /// Fingerprint of `canonical`, or of `fingerprinted` when the tool excludes members.
     pub fingerprint: Fingerprint,
     /// Canonical JSON of the `key(…)` fields, when the tool names any.
     pub key_fields: Option<Vec<u8>>,
+    /// Canonical JSON of the arguments without the members `exclude(…)` leaves out, when
+    /// the tool excludes any: what the fingerprint (and whole-argument key material) is
+    /// taken of. `None`: `canonical` is.
+    pub fingerprinted: Option<Vec<u8>>,
+}
+
+impl ArgsIdentity {
+    /// The canonical bytes the fingerprint is taken of: the arguments without the excluded
+    /// members.
+    pub fn fingerprinted_bytes(&self) -> &[u8] {
+        self.fingerprinted.as_deref().unwrap_or(&self.canonical)
+    }
 }
 
 /// Why arguments could not be given an identity.
@@ -74,6 +89,9 @@ pub enum IdentityError {
         /// The declared key fields.
         fields: Vec<String>,
     },
+    /// A key field that begins with `/` is not a valid JSON Pointer.
+    #[error("{0}")]
+    InvalidPath(#[from] ArgsPathError),
 }
 
 /// Computes the identity of typed arguments.
@@ -86,6 +104,10 @@ pub fn identify<A: Serialize + ?Sized, S: AsRef<str>>(
     args: &A,
     key_fields: &[S],
 ) -> Result<ArgsIdentity, IdentityError> {
+    if key_fields.iter().any(|f| f.as_ref().starts_with('/')) {
+        let rules = IdentityRules::new(key_fields.iter().map(AsRef::as_ref), None::<&str>)?;
+        return identify_with(args, &rules);
+    }
     use canonical::serializer::{to_canonical, KeyFields, Written};
     let Some(Written {
         bytes: canonical,
@@ -107,6 +129,7 @@ pub fn identify<A: Serialize + ?Sized, S: AsRef<str>>(
         canonical,
         fingerprint,
         key_fields,
+        fingerprinted: None,
     })
 }
 
@@ -121,20 +144,58 @@ pub fn identify_value<S: AsRef<str>>(
     value: &Value,
     key_fields: &[S],
 ) -> Result<ArgsIdentity, IdentityError> {
+    let rules = IdentityRules::new(key_fields.iter().map(AsRef::as_ref), None::<&str>)?;
+    identify_value_with(value, &rules)
+}
+
+/// [`identify`] under a tool's [`IdentityRules`]: its key paths (member names or JSON
+/// Pointers) and the paths it excludes from the fingerprint and the key.
+pub fn identify_with<A: Serialize + ?Sized>(
+    args: &A,
+    rules: &IdentityRules,
+) -> Result<ArgsIdentity, IdentityError> {
+    if let Some(names) = rules.top_level_names() {
+        return identify(args, &names);
+    }
+    let value = serde_json::to_value(args).map_err(|e| IdentityError::Serialize(e.to_string()))?;
+    identify_value_with(&value, rules)
+}
+
+/// [`identify_with`] for arguments already in JSON form.
+///
+/// The canonical bytes are those of the whole arguments (what a claim saves); the
+/// fingerprint and the key fields are taken of the arguments without the excluded members.
+/// A key path the arguments have no value at reads as `null`, as an absent member does.
+pub fn identify_value_with(
+    value: &Value,
+    rules: &IdentityRules,
+) -> Result<ArgsIdentity, IdentityError> {
     let canonical = canonical::to_canonical_vec(value);
-    let fingerprint = Fingerprint::of_canonical(&canonical);
-    let key_fields = if key_fields.is_empty() {
+    let pruned = if rules.excluded_paths().is_empty() {
         None
     } else {
-        let Value::Object(map) = value else {
-            return Err(not_an_object(key_fields));
-        };
+        let mut pruned = value.clone();
+        for path in rules.excluded_paths() {
+            path.remove(&mut pruned);
+        }
+        Some(pruned)
+    };
+    let fingerprinted = pruned.as_ref().map(canonical::to_canonical_vec);
+    let fingerprint = Fingerprint::of_canonical(fingerprinted.as_deref().unwrap_or(&canonical));
+    let keyed = pruned.as_ref().unwrap_or(value);
+    let key_fields = if rules.key_paths().is_empty() {
+        None
+    } else {
+        if !keyed.is_object() {
+            let fields: Vec<&str> = rules.key_paths().iter().map(ArgsPath::as_str).collect();
+            return Err(not_an_object(&fields));
+        }
         let mut selected = serde_json::Map::new();
-        for field in key_fields {
+        for path in rules.key_paths() {
             // An `Option` field that is `None` may be skipped by serde; it is then absent, and
             // absent must mean the same as null or two spellings would get two keys.
-            let v = map.get(field.as_ref()).cloned().unwrap_or(Value::Null);
-            selected.insert(field.as_ref().to_owned(), v);
+            let v = path.resolve(keyed).cloned().unwrap_or(Value::Null);
+            selected.insert(path.member_name().to_owned(), v);
         }
         Some(canonical::to_canonical_vec(&Value::Object(selected)))
     };
@@ -142,6 +203,7 @@ pub fn identify_value<S: AsRef<str>>(
         canonical,
         fingerprint,
         key_fields,
+        fingerprinted,
     })
 }
 

@@ -721,10 +721,14 @@ impl Reconciler {
         else {
             return Ok(None);
         };
+        let tool = self.write_tool(&record.tool);
+        let key_name = tool
+            .as_ref()
+            .map_or(record.tool.as_ref(), DynTool::key_name);
         for format in [migration.claim_format(), honoured] {
             let Some((key, _)) = format.identify(
                 &operation.scope,
-                &record.tool,
+                key_name,
                 operation.intent.as_deref(),
                 identity,
             ) else {
@@ -738,11 +742,17 @@ impl Reconciler {
     }
 
     /// The write tool registered here under `name`, if any: only those are this
-    /// reconciler's to settle.
+    /// reconciler's to settle. A record of a tool since renamed names the old name, which
+    /// the renamed tool keeps as its key name: that tool settles it.
     fn write_tool(&self, name: &str) -> Option<DynTool> {
         self.registry
             .get(name)
             .filter(|t| t.kind() == ToolKind::Write)
+            .or_else(|| {
+                self.registry
+                    .tools()
+                    .find(|t| t.kind() == ToolKind::Write && t.key_name() == name)
+            })
             .cloned()
     }
 

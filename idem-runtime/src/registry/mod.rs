@@ -4,7 +4,7 @@ mod error;
 mod observe;
 mod size;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use crate::call::{CallArgs, CallError, ToolCall, ToolResult};
 use crate::definitions::{definition, DefinitionOptions, Format};
 use crate::escalation::{Escalation, EscalationSink, LogSink, NoticeGate, RedactingSink, Redactor};
 use crate::executor::{Executed, Executor};
-use crate::identity::KeyMigration;
+use crate::identity::{ArgsPath, KeyMigration};
 use crate::store::{Clock, IdemStore, Instrumented, MemoryStore, SystemClock};
 use crate::tool::erased::{DecodeError, RawArgs};
 use crate::tool::{DynTool, IntoDynTool, ToolKind, ToolSpec, Toolbox};
@@ -226,6 +226,7 @@ impl RegistryBuilder {
     /// Checks names and options and builds the registry.
     pub fn build(self) -> Result<Registry, BuildError> {
         let mut names = HashSet::with_capacity(self.tools.len());
+        let mut key_names = HashMap::with_capacity(self.tools.len());
         let mut tools = Vec::with_capacity(self.tools.len());
         let mut order = Vec::with_capacity(self.tools.len());
         for tool in self.tools {
@@ -259,10 +260,25 @@ impl RegistryBuilder {
                     ),
                 });
             }
-            check_key_fields(&tool)?;
+            check_identity_paths(&tool)?;
             let name = spec.name().to_owned();
             if !names.insert(name.clone()) {
                 return Err(BuildError::DuplicateName(name));
+            }
+            if tool.kind() == ToolKind::Write {
+                ToolSpec::validate_name(spec.key_name_text()).map_err(|e| {
+                    BuildError::InvalidSpec {
+                        tool: spec.name().to_owned(),
+                        message: format!("key name: {e}"),
+                    }
+                })?;
+                if let Some(other) = key_names.insert(spec.key_name_text().to_owned(), name.clone())
+                {
+                    return Err(BuildError::DuplicateKeyName {
+                        key_name: spec.key_name_text().to_owned(),
+                        tools: (other, name),
+                    });
+                }
             }
             order.push(name);
             tools.push(tool);
@@ -320,42 +336,153 @@ impl RegistryBuilder {
     }
 }
 
-/// Key fields name JSON properties of the arguments. A field that is not one (a typo in a
-/// hand-written spec, or a Rust field name under `#[serde(rename)]`) would read as null on
-/// every call and merge operations that differ: refuse it when the registry is built.
-fn check_key_fields(tool: &DynTool) -> Result<(), BuildError> {
+/// Key fields and exclusions name parts of the arguments. A part the arguments' schema
+/// cannot have (a typo in a hand-written spec, a Rust field name under `#[serde(rename)]`,
+/// a pointer one level too deep) would read as null on every call and merge operations that
+/// differ, or exclude nothing: refuse it when the registry is built.
+fn check_identity_paths(tool: &DynTool) -> Result<(), BuildError> {
     let spec = tool.spec();
-    let mut fields = spec.key_field_names().peekable();
-    if fields.peek().is_none() {
-        return Ok(());
-    }
     let invalid = |message: String| BuildError::InvalidSpec {
         tool: spec.name().to_owned(),
         message,
     };
-    let Some(props) = tool
-        .input_schema()
-        .get("properties")
-        .and_then(Value::as_object)
-    else {
-        return Err(invalid(
-            "key(…) names fields, but the arguments are not a JSON object with properties"
-                .to_owned(),
-        ));
+    let parse = |option: &str, text: &str| {
+        ArgsPath::parse(text).map_err(|e| invalid(format!("{option} field {e}")))
     };
-    for field in fields {
-        if !props.contains_key(field) {
-            let known: Vec<&str> = props.keys().map(String::as_str).collect();
+    let keys = spec
+        .key_field_names()
+        .map(|p| parse("key", p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let excluded = spec
+        .excluded_field_names()
+        .map(|p| parse("excluded", p))
+        .collect::<Result<Vec<_>, _>>()?;
+    if keys.is_empty() && excluded.is_empty() {
+        return Ok(());
+    }
+    let schema = tool.input_schema();
+    let props = schema.get("properties").and_then(Value::as_object);
+    for (option, paths) in [("key", &keys), ("excluded", &excluded)] {
+        for path in paths.iter() {
+            if schema_admits(schema, schema, path.tokens(), 0) {
+                continue;
+            }
+            let known: Vec<&str> = props
+                .map(|p| p.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            let top = if known.is_empty() {
+                "the arguments have no properties".to_owned()
+            } else {
+                format!("the arguments have: {}", known.join(", "))
+            };
+            let what = if path.is_nested() {
+                format!(
+                    "{option} field `{path}` is not a path the arguments' schema can have ({top})"
+                )
+            } else {
+                format!("{option} field `{path}` is not a property of the arguments ({top})")
+            };
             return Err(invalid(format!(
-                "key field `{field}` is not a property of the arguments (they have: {}); \
-                 if serde renames that field, derive the args type with `#[idem::args]`, \
-                 which tells `key(..)` the name serde writes (a hand-written spec names the \
-                 property)",
-                known.join(", ")
+                "{what}; if serde renames that field, derive the args type with \
+                 `#[idem::args]`, which tells `key(..)` and `exclude(..)` the name serde \
+                 writes (a hand-written spec and a JSON Pointer name the property)"
+            )));
+        }
+    }
+    for key in &keys {
+        if let Some(out) = excluded.iter().find(|e| key.is_within(e)) {
+            return Err(invalid(format!(
+                "key field `{key}` lies in excluded `{out}`: excluded parts are not key \
+                 material, so it would read as null on every call"
             )));
         }
     }
     Ok(())
+}
+
+/// How deep `$ref`s are followed: a recursive type admits every path down to here.
+const SCHEMA_REF_DEPTH: usize = 64;
+
+/// Whether a value of `schema` can have something at `tokens` (JSON Pointer reference
+/// tokens): through `properties`, `additionalProperties` and `patternProperties` (a map:
+/// any member), `items` and `prefixItems` (array indices), `$ref` into the root's `$defs`
+/// (or `definitions`), and any branch of `anyOf`, `oneOf` or `allOf`. A schema that
+/// constrains nothing (`true`, `{}`) admits every path.
+fn schema_admits(schema: &Value, root: &Value, tokens: &[String], depth: usize) -> bool {
+    let Some((token, rest)) = tokens.split_first() else {
+        return true;
+    };
+    let map = match schema {
+        Value::Bool(b) => return *b,
+        Value::Object(map) => map,
+        _ => return false,
+    };
+    if depth > SCHEMA_REF_DEPTH {
+        return true;
+    }
+    if let Some(target) = map.get("$ref").and_then(Value::as_str) {
+        let resolved = target
+            .strip_prefix('#')
+            .and_then(|pointer| root.pointer(pointer));
+        if resolved.is_some_and(|s| schema_admits(s, root, tokens, depth + 1)) {
+            return true;
+        }
+    }
+    for combinator in ["anyOf", "oneOf", "allOf"] {
+        if let Some(branches) = map.get(combinator).and_then(Value::as_array) {
+            if branches
+                .iter()
+                .any(|b| schema_admits(b, root, tokens, depth + 1))
+            {
+                return true;
+            }
+        }
+    }
+    let sub = |key: &str| map.get(key);
+    if let Some(prop) = sub("properties").and_then(|p| p.get(token.as_str())) {
+        if schema_admits(prop, root, rest, depth + 1) {
+            return true;
+        }
+    }
+    for any_member in ["additionalProperties", "patternProperties"] {
+        let Some(member) = sub(any_member) else {
+            continue;
+        };
+        let admits = match (any_member, member) {
+            ("patternProperties", Value::Object(patterns)) => patterns
+                .values()
+                .any(|s| schema_admits(s, root, rest, depth + 1)),
+            (_, member) => schema_admits(member, root, rest, depth + 1),
+        };
+        if admits {
+            return true;
+        }
+    }
+    if let Some(index) = crate::identity::array_index(token) {
+        let prefix = sub("prefixItems")
+            .and_then(Value::as_array)
+            .and_then(|p| p.get(index));
+        if let Some(item) = prefix.or_else(|| sub("items")) {
+            if schema_admits(item, root, rest, depth + 1) {
+                return true;
+            }
+        }
+    }
+    const CONSTRAINTS: [&str; 12] = [
+        "type",
+        "properties",
+        "additionalProperties",
+        "patternProperties",
+        "items",
+        "prefixItems",
+        "$ref",
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "enum",
+        "const",
+    ];
+    !CONSTRAINTS.iter().any(|k| map.contains_key(*k))
 }
 
 impl Registry {

@@ -10,7 +10,9 @@ use super::striped::Striped;
 use super::{input_schema_for, ReadBack, ReadBackCtx};
 use super::{ReadCtx, ReadTool, ToolError, ToolKind, ToolSpec, WriteCtx, WriteTool};
 use crate::identity::canonical::nesting_levels;
-use crate::identity::{identify, ArgsIdentity, CanonicalJson, ARGS_DEPTH_LIMIT};
+use crate::identity::{
+    identify_with, ArgsIdentity, CanonicalJson, IdentityRules, ARGS_DEPTH_LIMIT,
+};
 
 /// A boxed future, `Send`: what a type-erased tool's handler returns.
 pub(crate) type BoxFuture<'a, T> =
@@ -29,7 +31,9 @@ pub struct DynTool {
     /// and a clone of this costs no allocation (and, striped, no cache line two cores
     /// fight over).
     name: Striped<str>,
-    key_fields: Arc<[String]>,
+    /// The key paths and exclusions, parsed once (`Registry::build` refuses a tool whose
+    /// spec names a path that does not parse, so none is lost here for a call).
+    rules: Arc<IdentityRules>,
     kind: ToolKind,
     schema: Arc<Value>,
     /// The schema's root is `"type": "object"`: callers must send a JSON object.
@@ -97,7 +101,7 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
     fn decode(
         &self,
         args: RawArgs<'_>,
-        key_fields: &[String],
+        rules: &IdentityRules,
         write: bool,
     ) -> Result<Decoded, DecodeError>;
     fn invoke(
@@ -109,7 +113,7 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
 
 fn decode_typed<A>(
     args: RawArgs<'_>,
-    key_fields: &[String],
+    rules: &IdentityRules,
     write: bool,
 ) -> Result<Decoded, DecodeError>
 where
@@ -136,7 +140,7 @@ where
     };
     let identity = if write {
         let identity =
-            identify(&typed, key_fields).map_err(|e| DecodeError::Identity(e.to_string()))?;
+            identify_with(&typed, rules).map_err(|e| DecodeError::Identity(e.to_string()))?;
         // The saved operation holds these bytes: deeper than the limit, they might not read
         // back (text decodes to 128 levels, and an `Args` type may serialize deeper than it
         // reads), so the call is refused before it claims.
@@ -287,10 +291,10 @@ impl<T: ReadTool> ErasedTool for ReadAdapter<T> {
     fn decode(
         &self,
         args: RawArgs<'_>,
-        key_fields: &[String],
+        rules: &IdentityRules,
         write: bool,
     ) -> Result<Decoded, DecodeError> {
-        decode_typed::<T::Args>(args, key_fields, write)
+        decode_typed::<T::Args>(args, rules, write)
     }
 
     fn invoke(
@@ -325,10 +329,10 @@ impl<T: WriteTool> ErasedTool for WriteAdapter<T> {
     fn decode(
         &self,
         args: RawArgs<'_>,
-        key_fields: &[String],
+        rules: &IdentityRules,
         write: bool,
     ) -> Result<Decoded, DecodeError> {
-        decode_typed::<T::Args>(args, key_fields, write)
+        decode_typed::<T::Args>(args, rules, write)
     }
 
     fn invoke(
@@ -383,13 +387,18 @@ impl DynTool {
         kind: ToolKind,
         schema: Arc<Value>,
     ) -> DynTool {
-        let key_fields = spec.key_field_names().map(str::to_owned).collect();
+        let valid = |p: &&str| crate::identity::ArgsPath::parse(p).is_ok();
+        let rules = IdentityRules::new(
+            spec.key_field_names().filter(valid),
+            spec.excluded_field_names().filter(valid),
+        )
+        .unwrap_or_default();
         let takes_object = schema.get("type").and_then(Value::as_str) == Some("object");
         DynTool {
             inner,
             name: Striped::new(|| Arc::from(spec.name())),
             spec,
-            key_fields,
+            rules: Arc::new(rules),
             kind,
             schema,
             takes_object,
@@ -404,6 +413,11 @@ impl DynTool {
     /// The tool's name.
     pub fn name(&self) -> &str {
         self.spec.name()
+    }
+
+    /// The name its keys are derived under ([`ToolSpec::key_name_text`]).
+    pub fn key_name(&self) -> &str {
+        self.spec.key_name_text()
     }
 
     /// The tool's name, shared (a clone is a reference count, of this thread's stripe).
@@ -431,7 +445,7 @@ impl DynTool {
     pub(crate) fn decode<'a>(&self, args: impl Into<RawArgs<'a>>) -> Result<Decoded, DecodeError> {
         self.inner
             .any()
-            .decode(args.into(), &self.key_fields, self.kind == ToolKind::Write)
+            .decode(args.into(), &self.rules, self.kind == ToolKind::Write)
     }
 
     pub(crate) fn read_back(

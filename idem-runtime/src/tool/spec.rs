@@ -82,6 +82,8 @@ pub struct ToolSpec {
     lease: Option<Duration>,
     destructive: bool,
     key_fields: Vec<Cow<'static, str>>,
+    excluded: Vec<Cow<'static, str>>,
+    key_name: Option<Cow<'static, str>>,
     in_flight_bound: Option<Duration>,
     output_schema: Option<Value>,
 }
@@ -98,6 +100,8 @@ impl ToolSpec {
             lease: None,
             destructive: false,
             key_fields: Vec::new(),
+            excluded: Vec::new(),
+            key_name: None,
             in_flight_bound: None,
             output_schema: None,
         }
@@ -208,13 +212,40 @@ impl ToolSpec {
         self.output_schema.as_ref()
     }
 
-    /// Derive the key from these fields of the arguments instead of the whole arguments.
+    /// Derive the key from these parts of the arguments instead of the whole arguments: each
+    /// a top-level member name (`"customer"`) or, beginning with `/`, a JSON Pointer into
+    /// nested values (`"/customer/id"`). A part the arguments lack reads as `null`.
+    /// [`crate::registry::RegistryBuilder::build`] refuses a part the arguments' schema
+    /// cannot have, and a pointer that is not one.
     pub fn key_fields<I, S>(mut self, fields: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<Cow<'static, str>>,
     {
         self.key_fields = fields.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Leave these parts of the arguments (member names or JSON Pointers, as for
+    /// [`ToolSpec::key_fields`]) out of the fingerprint and of the key material: a repeat
+    /// that differs only there is the same operation, replayed, not refused as changed
+    /// parameters. For what does not change the effect, such as a free-text memo. The
+    /// claim still saves the whole arguments.
+    pub fn exclude_fields<I, S>(mut self, fields: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Cow<'static, str>>,
+    {
+        self.excluded = fields.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The name keys are derived under, instead of the tool's name (the default): a tool
+    /// renamed with its old name as key name finds every operation it claimed before.
+    /// Two write tools of one registry cannot share a key name. The same rules as a tool
+    /// name apply (1–64 characters of `A-Z a-z 0-9 _ -`).
+    pub fn key_name(mut self, key_name: impl Into<Cow<'static, str>>) -> Self {
+        self.key_name = Some(key_name.into());
         self
     }
 
@@ -257,6 +288,16 @@ impl ToolSpec {
     /// The `key(…)` fields, empty when the whole arguments are the key material.
     pub fn key_field_names(&self) -> impl Iterator<Item = &str> {
         self.key_fields.iter().map(|s| s.as_ref())
+    }
+
+    /// The `exclude(…)` fields, empty when the whole arguments are fingerprinted.
+    pub fn excluded_field_names(&self) -> impl Iterator<Item = &str> {
+        self.excluded.iter().map(|s| s.as_ref())
+    }
+
+    /// The name keys are derived under: the declared key name, else the tool's name.
+    pub fn key_name_text(&self) -> &str {
+        self.key_name.as_deref().unwrap_or(&self.name)
     }
 
     /// Checks the name: 1–64 characters of `[A-Za-z0-9_-]`.

@@ -13,7 +13,10 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
 use idem_runtime::identity::canonical::to_canonical_vec;
-use idem_runtime::identity::{identify, identify_value, Fingerprint, IdemKey, KeyMaterial, Scope};
+use idem_runtime::identity::{
+    identify, identify_value, identify_value_with, identify_with, Fingerprint, IdemKey,
+    IdentityRules, KeyMaterial, Scope,
+};
 use idem_runtime::{
     call::ToolCall,
     registry::Registry,
@@ -33,10 +36,19 @@ struct Vector {
     tenant: Option<String>,
     principal: Option<String>,
     tool: String,
+    /// The name the key is derived under, when the tool declares one apart from its name.
+    #[serde(default)]
+    key_name: Option<String>,
     intent: Option<String>,
     key_fields: Option<Vec<String>>,
+    /// What `exclude(…)` leaves out of the fingerprint and the key.
+    #[serde(default)]
+    exclude: Option<Vec<String>>,
     args: Value,
     canonical: String,
+    /// The canonical arguments without the excluded parts, when the tool excludes any.
+    #[serde(default)]
+    fingerprinted: Option<String>,
     fingerprint: String,
     key_fields_canonical: Option<String>,
     material: String,
@@ -57,6 +69,20 @@ impl Vector {
 
     fn fields(&self) -> Vec<String> {
         self.key_fields.clone().unwrap_or_default()
+    }
+
+    fn rules(&self) -> IdentityRules {
+        IdentityRules::new(self.fields(), self.exclude.clone().unwrap_or_default()).unwrap()
+    }
+
+    /// The name the key is derived under.
+    fn keyed_as(&self) -> &str {
+        self.key_name.as_deref().unwrap_or(&self.tool)
+    }
+
+    /// The canonical text the fingerprint is taken of.
+    fn fingerprinted_text(&self) -> &str {
+        self.fingerprinted.as_deref().unwrap_or(&self.canonical)
     }
 }
 
@@ -133,9 +159,9 @@ fn key_input(v: &Vector) -> Vec<u8> {
     part(v.principal.as_deref().unwrap_or("").as_bytes());
     part(&[u8::from(v.principal.is_some())]);
     part(v.run.as_bytes());
-    part(v.tool.as_bytes());
+    part(v.keyed_as().as_bytes());
     // An intent id wins over key fields, which win over the whole arguments.
-    let fingerprint = sha256(v.canonical.as_bytes());
+    let fingerprint = sha256(v.fingerprinted_text().as_bytes());
     let (kind, material): (&[u8], Vec<u8>) = match (&v.intent, &v.key_fields_canonical) {
         (Some(intent), _) => (b"intent", intent.as_bytes().to_vec()),
         (None, Some(fields)) => (b"fields", fields.as_bytes().to_vec()),
@@ -150,9 +176,15 @@ fn key_input(v: &Vector) -> Vec<u8> {
 fn independent_derivation_gives_every_documented_fingerprint_and_key() {
     for v in vectors() {
         assert_eq!(
-            hex(&sha256(v.canonical.as_bytes())),
+            hex(&sha256(v.fingerprinted_text().as_bytes())),
             v.fingerprint,
-            "{}: fingerprint = sha256(canonical)",
+            "{}: fingerprint = sha256(canonical without the excluded parts)",
+            v.name
+        );
+        assert_eq!(
+            v.fingerprinted.is_some(),
+            v.exclude.is_some(),
+            "{}: the fingerprinted text is given exactly when parts are excluded",
             v.name
         );
         let expected_kind = match (&v.intent, &v.key_fields) {
@@ -183,10 +215,28 @@ fn independent_derivation_gives_every_documented_fingerprint_and_key() {
 fn the_library_computes_every_vector() {
     for v in vectors() {
         let fields = v.fields();
-        let by_value = identify_value(&v.args, &fields).unwrap();
-        // The one-pass writer over the same value: the path typed arguments take.
-        let one_pass = identify(&v.args, &fields).unwrap();
-        for (path, id) in [("identify_value", &by_value), ("identify", &one_pass)] {
+        let rules = v.rules();
+        let by_value = identify_value_with(&v.args, &rules).unwrap();
+        // From a serializable value: the path typed arguments take.
+        let typed = identify_with(&v.args, &rules).unwrap();
+        let mut paths = vec![
+            ("identify_value_with", by_value.clone()),
+            ("identify_with", typed),
+        ];
+        if v.exclude.is_none() {
+            // Without exclusions, the plain forms (the one-pass writer among them) agree.
+            paths.push(("identify_value", identify_value(&v.args, &fields).unwrap()));
+            paths.push(("identify", identify(&v.args, &fields).unwrap()));
+        }
+        for (path, id) in &paths {
+            assert_eq!(
+                id.fingerprinted
+                    .as_ref()
+                    .map(|b| String::from_utf8(b.clone()).unwrap()),
+                v.fingerprinted,
+                "{}: fingerprinted text ({path})",
+                v.name
+            );
             assert_eq!(
                 String::from_utf8(id.canonical.clone()).unwrap(),
                 v.canonical,
@@ -215,15 +265,15 @@ fn the_library_computes_every_vector() {
             (None, Some(fields)) => KeyMaterial::Fields(fields),
             (None, None) => KeyMaterial::ArgsFingerprint(&by_value.fingerprint),
         };
-        let key = IdemKey::derive(&v.scope(), &v.tool, material);
+        let key = IdemKey::derive(&v.scope(), v.keyed_as(), material);
         assert_eq!(key.as_str(), v.key, "{}: IdemKey::derive", v.name);
         assert_eq!(IdemKey::parse(&v.key).unwrap(), key, "{}", v.name);
         if v.material == "args" {
             // Whole arguments given as canonical bytes key the same as by their fingerprint.
             let by_bytes = IdemKey::derive(
                 &v.scope(),
-                &v.tool,
-                KeyMaterial::Args(v.canonical.as_bytes()),
+                v.keyed_as(),
+                KeyMaterial::Args(v.fingerprinted_text().as_bytes()),
             );
             assert_eq!(by_bytes, key, "{}", v.name);
         }
@@ -291,6 +341,12 @@ async fn a_registry_call_claims_every_documented_key() {
         let mut spec = ToolSpec::new(v.tool.clone()).description("Records its key.");
         if let Some(fields) = &v.key_fields {
             spec = spec.key_fields(fields.clone());
+        }
+        if let Some(excluded) = &v.exclude {
+            spec = spec.exclude_fields(excluded.clone());
+        }
+        if let Some(key_name) = &v.key_name {
+            spec = spec.key_name(key_name.clone());
         }
         let store = Arc::new(MemoryStore::new());
         let registry = Registry::builder()
@@ -366,15 +422,22 @@ fn render_table(vectors: &[Vector]) -> String {
         if let Some(principal) = &v.principal {
             scope += &format!(", principal {}", code(&json_string(principal)));
         }
-        let material = match (&v.intent, &v.key_fields_canonical) {
+        let mut material = match (&v.intent, &v.key_fields_canonical) {
             (Some(intent), _) => format!("intent {}", code(&json_string(intent))),
             (None, Some(fields)) => format!("fields {}", code(fields)),
             (None, None) => "args".to_owned(),
         };
+        if let Some(excluded) = &v.exclude {
+            let excluded: Vec<String> = excluded.iter().map(|e| code(e)).collect();
+            material += &format!(", without {}", excluded.join(", "));
+        }
+        let tool = match &v.key_name {
+            Some(key_name) => format!("{} keyed as {}", code(&v.tool), code(key_name)),
+            None => code(&v.tool),
+        };
         t += &format!(
-            "| {} | {scope} · {} · {material} | {} | {} | {} |\n",
+            "| {} | {scope} · {tool} · {material} | {} | {} | {} |\n",
             code(&v.name),
-            code(&v.tool),
             code(&v.canonical),
             code(&v.fingerprint),
             code(&v.key)
@@ -541,8 +604,38 @@ fn the_vectors_cover_every_documented_case() {
     assert_ne!(key("tenant-empty"), key("no-tenant"));
     assert_eq!(key("intent"), key("intent-over-key-fields"));
     assert_eq!(key("key-fields"), key("key-fields-other-memo"));
+    // A one-step pointer is the member it names.
+    assert_eq!(key("key-fields"), key("key-pointer-one-step"));
+    // An excluded part changes neither the key nor the fingerprint, only the saved text.
+    let vector = |name: &str| vectors.iter().find(|v| v.name == name).unwrap();
+    assert_eq!(key("exclude"), key("exclude-reworded"));
+    assert_eq!(
+        vector("exclude").fingerprint,
+        vector("exclude-reworded").fingerprint
+    );
+    assert_ne!(
+        vector("exclude").canonical,
+        vector("exclude-reworded").canonical
+    );
+    // A renamed tool that keeps its old name as key name keeps its keys.
+    assert_eq!(key("key-name"), key("args-tenant"));
+    assert_ne!(vector("key-name").tool, vector("args-tenant").tool);
+    assert!(
+        vectors.iter().any(|v| v
+            .key_fields
+            .iter()
+            .flatten()
+            .any(|f| f.matches('/').count() > 1)),
+        "a key field by a nested JSON Pointer"
+    );
+    assert!(
+        vectors
+            .iter()
+            .any(|v| v.exclude.is_some() && v.key_fields.is_some()),
+        "an exclusion inside a key field"
+    );
     let keys: HashSet<&str> = vectors.iter().map(|v| v.key.as_str()).collect();
-    assert_eq!(keys.len(), vectors.len() - 2, "every other key is distinct");
+    assert_eq!(keys.len(), vectors.len() - 5, "every other key is distinct");
 }
 
 // ---- What the vectors cannot show: the typed value model. ----

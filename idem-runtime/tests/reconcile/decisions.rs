@@ -511,6 +511,45 @@ async fn a_read_back_that_finds_the_effect_settles_it() {
     );
 }
 
+/// A record names the tool that claimed it. Renamed, the tool that keeps the old name as its
+/// key name settles what it left unknown: the read-back finds the charge (under the same
+/// key), and nothing is sent again.
+#[tokio::test]
+async fn a_renamed_tool_settles_the_records_of_its_old_name() {
+    let w = World::new(Stub::new(false, [Fault::LostAck]), true, |s| s);
+    let first = w.call().await;
+    assert_eq!(first.class(), Some(OutcomeClass::Unknown));
+    let renamed = Registry::builder()
+        .shared_store(w.store.clone())
+        .retry_policy(RetryPolicy::never())
+        .tool(Charge {
+            stub: w.stub.clone(),
+            spec: ToolSpec::new("charge_card").key_name("charge"),
+            read_back: true,
+        })
+        .build()
+        .unwrap();
+    let decisions = Reconciler::new(&renamed).run_once().await.unwrap();
+    let actions: Vec<Action> = decisions.into_iter().map(|d| d.action).collect();
+    assert_eq!(actions, [Action::Settled]);
+    let rec = w.store.get(first.key().unwrap()).await.unwrap().unwrap();
+    assert_eq!(rec.state, RecordState::Completed);
+    assert_eq!(rec.downstream_ref.as_deref(), Some("ch_1"));
+    let again = renamed
+        .call(ToolCall::new(
+            "run-1",
+            "charge_card",
+            json!({"customer": "acme", "cents": 4900}),
+        ))
+        .await;
+    assert!(again.replayed(), "{:?}", again.as_result());
+    assert_eq!(again.key(), first.key());
+    assert_eq!(
+        (w.stub.sends.load(Ordering::SeqCst), w.stub.charges()),
+        (1, 1)
+    );
+}
+
 #[tokio::test]
 async fn a_late_commit_after_a_not_found_inside_the_bound_is_not_duplicated() {
     let bound = Duration::from_secs(120);

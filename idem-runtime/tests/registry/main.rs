@@ -1,4 +1,4 @@
-//! What a registry checks before anything runs: tool definitions, its clock against its
+//! What a registry checks before anything runs: tool definitions, key options, its clock against its
 //! store's, required tenants, call limits, value arguments, and the notices a refused
 //! repeat with changed parameters raises.
 
@@ -6,5 +6,6 @@ mod call_limits;
 mod changed_params_notices;
 mod clock;
 mod definitions;
+mod key_options;
 mod require_tenant;
 mod value_args;
