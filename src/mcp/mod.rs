@@ -107,6 +107,7 @@
 
 mod http;
 mod meta;
+mod output_schema;
 mod router;
 mod server;
 
