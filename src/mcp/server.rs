@@ -488,7 +488,11 @@ fn succeeded(result: &ToolResult) -> bool {
 /// tool that has no structured content to give — its saved result expired ("already done;
 /// result no longer kept") — is sent with `isError`, its text saying what happened. So is one
 /// whose output does not validate against the outputSchema (checked before it is sent): one
-/// a person recorded with only a downstream reference, or a read-back settled.
+/// a person recorded with only a downstream reference, or a read-back settled. For an
+/// outputSchema the check cannot evaluate (see [the module](super#what-a-client-sees)), only
+/// a fresh output, the handler's own, is sent as structured content, and a replay is that
+/// error. The schema is compiled on each call here (and a warning logged each time for one
+/// the check cannot evaluate); [`McpServer`] compiles each tool's once.
 pub fn to_call_tool_result(spec: &ToolSpec, result: &ToolResult) -> CallToolResult {
     call_tool_result(spec, result, OutputSchema::of(spec).as_ref())
 }
