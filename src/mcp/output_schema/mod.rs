@@ -11,23 +11,28 @@
 //!
 //! **Understood:** boolean schemas; `type` (one name or an array; `1.0` is an `integer`);
 //! `enum`, `const` (numbers compared by value: `1` equals `1.0`); `minimum`, `maximum`,
-//! `exclusiveMinimum`, `exclusiveMaximum`, `multipleOf` (exact: no rounding); `minLength`, `maxLength` (in characters); `items`, `prefixItems`, `minItems`,
-//! `maxItems`, `uniqueItems`; `properties`, `required`, `additionalProperties`,
-//! `propertyNames`, `minProperties`, `maxProperties`; `allOf`, `anyOf`, `oneOf`, `not`,
-//! `if`/`then`/`else`; `$ref` to a JSON Pointer in the same document (`#`, `#/$defs/…`,
-//! `#/definitions/…`, `~0`/`~1` and percent escapes). Annotations (`title`, `description`,
-//! `default`, `examples`, `deprecated`, `readOnly`, `writeOnly`, `format`, `$comment`,
-//! `content*`, …) constrain nothing and are ignored, as are keywords JSON Schema does not
-//! define.
+//! `exclusiveMinimum`, `exclusiveMaximum` (exact: `u64::MAX` is not rounded to an `f64`);
+//! `multipleOf` (exact for integers; a fractional divisor divides the numbers as they are
+//! written, so `0.3` is a multiple of `0.1`); `minLength`, `maxLength` (in characters);
+//! `items`, `prefixItems`, `minItems`, `maxItems`, `uniqueItems`; `properties`, `required`,
+//! `additionalProperties`, `propertyNames`, `minProperties`, `maxProperties`; `allOf`,
+//! `anyOf`, `oneOf`, `not`, `if`/`then`/`else`; `$ref` to a JSON Pointer in the same
+//! document (`#`, `#/$defs/…`, `#/definitions/…`, `~0`/`~1` and percent escapes).
+//! Annotations (`title`, `description`, `default`, `examples`, `deprecated`, `readOnly`,
+//! `writeOnly`, `format`, `$comment`, `content*`, …) constrain nothing and are ignored, as
+//! are keywords JSON Schema does not define. On all of it the validator agrees with the
+//! `jsonschema` crate (a differential property test, `tests.rs`).
 //!
 //! **Fail closed.** A schema with a keyword that constrains values and is not understood
 //! here — `pattern`, `patternProperties`, `dependentSchemas`, `dependentRequired`,
 //! `contains`, `unevaluated*`, `$dynamicRef`, a `$ref` to another document or an anchor, an
 //! embedded `$id`, a `$schema` other than 2020-12 — or a keyword whose value is malformed, or
-//! a `$ref` cycle that consumes no input, is *unverifiable* ([`Validator::compile`] says
-//! why): no output is ever judged valid against it, so the server never sends unchecked
-//! structured content for an output it did not produce itself. Validation is bounded: an
-//! instance (or a schema) nested deeper than [`MAX_DEPTH`] is invalid, and no input panics.
+//! a `$ref` cycle that consumes no input, or a schema nested deeper than 256, is
+//! *unverifiable* ([`Validator::compile`] says why). The server then judges no output valid
+//! but the handler's own fresh one (serialized from the type the schema describes): it never
+//! sends unchecked structured content for an output it did not produce itself. Validation is
+//! bounded: an instance that takes more than [`MAX_DEPTH`] nested schema nodes to check is
+//! invalid, and no input panics.
 //!
 //! The schema is compiled once, its `$ref`s resolved to indices, so a check per call walks
 //! only the instance.

@@ -837,3 +837,37 @@ fn any_json() -> impl Strategy<Value = Value> {
         ]
     })
 }
+
+/// The generated cases are worth comparing: with a fixed seed, a fair share of instances
+/// meets its schema and a fair share does not (a generator that made only one verdict would
+/// let the differential test pass on a validator that always answers it).
+#[test]
+fn generated_cases_reach_both_verdicts() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+
+    let mut runner = TestRunner::deterministic();
+    let strategy = (
+        arb_schema(),
+        arb_ref_free(),
+        prop::collection::vec(arb_instance(), 1..8),
+    );
+    let (mut valid, mut invalid) = (0usize, 0usize);
+    for _ in 0..500 {
+        let (schema, extra, instances) = strategy.new_tree(&mut runner).unwrap().current();
+        let schema = with_defs(schema, extra);
+        let ours = compiled(&schema);
+        for instance in &instances {
+            if ours.is_valid(instance) {
+                valid += 1;
+            } else {
+                invalid += 1;
+            }
+        }
+    }
+    let total = valid + invalid;
+    assert!(
+        valid * 5 > total && invalid * 5 > total,
+        "{valid} valid, {invalid} invalid"
+    );
+}
