@@ -85,8 +85,20 @@ impl fmt::Display for Unverifiable {
     }
 }
 
+/// At most this many bytes of a reason, which may quote the schema.
+const MAX_REASON: usize = 200;
+
 fn unverifiable<T>(why: impl Into<String>) -> Result<T, Unverifiable> {
-    Err(Unverifiable(why.into()))
+    let mut why = why.into();
+    if why.len() > MAX_REASON {
+        let mut end = MAX_REASON;
+        while !why.is_char_boundary(end) {
+            end -= 1;
+        }
+        why.truncate(end);
+        why.push('…');
+    }
+    Err(Unverifiable(why))
 }
 
 /// A compiled output schema.
@@ -648,7 +660,7 @@ impl<'a> Compiler<'a> {
         let map = match schema {
             Value::Bool(b) => return Ok(Node::Bool(*b)),
             Value::Object(map) => map,
-            other => return unverifiable(format!("{other} is not a schema")),
+            other => return unverifiable(format!("not a schema: {other}")),
         };
         let mut k = Keywords::default();
         let d = depth + 1;
@@ -796,8 +808,10 @@ impl<'a> Compiler<'a> {
         let Some(fragment) = r.strip_prefix('#') else {
             return unverifiable(format!("`$ref` {r:?} is not in this document"));
         };
-        let pointer = percent_decode(fragment)
-            .ok_or_else(|| Unverifiable(format!("`$ref` {r:?} is not a JSON Pointer")))?;
+        let pointer = percent_decode(fragment).map_or_else(
+            || unverifiable(format!("`$ref` {r:?} is not a JSON Pointer")),
+            Ok,
+        )?;
         if !pointer.is_empty() && !pointer.starts_with('/') {
             return unverifiable(format!("`$ref` {r:?} names an anchor"));
         }
@@ -832,7 +846,10 @@ impl<'a> Compiler<'a> {
                     .and_then(|i| items.get(i)),
                 _ => None,
             };
-            at = next.ok_or_else(|| Unverifiable(format!("`$ref` #{pointer} names nothing")))?;
+            at = next.map_or_else(
+                || unverifiable(format!("`$ref` #{pointer} names nothing")),
+                Ok,
+            )?;
         }
         Ok(at)
     }
@@ -846,7 +863,7 @@ fn types(value: &Value) -> Result<u8, Unverifiable> {
     let one = |v: &Value| {
         v.as_str()
             .and_then(type_bit)
-            .ok_or_else(|| Unverifiable(format!("`type` {v} is not a type")))
+            .map_or_else(|| unverifiable(format!("`type` names no type: {v}")), Ok)
     };
     match value {
         Value::Array(names) if !names.is_empty() => {

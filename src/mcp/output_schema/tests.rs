@@ -539,6 +539,7 @@ fn what_is_not_understood_is_unverifiable() {
         (json!({"properties": {"a": 3}}), "not a schema"),
         (json!("string"), "not a schema"),
         (json!(null), "not a schema"),
+        (json!({"items": "x".repeat(10_000)}), "not a schema"),
         (
             json!({"$ref": "#/$defs/a", "$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]}, "b": {"not": {"$ref": "#/$defs/a"}}}}),
             "cycle",
