@@ -187,7 +187,7 @@ impl Validator {
         debug_assert_eq!(root, 0);
         while let Some((slot, pointer)) = compiler.pending.pop() {
             let target = compiler.resolve(&pointer)?;
-            compiler.nodes[slot] = compiler.node(target, 0, false)?;
+            compiler.nodes[slot] = compiler.node(target, 0, pointer.is_empty())?;
         }
         let validator = Validator {
             nodes: compiler.nodes,

@@ -383,7 +383,7 @@ fn references_resolve_in_the_document() {
     );
     // Recursion that consumes input: a list of lists, a linked list.
     check(
-        json!({"type": "array", "items": {"$ref": "#"}}),
+        json!({"$id": "https://example.com/lists", "type": "array", "items": {"$ref": "#"}}),
         &[(json!([[], [[]]]), true), (json!([[1]]), false)],
     );
     let linked = json!({
