@@ -34,7 +34,13 @@
 //!   calls carry the output as `structuredContent` valid against it
 //!   ([`mcp_structured_content`](crate::definitions::mcp_structured_content)); a tool without
 //!   one still sends an object output as `structuredContent`. No other outcome carries
-//!   structured content. The result's `_meta` has the outcome class
+//!   structured content. Every output is checked against the outputSchema before it is
+//!   sent (one a person recorded or a read-back settled need not match it); one that does not
+//!   match is sent with `isError` and a text saying the call completed. The check knows the
+//!   JSON Schema schemars emits and fails closed on the rest: for a schema with a keyword it
+//!   does not evaluate (`pattern`, `patternProperties`, a remote `$ref`, …) only the
+//!   handler's own fresh output is structured content, and a replay is sent as that error
+//!   (with a warning when the schema is compiled: once per tool when the server is built). The result's `_meta` has the outcome class
 //!   ([`OUTCOME_KEY`]), the idempotency key ([`KEY_KEY`]) and whether it was replayed
 //!   ([`REPLAYED_KEY`]).
 //! - An unknown tool, or a malformed `_meta` field of ours, is a JSON-RPC error
@@ -107,6 +113,7 @@
 
 mod http;
 mod meta;
+mod output_schema;
 mod router;
 mod server;
 

@@ -14,6 +14,7 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::Value;
 
 use super::meta::{self, CallMeta};
+use super::output_schema::Validator;
 use crate::definitions::{mcp_output_schema, mcp_structured_content};
 use crate::store::Durability;
 use crate::{
@@ -487,32 +488,46 @@ fn succeeded(result: &ToolResult) -> bool {
 /// tool that has no structured content to give — its saved result expired ("already done;
 /// result no longer kept") — is sent with `isError`, its text saying what happened. So is one
 /// whose output does not validate against the outputSchema (checked before it is sent): one
-/// a person recorded with only a downstream reference, or a read-back settled.
+/// a person recorded with only a downstream reference, or a read-back settled. For an
+/// outputSchema the check cannot evaluate (see [the module](super#what-a-client-sees)), only
+/// a fresh output, the handler's own, is sent as structured content, and a replay is that
+/// error. The schema is compiled on each call here (and a warning logged each time for one
+/// the check cannot evaluate); [`McpServer`] compiles each tool's once.
 pub fn to_call_tool_result(spec: &ToolSpec, result: &ToolResult) -> CallToolResult {
     call_tool_result(spec, result, OutputSchema::of(spec).as_ref())
 }
 
-/// A tool's outputSchema, compiled, to check structured content against before it is sent.
-#[derive(Clone)]
-struct OutputSchema(Arc<jsonschema::Validator>);
-
-impl std::fmt::Debug for OutputSchema {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("OutputSchema")
-    }
-}
+/// A tool's outputSchema, compiled, to check structured content against before it is sent
+/// (`None` inside: the schema uses what [`Validator`] cannot check, so no output is judged
+/// valid against it but the handler's own, fresh one; see [`super::output_schema`]).
+#[derive(Clone, Debug)]
+struct OutputSchema(Option<Arc<Validator>>);
 
 impl OutputSchema {
-    /// The compiled outputSchema of the tool `spec` describes; `None` without one (or, never
-    /// expected, one that does not compile: its content is then sent unchecked).
+    /// The compiled outputSchema of the tool `spec` describes; `None` without one.
     fn of(spec: &ToolSpec) -> Option<OutputSchema> {
         let schema = mcp_output_schema(spec)?;
-        match jsonschema::validator_for(&schema) {
-            Ok(v) => Some(OutputSchema(Arc::new(v))),
+        match Validator::compile(&schema) {
+            Ok(v) => Some(OutputSchema(Some(Arc::new(v)))),
             Err(e) => {
-                tracing::warn!(tool = spec.name(), error = %e, "outputSchema does not compile");
-                None
+                tracing::warn!(
+                    tool = spec.name(),
+                    reason = %e,
+                    "outputSchema cannot be checked: a replayed output (one a person recorded or \
+                     a read-back settled) is sent without structuredContent, as an error"
+                );
+                Some(OutputSchema(None))
             }
+        }
+    }
+
+    /// True when `structured`, the structured content of `result`, may be sent: it is valid
+    /// against the schema, or, for a schema that cannot be checked, it is the handler's own
+    /// output of this call (serialized from the type the schema describes), not a replay.
+    fn admits(&self, structured: &Value, result: &ToolResult) -> bool {
+        match &self.0 {
+            Some(v) => v.is_valid(structured),
+            None => !result.replayed(),
         }
     }
 }
@@ -531,7 +546,7 @@ fn call_tool_result(
     let structured = result
         .output()
         .and_then(|output| mcp_structured_content(spec, output))
-        .filter(|structured| schema.is_none_or(|s| s.0.is_valid(structured)));
+        .filter(|structured| schema.is_none_or(|s| s.admits(structured, result)));
     let mut out = match (succeeded(result), structured) {
         (true, Some(structured)) => {
             let mut ok = CallToolResult::success(content);

@@ -291,6 +291,98 @@ async fn a_completion_resolved_by_a_person_keeps_the_output_schema_promise() {
     );
 }
 
+/// A receipt whose schema has a `pattern`: a keyword the server's outputSchema check does not
+/// evaluate, so it cannot tell whether an output it did not produce itself meets the schema.
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct PatternReceipt {
+    #[schemars(pattern(r"^ch_[0-9]+$"))]
+    charge: String,
+}
+
+struct PatternFlaky {
+    runs: Mutex<u32>,
+}
+
+#[toolbox]
+impl PatternFlaky {
+    /// Charge; the answer of the first request is lost.
+    #[tool(write)]
+    async fn charge(&self, _ctx: WriteCtx, args: ChargeArgs) -> Result<PatternReceipt, ToolError> {
+        let mut runs = self.runs.lock().unwrap();
+        *runs += 1;
+        if *runs == 1 {
+            return Err(ToolError::unknown("502 after the charge was sent"));
+        }
+        Ok(PatternReceipt {
+            charge: format!("ch_{}", args.cents),
+        })
+    }
+}
+
+/// An outputSchema the server cannot check (here, a `pattern`) fails closed: the handler's
+/// own output, serialized from the type the schema describes, is still structured content,
+/// but a completion a person recorded is not, even one that looks right — it is sent as an
+/// error whose text says it completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_schema_the_server_cannot_check_admits_only_the_handlers_own_output() {
+    let flaky = Arc::new(PatternFlaky {
+        runs: Mutex::new(0),
+    });
+    let registry = Registry::builder().toolbox(flaky.clone()).build().unwrap();
+    let server = McpServer::new(registry.clone());
+    let mut client = client(&server).await;
+    let list = client.request("tools/list", json!({})).await;
+    let output_schema = result(&list)["tools"][0]["outputSchema"].clone();
+    assert_eq!(
+        output_schema["properties"]["charge"]["pattern"], "^ch_[0-9]+$",
+        "{list}"
+    );
+
+    let args = json!({"customer": "acme", "cents": 4900});
+    let first = client.call_tool("charge", args.clone(), None).await;
+    assert_eq!(outcome(&first), "unknown", "{first}");
+    let key = idem::IdemKey::parse(result(&first)["_meta"]["idem/key"].as_str().unwrap()).unwrap();
+    idem::reconcile::resolve(
+        &**registry.store(),
+        &key,
+        idem::reconcile::Resolution::Completed {
+            downstream_ref: "ch_1".into(),
+            output: Some(json!({"charge": "ch_1"})),
+        },
+        "found in the dashboard",
+    )
+    .await
+    .unwrap();
+
+    let again = client.call_tool("charge", args, None).await;
+    assert_valid(&validator("CallToolResult"), &again);
+    assert_eq!(outcome(&again), "completed", "{again}");
+    assert_eq!(*flaky.runs.lock().unwrap(), 1, "not run again");
+    assert!(is_error(&again), "{again}");
+    assert!(result(&again).get("structuredContent").is_none(), "{again}");
+    let text = result(&again)["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("ch_1"),
+        "the model still learns the result: {text}"
+    );
+
+    // A fresh call: the handler's own output is sent as structured content.
+    let fresh = client
+        .call_tool("charge", json!({"customer": "acme", "cents": 12}), None)
+        .await;
+    assert_valid(&validator("CallToolResult"), &fresh);
+    assert!(!is_error(&fresh), "{fresh}");
+    assert_eq!(*flaky.runs.lock().unwrap(), 2, "ran once more");
+    assert_eq!(
+        result(&fresh)["structuredContent"],
+        json!({"charge": "ch_12"}),
+        "{fresh}"
+    );
+    assert!(jsonschema::validator_for(&output_schema)
+        .unwrap()
+        .is_valid(&result(&fresh)["structuredContent"]));
+}
+
 #[idem::args]
 struct ListArgs {
     /// Only this customer's, when given.
