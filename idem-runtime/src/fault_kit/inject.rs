@@ -46,13 +46,11 @@ impl Injector {
 }
 
 fn server_error(when: &str) -> ToolError {
-    ToolError::unknown(format!(
-        "500 Internal Server Error {when} (injected by the fault kit)"
-    ))
+    ToolError::unknown(format!("500 Internal Server Error (fault kit: {when})"))
 }
 
 fn unavailable(retry_after: Option<Duration>) -> ToolError {
-    let said = "503 Service Unavailable (injected by the fault kit; nothing ran)";
+    let said = "503 Service Unavailable (fault kit: nothing ran)";
     match retry_after {
         Some(wait) => ToolError::unavailable_for(said, wait),
         None => ToolError::unavailable(said),
@@ -95,7 +93,7 @@ impl Intercept for Injector {
                     let _ = attempt.run().await;
                     tokio::time::sleep(t.client_timeout).await;
                     Err(ToolError::unknown(
-                        "the client timed out waiting for the answer (injected by the fault kit)",
+                        "the client timed out waiting for the answer (fault kit)",
                     ))
                 }
                 Fault::ServerErrorBeforeEffect if first => {
