@@ -360,9 +360,10 @@ pub mod fault_kit {
     //! bound past the timeout before it reconciles. For an in-process test double, run it
     //! under tokio's paused clock (`#[tokio::test(start_paused = true)]`): those minutes
     //! cost no real time and every run is the same. Against a sandbox on the network, run
-    //! it in real time and give the tool short timeouts and an in-flight bound of its own
-    //! (`timeout = "500ms"`, `in_flight = "1s"`); count the ledger by the key then (each
-    //! fault's run has its own key, and [`FaultKit::run_id`] changes them all between runs).
+    //! it in real time and give the tool a short timeout, in-flight bound and lease of its
+    //! own (`timeout = "500ms"`, `in_flight = "1s"`, `lease = "2s"`; the default lease is the
+    //! timeout plus 30 s); count the ledger by the key then (each fault's run has its own
+    //! key, and [`FaultKit::run_id`] changes them all between runs).
     pub use idem_runtime::fault_kit::{
         Answer, Fault, FaultKit, FaultKitError, FaultReport, Row, Subject, Turn, Verdict,
     };

@@ -79,6 +79,19 @@ impl Billing {
         Ok(args.cents)
     }
 
+    /// Charge a card; a sandbox's short times, for a run in real time.
+    #[tool(
+        write,
+        downstream = "keyed",
+        timeout = "50ms",
+        in_flight = "100ms",
+        lease = "300ms"
+    )]
+    async fn charge_quick(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<u64, ToolError> {
+        self.bank.charge(ctx.key().as_str(), args.cents);
+        Ok(args.cents)
+    }
+
     /// Charge a card, twice per call: a bug the kit must catch.
     #[tool(write, downstream = "keyed")]
     async fn charge_twice(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<u64, ToolError> {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use idem::fault_kit::{Fault, FaultKit, FaultKitError, Subject, Verdict};
+use idem::{tool, ReadCtx, ToolError};
 
 use crate::bank::{args, changed_args, Bank, Banks, Billing};
 
@@ -93,6 +94,45 @@ async fn a_tool_the_toolbox_lacks_is_an_error_not_a_report() {
         .expect_err("no such tool");
     assert!(
         matches!(err, FaultKitError::NoSuchTool(ref n) if n == "refund"),
+        "{err}"
+    );
+}
+
+/// A sandbox's way: tokio's clock not paused, the tool's own short timeout, in-flight bound
+/// and lease; the kit's waits scale with them.
+#[tokio::test]
+async fn in_real_time_with_short_timeouts_a_keyed_tool_passes() {
+    let faults = [Fault::LostAck, Fault::LateCommit, Fault::Crash];
+    let banks = Banks::default();
+    let made = banks.clone();
+    let report = FaultKit::new(args(), move || made.subject(Bank::keyed, "charge_quick"))
+        .faults(faults)
+        .run()
+        .await
+        .expect("the tool registers");
+    report.assert_all_pass();
+    for (fault, charges) in banks.counts(&faults) {
+        assert_eq!(
+            charges, 1,
+            "{fault}: the bank holds {charges} charges\n{report}"
+        );
+    }
+}
+
+/// What is the balance?
+#[tool(read)]
+async fn balance(_ctx: ReadCtx) -> Result<u64, ToolError> {
+    Ok(0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_tool_is_an_error_not_a_report() {
+    let err = FaultKit::new(args(), || Subject::new(balance, |_key| 0))
+        .run()
+        .await
+        .expect_err("a read tool has no effect to count");
+    assert!(
+        matches!(err, FaultKitError::NotAWriteTool(ref n) if n == "balance"),
         "{err}"
     );
 }

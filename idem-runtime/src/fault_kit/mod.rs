@@ -39,9 +39,9 @@
 //! in-flight bound past the timeout before it reconciles. For an in-process test double,
 //! run the kit under tokio's paused clock (`#[tokio::test(start_paused = true)]`): those
 //! waits (minutes, with the default 30 s timeout) cost no real time, and every run is the
-//! same. Against a sandbox on the network, run it in real time and give the tool short
-//! timeouts and an in-flight bound of its own (`timeout = "500ms"`, `in_flight = "1s"`): the
-//! waits scale with them.
+//! same. Against a sandbox on the network, run it in real time and give the tool a short
+//! timeout, in-flight bound and lease of its own (`timeout = "500ms"`, `in_flight = "1s"`,
+//! `lease = "2s"`; the default lease is the timeout plus 30 s): the waits scale with them.
 
 mod fault;
 mod inject;
@@ -273,7 +273,7 @@ impl FaultKit {
             outage,
             later_call: self.later_call.unwrap_or(outage),
             restart_after: lease + lease / 2,
-            settle: timeout + bound * 2 + lease + Duration::from_secs(1),
+            settle: timeout * 2 + bound * 2 + lease,
         }
     }
 
@@ -318,7 +318,7 @@ impl FaultKit {
         let registry = Registry::builder()
             .store(MemoryStore::with_clock(clock.clone()))
             .clock(clock)
-            .retry_policy(self.retry.clone())
+            .retry_policy(self.retry)
             .tool(tool)
             .build()?;
 

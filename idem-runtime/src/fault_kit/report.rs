@@ -10,6 +10,7 @@ use crate::reconcile::Decision;
 
 /// The kit's judgement of one fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Verdict {
     /// Exactly one effect, and nothing the model was told contradicts the ledger.
     Pass,

@@ -467,17 +467,16 @@ impl Attempt {
     }
 
     /// The handler twice, with the same context and equal arguments: a redelivered request.
-    pub(crate) fn run_twice(
-        self,
-    ) -> (
-        BoxFuture<'static, Result<Value, ToolError>>,
-        BoxFuture<'static, Result<Value, ToolError>>,
-    ) {
+    pub(crate) fn run_twice(self) -> (HandlerFuture, HandlerFuture) {
         let first = Arc::clone(&self.tool).invoke(Ctx::Write(self.ctx.clone()), self.args);
         let second = self.tool.invoke(Ctx::Write(self.ctx), self.copy);
         (first, second)
     }
 }
+
+/// A run of the handler, as [`Attempt::run_twice`] hands it out.
+#[cfg(feature = "testing")]
+pub(crate) type HandlerFuture = BoxFuture<'static, Result<Value, ToolError>>;
 
 /// Arguments decoded twice: the handler's, and the copy a redelivery runs with.
 #[cfg(feature = "testing")]
