@@ -312,7 +312,8 @@ pub mod fault_kit {
     //! ```
     //!
     //! For each [`Fault`] the kit asks for a fresh [`Subject`] (your tool, and a ledger: a
-    //! closure that counts the effects your downstream holds for the operation's key),
+    //! closure that counts the effects your downstream holds for the operation's key, or
+    //! the tool's own read-back, [`Subject::counted_by_read_back`]),
     //! registers the tool behind an injector under its own name, so its keys are the ones it
     //! always has, drives the registry through the fault as a model and a harness would,
     //! waits until everything in flight has landed or been dropped, lets a

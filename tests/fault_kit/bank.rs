@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use idem::fault_kit::{Fault, Subject};
-use idem::{toolbox, ToolError, WriteCtx};
+use idem::tool::{DynTool, Toolbox};
+use idem::{toolbox, ReadBack, ReadBackCtx, ToolError, WriteCtx};
 
 /// One committed charge.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,6 +93,35 @@ impl Billing {
         Ok(args.cents)
     }
 
+    /// Charge a card; the reconciler (and the kit, when asked) looks charges up by key.
+    #[tool(write, downstream = "keyed", reconcile = find_charge)]
+    async fn charge_found(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<u64, ToolError> {
+        self.bank.charge(ctx.key().as_str(), args.cents);
+        Ok(args.cents)
+    }
+
+    /// The charges made under the operation's key.
+    async fn find_charge(
+        &self,
+        ctx: ReadBackCtx,
+        _args: ChargeArgs,
+    ) -> Result<ReadBack, ToolError> {
+        let mut refs: Vec<String> = (self.bank.charges().iter().enumerate())
+            .filter(|(_, c)| c.key == ctx.key().as_str())
+            .map(|(i, _)| format!("ch_{}", i + 1))
+            .collect();
+        Ok(match refs.len() {
+            0 => ReadBack::NotFound,
+            1 => ReadBack::Completed {
+                downstream_ref: refs.pop(),
+                output: serde_json::json!(4900),
+            },
+            _ => ReadBack::Ambiguous {
+                downstream_refs: refs,
+            },
+        })
+    }
+
     /// Charge a card, twice per call: a bug the kit must catch.
     #[tool(write, downstream = "keyed")]
     async fn charge_twice(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<u64, ToolError> {
@@ -109,6 +139,13 @@ impl Billing {
     }
 }
 
+/// The tool named `name` of a `Billing` over `bank`.
+pub fn tool(bank: Arc<Bank>, name: &str) -> DynTool {
+    (Arc::new(Billing { bank }).tools().into_iter())
+        .find(|t| t.name() == name)
+        .expect("a tool of Billing")
+}
+
 /// Every bank a kit run made, one per fault, to count after the run.
 #[derive(Clone, Default)]
 pub struct Banks(Arc<Mutex<Vec<Arc<Bank>>>>);
@@ -123,6 +160,14 @@ impl Banks {
         Subject::toolbox(Arc::new(Billing { bank }), tool, move |_key| {
             counted.charges().len()
         })
+    }
+
+    /// A subject for the kit: `tool` of a fresh `Billing` over `bank()`, counted by the
+    /// tool's own read-back.
+    pub fn read_back_subject(&self, bank: fn() -> Arc<Bank>, name: &str) -> Subject {
+        let bank = bank();
+        self.0.lock().unwrap().push(bank.clone());
+        Subject::counted_by_read_back(tool(bank, name))
     }
 
     /// Charges in each fault's bank, in the order the faults ran.

@@ -6,4 +6,5 @@
 mod bank;
 mod broken;
 mod correct;
+mod read_back;
 mod unkeyed;

@@ -3,7 +3,8 @@
 //! *your* ledger. The facade documents it, with the test a user writes, as `idem::fault_kit`.
 //!
 //! For each [`Fault`], the kit asks you for a fresh [`Subject`] (your tool and a ledger: a
-//! closure that counts the effects your downstream holds for an operation's key), registers
+//! closure that counts the effects your downstream holds for an operation's key, or the
+//! tool's own read-back), registers
 //! the tool behind an injector under its own name (so its keys are the keys it always has),
 //! drives the registry through the fault as a model and a harness would, waits until
 //! everything still in flight has landed or been dropped, runs a [`Reconciler`] pass, calls
@@ -65,14 +66,21 @@ use crate::outcome::OutcomeClass;
 use crate::reconcile::Reconciler;
 use crate::registry::{BuildError, Registry, RetryPolicy};
 use crate::store::{Clock, MemoryStore, SystemClock, TokioClock};
-use crate::tool::{Downstream, DynTool, IntoDynTool, ToolKind, Toolbox};
+use crate::tool::{
+    Downstream, DynTool, IntoDynTool, ReadBack, ReadBackCtx, ToolError, ToolKind, Toolbox,
+};
 
 /// The intent every call of a fault's run carries: one operation per run, whatever the
 /// arguments, so a call with changed arguments is the same operation asked differently.
 const INTENT: &str = "fault-kit";
 
-/// Counts the effects your downstream holds for an operation's key.
-type Ledger = Arc<dyn Fn(&IdemKey) -> usize + Send + Sync>;
+/// How the kit counts the effects of an operation.
+enum Ledger {
+    /// Your closure, given the operation's key.
+    Count(Arc<dyn Fn(&IdemKey) -> usize + Send + Sync>),
+    /// The tool's own read-back.
+    ReadBack,
+}
 
 /// What the kit tests under one fault: your write tool, and the ledger that counts its
 /// effects. The kit asks for a fresh one per fault ([`FaultKit::new`]).
@@ -93,7 +101,20 @@ impl Subject {
     ) -> Self {
         Subject {
             tool: Ok(tool.into_dyn_tool()),
-            ledger: Arc::new(ledger),
+            ledger: Ledger::Count(Arc::new(ledger)),
+        }
+    }
+
+    /// A write tool counted by its own read-back (`reconcile = …`), called with the
+    /// operation's key and the kit's arguments: nothing found is no effect, one effect found
+    /// (completed, pending or failed) is one, an ambiguous answer is as many as the effects
+    /// it names, a partial batch is one. A read-back sees only what it can name: a counting
+    /// closure ([`Subject::new`]) catches duplicates a read-back by key cannot tell apart.
+    /// A tool without a read-back is an error of [`FaultKit::run`].
+    pub fn counted_by_read_back<M>(tool: impl IntoDynTool<M>) -> Self {
+        Subject {
+            tool: Ok(tool.into_dyn_tool()),
+            ledger: Ledger::ReadBack,
         }
     }
 
@@ -111,7 +132,7 @@ impl Subject {
             .ok_or_else(|| FaultKitError::NoSuchTool(name.to_owned()));
         Subject {
             tool,
-            ledger: Arc::new(ledger),
+            ledger: Ledger::Count(Arc::new(ledger)),
         }
     }
 }
@@ -129,6 +150,18 @@ pub enum FaultKitError {
     /// The registry refused the tool.
     #[error("the registry refused the tool: {0}")]
     Build(#[from] BuildError),
+    /// The ledger is the tool's read-back ([`Subject::counted_by_read_back`]), and the tool
+    /// declares none.
+    #[error("`{0}` has no read-back to count its effects with")]
+    NoReadBack(String),
+    /// The tool's read-back failed while the kit counted effects with it.
+    #[error("the read-back of `{tool}` failed: {error}")]
+    ReadBackFailed {
+        /// The tool.
+        tool: String,
+        /// What the read-back said.
+        error: ToolError,
+    },
 }
 
 /// The times a fault's run waits, all from the tool's spec and the kit's settings.
@@ -327,35 +360,50 @@ impl FaultKit {
                 .call_id(call_id)
                 .intent(INTENT)
         };
-        let turn = |answer: Answer| Turn {
-            answer,
-            ended_after: began.elapsed(),
-            effects: ledger(&key),
+        let counter = Counter {
+            ledger: &ledger,
+            tool: &base,
+            key: &key,
+            scope: Scope::run(run_id.clone()),
+            args: &self.args,
+            began,
         };
         let first = || call("call-1", &self.args);
         let mut turns = Vec::new();
         match fault {
             Fault::Concurrent => {
                 let (a, b) = tokio::join!(registry.call(first()), registry.call(first()));
-                turns.push(turn(Answer::Returned(a)));
-                turns.push(turn(Answer::Returned(b)));
+                turns.push(counter.turn(Answer::Returned(a)).await?);
+                turns.push(counter.turn(Answer::Returned(b)).await?);
             }
             Fault::Reissue => {
-                turns.push(turn(Answer::Returned(registry.call(first()).await)));
+                turns.push(
+                    counter
+                        .turn(Answer::Returned(registry.call(first()).await))
+                        .await?,
+                );
                 let again = registry.call(call("call-2", &self.args)).await;
-                turns.push(turn(Answer::Returned(again)));
+                turns.push(counter.turn(Answer::Returned(again)).await?);
             }
             Fault::Outage => {
-                turns.push(turn(Answer::Returned(registry.call(first()).await)));
+                turns.push(
+                    counter
+                        .turn(Answer::Returned(registry.call(first()).await))
+                        .await?,
+                );
                 tokio::time::sleep(timing.later_call).await;
                 let again = registry.call(call("call-2", &self.args)).await;
-                turns.push(turn(Answer::Returned(again)));
+                turns.push(counter.turn(Answer::Returned(again)).await?);
             }
             Fault::ChangedParams => {
                 let args = changed.unwrap_or_else(|| self.args.clone());
-                turns.push(turn(Answer::Returned(registry.call(first()).await)));
+                turns.push(
+                    counter
+                        .turn(Answer::Returned(registry.call(first()).await))
+                        .await?,
+                );
                 let again = registry.call(call("call-2", &args)).await;
-                turns.push(turn(Answer::Returned(again)));
+                turns.push(counter.turn(Answer::Returned(again)).await?);
             }
             Fault::Crash => {
                 let worker = {
@@ -371,13 +419,23 @@ impl FaultKit {
                 };
                 worker.abort();
                 match worker.await {
-                    Ok(result) if !crashed => turns.push(turn(Answer::Returned(result))),
-                    _ => turns.push(turn(Answer::Crashed)),
+                    Ok(result) if !crashed => {
+                        turns.push(counter.turn(Answer::Returned(result)).await?)
+                    }
+                    _ => turns.push(counter.turn(Answer::Crashed).await?),
                 }
                 tokio::time::sleep(timing.restart_after).await;
-                turns.push(turn(Answer::Returned(registry.call(first()).await)));
+                turns.push(
+                    counter
+                        .turn(Answer::Returned(registry.call(first()).await))
+                        .await?,
+                );
             }
-            _ => turns.push(turn(Answer::Returned(registry.call(first()).await))),
+            _ => turns.push(
+                counter
+                    .turn(Answer::Returned(registry.call(first()).await))
+                    .await?,
+            ),
         }
 
         // Everything in flight lands (or is dropped by the executor) before the reconciler
@@ -387,10 +445,12 @@ impl FaultKit {
             .run_all()
             .await
             .unwrap_or_default();
-        let asked_again = turn(Answer::Returned(
-            registry.call(call("call-after", &self.args)).await,
-        ));
-        let effects = ledger(&key);
+        let asked_again = counter
+            .turn(Answer::Returned(
+                registry.call(call("call-after", &self.args)).await,
+            ))
+            .await?;
+        let effects = counter.effects().await?;
         let (verdict, reason) = judge(fault, downstream, &turns, &asked_again, effects);
         Ok(Row {
             fault,
@@ -400,6 +460,54 @@ impl FaultKit {
             effects,
             verdict,
             reason,
+        })
+    }
+}
+
+/// Counts the effects of one fault's operation, and stamps each call's end with them.
+struct Counter<'a> {
+    ledger: &'a Ledger,
+    tool: &'a DynTool,
+    key: &'a IdemKey,
+    scope: Scope,
+    args: &'a Value,
+    began: Instant,
+}
+
+impl Counter<'_> {
+    async fn effects(&self) -> Result<usize, FaultKitError> {
+        let read_back = match self.ledger {
+            Ledger::Count(count) => return Ok(count(self.key)),
+            Ledger::ReadBack => {
+                let failed = |error: ToolError| FaultKitError::ReadBackFailed {
+                    tool: self.tool.name().to_owned(),
+                    error,
+                };
+                let args = self
+                    .tool
+                    .decode(self.args)
+                    .map_err(|e| failed(ToolError::rejected(format!("{e:?}"))))?;
+                let ctx = ReadBackCtx {
+                    key: self.key.clone(),
+                    scope: self.scope.clone(),
+                    downstream_ref: None,
+                };
+                self.tool.read_back(ctx, args.typed).await.map_err(failed)?
+            }
+        };
+        match read_back {
+            ReadBack::Unsupported => Err(FaultKitError::NoReadBack(self.tool.name().to_owned())),
+            ReadBack::NotFound => Ok(0),
+            ReadBack::Ambiguous { downstream_refs } => Ok(downstream_refs.len()),
+            _ => Ok(1),
+        }
+    }
+
+    async fn turn(&self, answer: Answer) -> Result<Turn, FaultKitError> {
+        Ok(Turn {
+            answer,
+            ended_after: self.began.elapsed(),
+            effects: self.effects().await?,
         })
     }
 }
