@@ -32,7 +32,11 @@ impl Injector {
             fault,
             timing,
             attempts: AtomicU32::new(0),
-            outage_until: (fault == Fault::Outage).then(|| began + timing.outage),
+            outage_until: (fault == Fault::Outage).then(|| {
+                // An outage too long for the clock lasts as good as forever.
+                (began.checked_add(timing.outage))
+                    .unwrap_or_else(|| began + Duration::from_secs(30 * 365 * 24 * 3600))
+            }),
             effect_done: watch::Sender::new(false),
         })
     }

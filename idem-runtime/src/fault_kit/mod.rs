@@ -298,15 +298,19 @@ impl FaultKit {
         let outage = self
             .outage
             .unwrap_or_else(|| self.retry.budget.saturating_add(self.retry_after));
+        // Saturating: a tool may declare any duration, and the kit must not panic on one.
         Timing {
             client_timeout: timeout / 2,
-            late_commit: timeout + (timeout / 2).min(bound / 2),
-            late_tail: timeout + bound.saturating_sub(bound / 8),
+            late_commit: timeout.saturating_add((timeout / 2).min(bound / 2)),
+            late_tail: timeout.saturating_add(bound.saturating_sub(bound / 8)),
             retry_after: self.retry_after,
             outage,
             later_call: self.later_call.unwrap_or(outage),
-            restart_after: lease + lease / 2,
-            settle: timeout * 2 + bound * 2 + lease,
+            restart_after: lease.saturating_add(lease / 2),
+            settle: timeout
+                .saturating_add(bound)
+                .saturating_mul(2)
+                .saturating_add(lease),
         }
     }
 
