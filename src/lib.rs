@@ -268,6 +268,114 @@ pub mod observe {
     };
 }
 
+#[cfg(feature = "testing")]
+pub mod fault_kit {
+    //! The fault kit (feature `testing`): prove exactly-once on *your* write tool, against
+    //! your own fake downstream or sandbox, under every fault of the retry matrix, judged on
+    //! *your* ledger.
+    //!
+    //! ```
+    //! use std::sync::{Arc, Mutex};
+    //!
+    //! use idem::fault_kit::{FaultKit, Subject};
+    //! use idem::{toolbox, ToolError, WriteCtx};
+    //! use serde_json::json;
+    //!
+    //! /// Your test double: a bank that charges once per idempotency key.
+    //! #[derive(Default)]
+    //! struct FakeBank { charges: Mutex<Vec<(String, u64)>> }
+    //!
+    //! #[idem::args]
+    //! struct ChargeArgs { customer: String, cents: u64 }
+    //!
+    //! #[toolbox]
+    //! impl FakeBank {
+    //!     /// Charge a customer's card.
+    //!     #[tool(write, downstream = "keyed")]
+    //!     async fn charge(&self, ctx: WriteCtx, args: ChargeArgs) -> Result<u64, ToolError> {
+    //!         let mut charges = self.charges.lock().unwrap();
+    //!         if !charges.iter().any(|(key, _)| key == ctx.key().as_str()) {
+    //!             charges.push((ctx.key().to_string(), args.cents));
+    //!         }
+    //!         Ok(args.cents)
+    //!     }
+    //! }
+    //!
+    //! // In your tests: `#[tokio::test(start_paused = true)]`.
+    //! async fn charge_is_exactly_once_under_every_fault() {
+    //!     let report = FaultKit::new(json!({ "customer": "acme", "cents": 4900 }), || {
+    //!         let bank = Arc::new(FakeBank::default());
+    //!         Subject::toolbox(bank.clone(), "charge", move |_key| bank.charges.lock().unwrap().len())
+    //!     })
+    //!     .changed_args(json!({ "customer": "acme", "cents": 9900 }))
+    //!     .run()
+    //!     .await
+    //!     .expect("the tool registers");
+    //!     report.assert_all_pass(); // panics with the table when a fault fails
+    //! }
+    //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    //! # async fn main() { charge_is_exactly_once_under_every_fault().await }
+    //! ```
+    //!
+    //! For each [`Fault`] the kit asks for a fresh [`Subject`] (your tool, and a ledger: a
+    //! closure that counts the effects your downstream holds for the operation's key, or
+    //! the tool's own read-back, [`Subject::counted_by_read_back`]),
+    //! registers the tool behind an injector under its own name, so its keys are the ones it
+    //! always has, drives the registry through the fault as a model and a harness would,
+    //! waits until everything in flight has landed or been dropped, lets a
+    //! [`Reconciler`](crate::Reconciler) settle the unknowns, calls once more as the model
+    //! would, and counts your ledger. The [`FaultReport`] prints as a table, a row per
+    //! fault: the effects counted, what the model was told, the [`Verdict`].
+    //!
+    //! # Where the faults are injected
+    //!
+    //! The kit cannot reach into your downstream, so it breaks things at the handler
+    //! boundary: it runs your handler and drops its answer (lost ack), starts it past the
+    //! timeout (late commit, late tail), runs it twice with the same context (redelivery),
+    //! answers for it before or after it ran (timeouts, 5xx, 503 with and without
+    //! `Retry-After`, an outage), drops its future mid-way (a crashed worker, restarted on
+    //! the same store), and drives the registry the way a model and a harness would (a call
+    //! re-issued with a new call id, concurrent copies, changed arguments). Each [`Fault`]
+    //! says what it does. Every call of a fault's run carries one intent, so all of them
+    //! are one operation, with one key, whatever the arguments.
+    //!
+    //! # Judgement
+    //!
+    //! [`Verdict::Pass`] is exactly one effect in your ledger with nothing the model was
+    //! told contradicting it: never "failed" or "rejected" (a timeout is *unknown*), never
+    //! "completed" before anything happened, never "nothing was done" after something did,
+    //! and the call with changed arguments refused. Two verdicts are not failures:
+    //!
+    //! - [`Verdict::Escalated`]: nobody could tell whether the effect happened (an unkeyed
+    //!   downstream without a read-back), so the operation waits for a person and the model
+    //!   is told so. A read-back (`reconcile = …`) lets the reconciler settle it instead.
+    //! - [`Verdict::NotPreventable`]: a redelivered request reached a downstream with no key
+    //!   contract (`downstream = "unkeyed"`) twice and it executed both. No client can
+    //!   prevent that: the two copies are one request to everyone but the downstream, which
+    //!   is the only party that could tell them apart, by a key. The kit reports it, so the
+    //!   table shows what the missing contract costs, instead of failing a tool that is as
+    //!   safe as its downstream lets it be.
+    //!
+    //! [`FaultReport::assert_all_pass`] panics with the table when any row failed;
+    //! [`FaultReport::rows`] and [`FaultReport::failures`] give the same without panicking.
+    //!
+    //! # Time
+    //!
+    //! Every wait is on tokio's clock, sized from the tool's spec (its timeout, in-flight
+    //! bound and lease): a late commit starts half a timeout after the timeout, a crashed
+    //! worker restarts once its lease has lapsed, and the kit waits twice the in-flight
+    //! bound past the timeout before it reconciles. For an in-process test double, run it
+    //! under tokio's paused clock (`#[tokio::test(start_paused = true)]`): those minutes
+    //! cost no real time and every run is the same. Against a sandbox on the network, run
+    //! it in real time and give the tool a short timeout, in-flight bound and lease of its
+    //! own (`timeout = "500ms"`, `in_flight = "1s"`, `lease = "2s"`; the default lease is the
+    //! timeout plus 30 s); count the ledger by the key then (each fault's run has its own
+    //! key, and [`FaultKit::run_id`] changes them all between runs).
+    pub use idem_runtime::fault_kit::{
+        Answer, Fault, FaultKit, FaultKitError, FaultReport, Row, Subject, Turn, Verdict,
+    };
+}
+
 #[cfg(feature = "sqlite")]
 pub use idem_sqlite::{SqliteStore, SqliteSync};
 

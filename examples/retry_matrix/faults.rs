@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use idem::fault_kit::{Fault as KitFault, FaultKit};
+
 use super::billing::{Glitch, KeyContract};
 use super::strategies::Strategy;
 
@@ -100,6 +102,40 @@ impl Fault {
             Fault::Unkeyed => "unkeyed",
             Fault::Unavailable503 => "unavailable-503",
             Fault::Outage503 => "outage-503",
+        }
+    }
+
+    /// The fault kit's fault that breaks idem's run the way this one breaks the hand-rolled
+    /// strategies' (at the charge tool's handler, not in the network).
+    pub fn kit_fault(self) -> KitFault {
+        match self {
+            Fault::None => KitFault::None,
+            // Unkeyed: the lost ack, to a service that ignores keys.
+            Fault::LostAck | Fault::Unkeyed => KitFault::LostAck,
+            Fault::LateCommit => KitFault::LateCommit,
+            Fault::Redelivery => KitFault::Redelivery,
+            Fault::TimeoutPre => KitFault::TimeoutBeforeEffect,
+            Fault::Http500Post => KitFault::ServerErrorAfterEffect,
+            Fault::LateTail => KitFault::LateTail,
+            Fault::Concurrent => KitFault::Concurrent,
+            Fault::Reissue => KitFault::Reissue,
+            Fault::Crash => KitFault::Crash,
+            Fault::ChangedParams => KitFault::ChangedParams,
+            Fault::Unavailable503 => KitFault::UnavailableRetryAfter,
+            Fault::Outage503 => KitFault::Outage,
+        }
+    }
+
+    /// `kit` with this block's `503`s: their `Retry-After`, and for the outage its length
+    /// and when the model calls again.
+    pub fn tune(self, kit: FaultKit) -> FaultKit {
+        match self {
+            Fault::Unavailable503 => kit.retry_after(UNAVAILABLE_RETRY_AFTER),
+            Fault::Outage503 => kit
+                .retry_after(OUTAGE_RETRY_AFTER)
+                .outage(OUTAGE)
+                .later_call(OUTAGE_LATER_CALL),
+            _ => kit,
         }
     }
 

@@ -14,7 +14,12 @@
 //! duplicates, every one of them reported "completed" to the agent. The fifth row, `idem`,
 //! is the charge tool (`#[tool(write, downstream = "keyed")]`) called through a `Registry`:
 //! the key comes from `WriteCtx` and goes to the service, and every run ends in exactly one
-//! charge. The extended block adds ten
+//! charge. That row runs through idem's fault kit (`idem::fault_kit`, the kit users run on
+//! their own tools), so the main job and the kit cannot drift apart: the kit injects each
+//! fault at the charge tool's handler (the network in front of the service breaks nothing in
+//! idem's runs), settles the unknowns with a reconciler, asks again as the model would, and
+//! judges the run on the service's ledger (`--json` prints its verdict). The extended block
+//! adds ten
 //! more faults, all five strategies each; the last two are a service that sheds load with
 //! `503 Service Unavailable` and a `Retry-After`, without executing: briefly
 //! (`unavailable-503`, idem waits it out and charges once) and past idem's retry budget
@@ -40,7 +45,9 @@ use std::time::Duration;
 
 use billing::{Charge, ChargeRequest, ClientError};
 use faults::Fault;
-use strategies::{Belief, Strategy, Told, Turn, World, AMOUNT, CUSTOMER};
+use idem::fault_kit::FaultKit;
+use serde_json::json;
+use strategies::{Belief, Strategy, Told, Turn, World, AMOUNT, CUSTOMER, RUN_ID};
 
 /// The amount the changed-params retry sends instead of [`AMOUNT`].
 const CHANGED_AMOUNT: u64 = 9900;
@@ -85,6 +92,8 @@ struct Run {
     /// idem only: what one reconciliation pass decided once everything had landed, and what
     /// the model was told when it asked again.
     reconciled: Option<String>,
+    /// idem only: the fault kit's verdict on the run (`pass`, `escalated`, …).
+    kit_verdict: Option<&'static str>,
 }
 
 impl Run {
@@ -131,6 +140,8 @@ struct RunJson<'a> {
     reported_completed: bool,
     charges_after_turn: &'a [usize],
     ledger: &'a [Charge],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kit_verdict: Option<&'a str>,
 }
 
 impl<'a> From<&'a Run> for RunJson<'a> {
@@ -145,6 +156,7 @@ impl<'a> From<&'a Run> for RunJson<'a> {
             reported_completed: run.reported_completed(),
             charges_after_turn: &run.charges_after_turn,
             ledger: &run.ledger,
+            kit_verdict: run.kit_verdict,
         }
     }
 }
@@ -208,6 +220,9 @@ pub(crate) async fn render(json: bool) -> String {
 
 /// Runs `strategy` under `fault` in a fresh world and counts the ledger.
 async fn run(block: Block, fault: Fault, strategy: Strategy) -> Run {
+    if strategy == Strategy::Idem {
+        return idem_run(block, fault).await;
+    }
     let world = World::new(fault.contract(), fault.glitch(strategy));
     let mut turns = Turns::new(&world, fault.stamps_turns());
     let first = Turn::first();
@@ -235,13 +250,6 @@ async fn run(block: Block, fault: Fault, strategy: Strategy) -> Run {
             tokio::time::sleep(RESTART_AFTER).await;
             turns.ended(strategy.run(&world, &first).await);
         }
-        // idem's retries are its executor's, with the arguments of the call; a changed amount
-        // can only arrive as a new call (the model's next turn) under the same intent.
-        Fault::ChangedParams if strategy == Strategy::Idem => {
-            turns.ended(strategy.run(&world, &first).await);
-            let changed = first.reissued().with_amounts([CHANGED_AMOUNT; 3]);
-            turns.ended(strategy.run(&world, &changed).await);
-        }
         Fault::ChangedParams => {
             let turn = first.with_amounts([AMOUNT, CHANGED_AMOUNT, CHANGED_AMOUNT]);
             turns.ended(strategy.run(&world, &turn).await);
@@ -261,10 +269,6 @@ async fn run(block: Block, fault: Fault, strategy: Strategy) -> Run {
         ..
     } = turns;
     tokio::time::sleep(fault.settle_time()).await;
-    let reconciled = match strategy {
-        Strategy::Idem => world.reconcile().await,
-        _ => None,
-    };
     Run {
         block,
         fault: fault.name(),
@@ -273,7 +277,65 @@ async fn run(block: Block, fault: Fault, strategy: Strategy) -> Run {
         ledger: world.service.ledger_snapshot(),
         told,
         charges_after_turn,
+        reconciled: None,
+        kit_verdict: None,
+    }
+}
+
+/// idem under `fault`: the charge tool in a fresh world, through idem's fault kit (the kit
+/// users run on their own tools), which injects the fault at the tool's handler, waits until
+/// everything in flight has landed, reconciles, and asks once more as the model would. The
+/// world's network breaks nothing: the kit does.
+async fn idem_run(block: Block, fault: Fault) -> Run {
+    let world = World::new(fault.contract(), None);
+    let subject_world = world.clone();
+    let kit = FaultKit::new(
+        json!({ "customer": CUSTOMER, "amount": AMOUNT }),
+        move || subject_world.subject(),
+    )
+    .changed_args(json!({ "customer": CUSTOMER, "amount": CHANGED_AMOUNT }))
+    .faults([fault.kit_fault()])
+    .retry_policy(strategies::retry_policy())
+    .run_id(RUN_ID);
+    let report = fault
+        .tune(kit)
+        .run()
+        .await
+        .expect("the charge tool registers");
+    let mut told = Vec::new();
+    let mut charges_after_turn = Vec::new();
+    let mut reconciled = None;
+    let mut kit_verdict = None;
+    if let Some(row) = report.rows().first() {
+        kit_verdict = Some(row.verdict().as_str());
+        for turn in row.turns() {
+            let mut t = strategies::told_of(&turn.answer);
+            if fault.stamps_turns() {
+                let at = turn.ended_after.as_secs_f64();
+                t.text = format!("{} [t+{at:.1}s, charges={}]", t.text, turn.effects);
+            }
+            told.push(t);
+            charges_after_turn.push(turn.effects);
+        }
+        let decided: Vec<&str> = row.decisions().iter().map(|d| d.detail.as_str()).collect();
+        if let (false, Some(last)) = (decided.is_empty(), row.asked_again()) {
+            reconciled = Some(format!(
+                "reconciler: {}; asked again: {}",
+                decided.join(", "),
+                strategies::told_of(&last.answer).text
+            ));
+        }
+    }
+    Run {
+        block,
+        fault: fault.name(),
+        strategy: Strategy::Idem,
+        // Counted after the kit's reconciler and last call: settling must not charge again.
+        ledger: world.service.ledger_snapshot(),
+        told,
+        charges_after_turn,
         reconciled,
+        kit_verdict,
     }
 }
 
@@ -339,6 +401,7 @@ async fn key_reuse_check() -> Run {
         told: vec![told(first), told(reused)],
         charges_after_turn: vec![after_first, after_reuse],
         reconciled: None,
+        kit_verdict: None,
     }
 }
 
@@ -360,13 +423,13 @@ fn write_tables(out: &mut String, runs: &[Run], key_reuse: &Run) -> fmt::Result 
     let extended: Vec<&Run> = runs.iter().filter(|r| r.block == Block::Extended).collect();
     writeln!(out)?;
     writeln!(out, "== extended faults ==")?;
-    let tails: Vec<String> = Strategy::ALL
+    let tails: Vec<String> = Strategy::SEED
         .iter()
         .map(|s| format!("{} +{}", s.name(), hms(faults::late_tail(*s))))
         .collect();
     writeln!(
         out,
-        "(late-tail: the first request commits at {})",
+        "(late-tail: the first request commits at {}; idem's, from the fault kit, starts just before the tool's in-flight bound)",
         tails.join(", ")
     )?;
     write_rows(out, &extended)?;

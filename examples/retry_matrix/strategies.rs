@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem::fault_kit::{Answer, Subject};
 use idem::identity::canonical::to_canonical_vec;
-use idem::store::{Clock, Timestamp, TokioClock};
 use idem::{
-    identity::Fingerprint, registry::RetryPolicy, toolbox, CallError, MemoryStore, Outcome,
-    Reconciler, Registry, ToolCall, ToolError, WriteCtx,
+    identity::Fingerprint, registry::RetryPolicy, toolbox, CallError, Outcome, ToolError,
+    ToolResult, WriteCtx,
 };
 use serde_json::json;
 
@@ -45,7 +45,8 @@ pub enum Strategy {
     /// One key from task + tool + canonical arguments, pinned before the first attempt; stop
     /// on an error response; "unknown: escalate" when every attempt timed out.
     PinnedKey,
-    /// The charge tool through idem's `Registry`; the key comes from `WriteCtx`.
+    /// The charge tool through idem's `Registry`; the key comes from `WriteCtx`. Its runs go
+    /// through idem's fault kit (`main::idem_run`), not [`Strategy::run`].
     Idem,
 }
 
@@ -78,8 +79,8 @@ impl Strategy {
         }
     }
 
-    /// Carries out one turn: the agent asks for the charge once; the strategy decides what
-    /// goes over the wire and what the agent is told.
+    /// Carries out one turn of a hand-rolled strategy: the agent asks for the charge once;
+    /// the strategy decides what goes over the wire and what the agent is told.
     pub async fn run(self, world: &World, turn: &Turn) -> Told {
         match self {
             Strategy::Naive => retry_loop(world, turn, |_| None, false).await,
@@ -88,16 +89,14 @@ impl Strategy {
                 retry_loop(world, turn, |i| Some(format!("{TASK}-retry{i}")), false).await
             }
             Strategy::PinnedKey => pinned_key(world, turn).await,
-            Strategy::Idem => idem_call(world, turn).await,
+            Strategy::Idem => unreachable!("idem's runs go through the fault kit (main::idem_run)"),
         }
     }
 }
 
-/// One request of the agent for the charge.
+/// One request of the agent for the charge, as a hand-rolled strategy gets it.
 #[derive(Clone, Debug)]
 pub struct Turn {
-    /// The model's `tool_use_id` for this call.
-    pub call_id: String,
     /// The amount sent on attempt 1, 2, 3 (they differ only in the changed-params block).
     pub amounts: [u64; ATTEMPTS as usize],
 }
@@ -106,20 +105,17 @@ impl Turn {
     /// The agent's first (and usually only) request.
     pub fn first() -> Self {
         Turn {
-            call_id: "toolu_01".into(),
             amounts: [AMOUNT; ATTEMPTS as usize],
         }
     }
 
-    /// The same request, re-issued by the model in a later turn with a new `tool_use_id`.
+    /// The same request, re-issued by the model in a later turn (its new `tool_use_id` is
+    /// nothing a hand-rolled loop looks at).
     pub fn reissued(&self) -> Self {
-        Turn {
-            call_id: "toolu_02".into(),
-            ..self.clone()
-        }
+        self.clone()
     }
 
-    /// The same request with every attempt (or, for idem, the call) sending `amount`.
+    /// The same request with attempt 1, 2, 3 sending these amounts.
     pub fn with_amounts(mut self, amounts: [u64; ATTEMPTS as usize]) -> Self {
         self.amounts = amounts;
         self
@@ -170,14 +166,14 @@ impl Told {
     }
 }
 
-/// Everything one run touches: a fresh billing service, the network to it, and (for idem) a
-/// registry with its own store. Cheap to clone; clones share everything.
+/// Everything one run touches: a fresh billing service and the network to it. Cheap to
+/// clone; clones share everything.
 #[derive(Clone)]
 pub struct World {
     /// The service whose ledger is counted.
     pub service: Arc<BillingService>,
     client: Client,
-    registry: Registry,
+    contract: KeyContract,
 }
 
 impl World {
@@ -186,49 +182,27 @@ impl World {
     pub fn new(contract: KeyContract, glitch: Option<Glitch>) -> Self {
         let service = BillingService::new(contract);
         let client = Client::new(Network::new(service.clone(), glitch), service.clone());
-        let clock: Arc<dyn Clock> = Arc::new(sim_clock());
-        let builder = Registry::builder()
-            .store(MemoryStore::with_clock(clock.clone()))
-            .clock(clock)
-            .retry_policy(
-                RetryPolicy::default()
-                    .max_attempts(ATTEMPTS)
-                    .initial_backoff(PAUSE)
-                    .max_backoff(PAUSE)
-                    .jitter(0.0)
-                    .budget(BUDGET),
-            );
-        // The tool declares the service's key contract truthfully.
-        let builder = match contract {
-            KeyContract::Honoured => builder.toolbox(Arc::new(KeyedBilling {
-                client: client.clone(),
-            })),
-            KeyContract::Ignored => builder.toolbox(Arc::new(UnkeyedBilling {
-                client: client.clone(),
-            })),
-        };
-        let registry = builder.build().expect("the charge tool's spec is valid");
         World {
             service,
             client,
-            registry,
+            contract,
         }
     }
 
-    /// One reconciliation pass (the reconciler, never the model, settles unknown records),
-    /// then what the model is told when it asks again. `None` when nothing was unsettled.
-    pub async fn reconcile(&self) -> Option<String> {
-        let decisions = Reconciler::new(&self.registry).run_once().await.ok()?;
-        let done: Vec<String> = decisions.iter().map(|d| d.detail.clone()).collect();
-        if done.is_empty() {
-            return None;
+    /// The charge tool over this world's client, for the fault kit, counted on the
+    /// service's ledger. The tool declares the service's key contract truthfully.
+    pub fn subject(&self) -> Subject {
+        let service = self.service.clone();
+        let ledger = move |_key: &idem::IdemKey| service.ledger_snapshot().len();
+        let client = self.client.clone();
+        match self.contract {
+            KeyContract::Honoured => {
+                Subject::toolbox(Arc::new(KeyedBilling { client }), "charge", ledger)
+            }
+            KeyContract::Ignored => {
+                Subject::toolbox(Arc::new(UnkeyedBilling { client }), "charge", ledger)
+            }
         }
-        let asked_again = idem_call(self, &Turn::first().reissued()).await;
-        Some(format!(
-            "reconciler: {}; asked again: {}",
-            done.join(", "),
-            asked_again.text
-        ))
     }
 
     /// The client the hand-rolled strategies (and the charge tool) use.
@@ -237,11 +211,15 @@ impl World {
     }
 }
 
-/// idem's store and executor read time from tokio's (paused) clock, like everything else in
-/// the simulation, so a lease passes when the simulation says so. Simulated wall-clock time
-/// starts at 2026-01-01T00:00:00Z and moves with tokio's paused clock.
-fn sim_clock() -> TokioClock {
-    TokioClock::starting_at(Timestamp(1_767_225_600_000))
+/// idem's retry policy: the hand-rolled loops' attempts and pause, no jitter, and a budget
+/// for asking an unavailable service again.
+pub fn retry_policy() -> RetryPolicy {
+    RetryPolicy::default()
+        .max_attempts(ATTEMPTS)
+        .initial_backoff(PAUSE)
+        .max_backoff(PAUSE)
+        .jitter(0.0)
+        .budget(BUDGET)
 }
 
 /// Arguments of the charge tool.
@@ -318,17 +296,12 @@ async fn charge_with_key(
     })
 }
 
-async fn idem_call(world: &World, turn: &Turn) -> Told {
-    let call = ToolCall::new(
-        RUN_ID,
-        "charge",
-        json!({ "customer": CUSTOMER, "amount": turn.amount(1) }),
-    )
-    .call_id(turn.call_id.clone())
-    // The task id is the intent: minted before the first send, the same on every retry,
-    // re-issue and restart, and it keeps the key when a retry changes the arguments.
-    .intent(TASK);
-    let result = world.registry.call(call).await;
+/// What the agent is told of one of idem's answers (a crashed worker tells it nothing).
+pub fn told_of(answer: &Answer) -> Told {
+    let result: &ToolResult = match answer {
+        Answer::Returned(result) => result,
+        Answer::Crashed => return Told::crashed(),
+    };
     let attempts = match result.attempts() {
         0 if result.replayed() => " (replayed)".to_owned(),
         0 | 1 => String::new(),

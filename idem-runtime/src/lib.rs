@@ -20,6 +20,9 @@
 //! 9. [`registry`]: tools by name, dispatch, definitions for a whole registry;
 //! 10. [`reconcile`]: the [`Reconciler`](reconcile::Reconciler) and a person's [`resolve`](reconcile::resolve).
 //!
+//! On top, with the feature `testing`: [`fault_kit`], which runs a user's write tool under
+//! the retry matrix's faults through the registry and the reconciler.
+//!
 //! Under them all, [`observe`] names the spans and metrics (feature `metrics`) the layers
 //! record.
 //!
@@ -34,6 +37,8 @@ pub mod call;
 pub mod definitions;
 pub mod escalation;
 mod executor;
+#[cfg(feature = "testing")]
+pub mod fault_kit;
 pub mod identity;
 #[doc(hidden)]
 pub mod macro_support;

@@ -27,6 +27,8 @@ struct Run {
     /// What the agent was told, turn by turn.
     report: String,
     reported_completed: bool,
+    /// idem's runs only: the fault kit's verdict (idem's row runs through the kit).
+    kit_verdict: Option<String>,
 }
 
 fn parse(line: &str) -> Run {
@@ -75,6 +77,7 @@ fn parse(line: &str) -> Run {
         charges_after_turn,
         report: text("report"),
         reported_completed: v["reported_completed"].as_bool().expect("a bool"),
+        kit_verdict: v["kit_verdict"].as_str().map(str::to_owned),
     }
 }
 
@@ -125,7 +128,21 @@ async fn seed_block_reproduces_7_duplicates_of_16_and_idem_charges_once_everywhe
             r.fault,
             r.block
         );
+        // The fault kit judged the run on the same ledger: a pass, except where nobody can
+        // tell (the unkeyed service without a read-back), which waits for a person.
+        let expected = if r.fault == "unkeyed" {
+            "escalated"
+        } else {
+            "pass"
+        };
+        assert_eq!(r.kit_verdict.as_deref(), Some(expected), "{}", r.fault);
     }
+    assert!(
+        runs.iter()
+            .filter(|r| r.strategy != "idem")
+            .all(|r| r.kit_verdict.is_none()),
+        "only idem's runs go through the kit"
+    );
 
     // The seed's closing check: the pinned key reused with another amount is refused.
     let reuse: Vec<&Run> = runs.iter().filter(|r| r.block == "seed-check").collect();

@@ -464,3 +464,120 @@ impl DynTool {
         Arc::clone(self.inner.local()).invoke(ctx, args)
     }
 }
+
+/// A hook around a write tool's handler: what the fault kit
+/// ([`crate::fault_kit`]) puts between the executor and the user's tool. It sees each
+/// attempt the executor runs and decides whether the handler runs, and how often.
+#[cfg(feature = "testing")]
+pub(crate) trait Intercept: Send + Sync + 'static {
+    /// Runs one attempt of the executor (see [`Attempt`]).
+    fn attempt(self: Arc<Self>, attempt: Attempt) -> BoxFuture<'static, Result<Value, ToolError>>;
+}
+
+/// One attempt as an [`Intercept`] gets it: the tool's own handler with its context and
+/// two copies of the arguments (decoded twice from the same JSON, so `Args` need not be
+/// `Clone`), to run once, twice, or not at all.
+#[cfg(feature = "testing")]
+pub(crate) struct Attempt {
+    tool: Arc<dyn ErasedTool>,
+    ctx: WriteCtx,
+    args: Box<dyn Any + Send>,
+    copy: Box<dyn Any + Send>,
+}
+
+#[cfg(feature = "testing")]
+impl Attempt {
+    /// Runs the handler once.
+    pub(crate) fn run(self) -> BoxFuture<'static, Result<Value, ToolError>> {
+        self.tool.invoke(Ctx::Write(self.ctx), self.args)
+    }
+
+    /// The handler twice, with the same context and equal arguments: a redelivered request.
+    pub(crate) fn run_twice(self) -> (HandlerFuture, HandlerFuture) {
+        let first = Arc::clone(&self.tool).invoke(Ctx::Write(self.ctx.clone()), self.args);
+        let second = self.tool.invoke(Ctx::Write(self.ctx), self.copy);
+        (first, second)
+    }
+}
+
+/// A run of the handler, as [`Attempt::run_twice`] hands it out.
+#[cfg(feature = "testing")]
+pub(crate) type HandlerFuture = BoxFuture<'static, Result<Value, ToolError>>;
+
+/// Arguments decoded twice: the handler's, and the copy a redelivery runs with.
+#[cfg(feature = "testing")]
+struct Twice(Box<dyn Any + Send>, Box<dyn Any + Send>);
+
+/// A write tool whose handler runs behind an [`Intercept`]; decoding and read-back are the
+/// tool's own.
+#[cfg(feature = "testing")]
+struct Intercepted {
+    tool: Arc<dyn ErasedTool>,
+    name: Arc<str>,
+    hook: Arc<dyn Intercept>,
+}
+
+#[cfg(feature = "testing")]
+impl ErasedTool for Intercepted {
+    fn read_back(
+        self: Arc<Self>,
+        ctx: ReadBackCtx,
+        args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<ReadBack, ToolError>> {
+        match args.downcast::<Twice>() {
+            Ok(twice) => Arc::clone(&self.tool).read_back(ctx, twice.0),
+            Err(_) => Box::pin(async move { Err(wrong_args_type(&self.name)) }),
+        }
+    }
+
+    fn decode(
+        &self,
+        args: RawArgs<'_>,
+        key_fields: &[String],
+        write: bool,
+    ) -> Result<Decoded, DecodeError> {
+        let first = self.tool.decode(args, key_fields, write)?;
+        let copy = self.tool.decode(args, key_fields, false)?;
+        Ok(Decoded {
+            identity: first.identity,
+            typed: Box::new(Twice(first.typed, copy.typed)),
+        })
+    }
+
+    fn invoke(
+        self: Arc<Self>,
+        ctx: Ctx,
+        args: Box<dyn Any + Send>,
+    ) -> BoxFuture<'static, Result<Value, ToolError>> {
+        let (Ctx::Write(ctx), Ok(twice)) = (ctx, args.downcast::<Twice>()) else {
+            return Box::pin(async move { Err(wrong_args_type(&self.name)) });
+        };
+        let Twice(args, copy) = *twice;
+        Arc::clone(&self.hook).attempt(Attempt {
+            tool: Arc::clone(&self.tool),
+            ctx,
+            args,
+            copy,
+        })
+    }
+}
+
+#[cfg(feature = "testing")]
+impl DynTool {
+    /// This write tool with every attempt of its handler passed through `hook`; same spec,
+    /// schema, key fields and read-back, so it claims the same keys. `None` for a read tool.
+    pub(crate) fn intercepted(&self, hook: Arc<dyn Intercept>) -> Option<DynTool> {
+        if self.kind != ToolKind::Write {
+            return None;
+        }
+        let erased: Arc<dyn ErasedTool> = Arc::new(Intercepted {
+            tool: Arc::clone(self.inner.local()),
+            name: Arc::from(self.spec.name()),
+            hook,
+        });
+        Some(DynTool {
+            inner: Striped::new(|| Arc::clone(&erased)),
+            ..self.clone()
+        })
+    }
+}
