@@ -533,11 +533,11 @@ impl ErasedTool for Intercepted {
     fn decode(
         &self,
         args: RawArgs<'_>,
-        key_fields: &[String],
+        rules: &IdentityRules,
         write: bool,
     ) -> Result<Decoded, DecodeError> {
-        let first = self.tool.decode(args, key_fields, write)?;
-        let copy = self.tool.decode(args, key_fields, false)?;
+        let first = self.tool.decode(args, rules, write)?;
+        let copy = self.tool.decode(args, rules, false)?;
         Ok(Decoded {
             identity: first.identity,
             typed: Box::new(Twice(first.typed, copy.typed)),
