@@ -263,7 +263,6 @@ fn arrays() {
             (json!([1, 2, "1"]), true),
             (json!([1, 1.0]), false),
             (json!([0, -0.0]), false),
-            (json!([{"a": 1, "b": 2}, {"b": 2, "a": 1}]), false),
             (json!([{"a": 1}, {"a": 2}]), true),
             (json!([[1], [1, 1]]), true),
             (json!([null, false, 0, "", [], {}]), true),
@@ -271,6 +270,12 @@ fn arrays() {
         ],
     );
     check(json!({"uniqueItems": false}), &[(json!([1, 1]), true)]);
+    // Equal objects whose keys were written in another order are equal. Checked against the
+    // rule alone: with serde_json's `preserve_order` on (feature unification turns it on in
+    // the all-features build), the reference tells them apart by their order.
+    let unique = compiled(&json!({"uniqueItems": true}));
+    assert!(!unique.is_valid(&json!([{"a": 1, "b": 2}, {"b": 2, "a": 1}])));
+    assert!(!unique.is_valid(&json!([[{"a": 1, "b": [2]}], [{"b": [2.0], "a": 1}]])));
 }
 
 #[test]
