@@ -32,22 +32,33 @@ pub(crate) const ARGS_DEPTH_LIMIT: usize = 64;
 /// form of its own that must parse back with serde_json's limit.
 pub(crate) const OUTPUT_DEPTH_LIMIT: usize = ARGS_DEPTH_LIMIT;
 
-/// Whether `value` nests deeper than `levels` arrays and objects. Iterative, so a value
-/// deeper than the stack could recurse through is measured, not overflowed on.
+/// Whether `value` nests deeper than `levels` arrays and objects. It descends at most
+/// `levels + 1` frames whatever the value's depth (it stops at the first level past the
+/// bound), and allocates nothing: it runs on every output a call saves.
 pub(crate) fn nests_deeper_than(value: &Value, levels: usize) -> bool {
-    let mut open: Vec<(&Value, usize)> = vec![(value, 1)];
-    while let Some((v, level)) = open.pop() {
-        let children: &mut dyn Iterator<Item = &Value> = match v {
-            Value::Array(a) => &mut a.iter(),
-            Value::Object(o) => &mut o.values(),
-            _ => continue,
-        };
-        if level > levels {
-            return true;
-        }
-        open.extend(children.map(|c| (c, level + 1)));
+    // Only called below a container at `levels` >= 1.
+    let deeper = |c: &Value| nests_deeper_than(c, levels - 1);
+    match value {
+        Value::Array(a) => levels == 0 || a.iter().any(deeper),
+        Value::Object(o) => levels == 0 || o.values().any(deeper),
+        _ => false,
     }
-    false
+}
+
+/// `output` (of `whose`: a tool's name, or "read-back") as a record can keep it: itself, or
+/// null when it nests deeper than [`OUTPUT_DEPTH_LIMIT`] (logged as an error). For outputs of
+/// effects that happened: the call is completed either way, and the stores must read back
+/// what they save.
+pub(crate) fn output_to_keep(output: Value, whose: &str) -> Value {
+    if nests_deeper_than(&output, OUTPUT_DEPTH_LIMIT) {
+        tracing::error!(
+            whose,
+            limit = OUTPUT_DEPTH_LIMIT,
+            "output nests deeper than the stores can keep; saving null"
+        );
+        return Value::Null;
+    }
+    output
 }
 
 /// The registry's default limit on a call's arguments (the public

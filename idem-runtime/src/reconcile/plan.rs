@@ -422,18 +422,7 @@ pub(crate) fn settlement_found(found: &ReadBack) -> Option<Settlement> {
         } => {
             // What the read-back found landed; an output too deep to keep does not change
             // that (the executor keeps a handler's the same way).
-            let output = if crate::identity::nests_deeper_than(
-                output,
-                crate::identity::OUTPUT_DEPTH_LIMIT,
-            ) {
-                tracing::error!(
-                    limit = crate::identity::OUTPUT_DEPTH_LIMIT,
-                    "read-back output nests deeper than the stores can keep; saving null"
-                );
-                serde_json::Value::Null
-            } else {
-                output.clone()
-            };
+            let output = crate::identity::output_to_keep(output.clone(), "read-back");
             (
                 Settlement::new(RecordState::Completed).payload(output),
                 downstream_ref.as_ref(),

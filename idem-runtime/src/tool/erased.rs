@@ -251,15 +251,7 @@ fn output_to_value<O: serde::Serialize>(tool: &str, output: O) -> Value {
     // cannot be kept we keep a null result rather than pretend the call failed, and make the
     // bug loud.
     match serde_json::to_value(output) {
-        Ok(v) if crate::identity::nests_deeper_than(&v, crate::identity::OUTPUT_DEPTH_LIMIT) => {
-            tracing::error!(
-                tool,
-                limit = crate::identity::OUTPUT_DEPTH_LIMIT,
-                "tool output nests deeper than the stores can keep; saving null"
-            );
-            Value::Null
-        }
-        Ok(v) => v,
+        Ok(v) => crate::identity::output_to_keep(v, tool),
         Err(e) => {
             tracing::error!(tool, error = %crate::observe::field(&e), "tool output does not serialize to JSON; saving null");
             Value::Null

@@ -23,6 +23,10 @@ use serde_json::json;
 
 const START: Timestamp = Timestamp(1_800_000_000_000);
 
+/// How long after its start `SlowCharge`'s send may still land, by the tool's rule: its
+/// timeout (1 s) plus twice its declared in-flight bound (2 h).
+const MAY_LAND_FOR: Duration = Duration::from_secs(1 + 2 * 2 * 3600);
+
 #[derive(Default)]
 struct Bank {
     /// Requests the handler received.
@@ -106,8 +110,7 @@ async fn a_release_inside_the_in_flight_bound_is_refused_and_frees_nothing() {
     )
     .await
     .unwrap_err();
-    // The tool's rule: the send's start + its timeout + twice its declared bound.
-    let until = START.plus(Duration::from_secs(1 + 2 * 2 * 3600));
+    let until = START.plus(MAY_LAND_FOR);
     match &refused {
         ResolveError::MayStillLand { until: u, .. } => assert_eq!(*u, until),
         other => panic!("not refused for the bound: {other}"),
@@ -167,7 +170,7 @@ async fn a_forced_release_frees_the_key_and_its_trace_says_why() {
     assert!(ReleaseNote::is_forced(&trace.note), "{}", trace.note);
     assert!(trace.note.contains(reason), "{}", trace.note);
     assert!(trace.note.contains("not in the ledger"), "{}", trace.note);
-    let until = START.plus(Duration::from_secs(1 + 2 * 2 * 3600));
+    let until = START.plus(MAY_LAND_FOR);
     assert!(trace.note.contains(&until.to_string()), "{}", trace.note);
 }
 
@@ -176,7 +179,7 @@ async fn a_release_after_the_bound_frees_the_key_unforced() {
     let w = world();
     let first = w.registry.call(charge()).await;
     let key = first.key().unwrap().clone();
-    w.clock.advance(Duration::from_secs(1 + 2 * 2 * 3600));
+    w.clock.advance(MAY_LAND_FOR);
     resolve_in(
         &w.registry,
         &key,
