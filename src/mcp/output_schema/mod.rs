@@ -832,13 +832,20 @@ impl<'a> Compiler<'a> {
         if pointer.is_empty() {
             return Ok(at);
         }
-        for token in pointer[1..].split('/') {
+        // A `$ref` fragment is a JSON Pointer (RFC 6901), as a key path is.
+        let path = pointer
+            .starts_with('/')
+            .then(|| idem_runtime::identity::ArgsPath::parse(pointer).ok())
+            .flatten();
+        let Some(path) = path else {
+            return unverifiable(format!("`$ref` #{pointer} is not a JSON Pointer"));
+        };
+        for token in path.tokens() {
             if !std::ptr::eq(at, self.root) && at.get("$id").is_some() {
                 return unverifiable(format!("`$ref` #{pointer} goes through an `$id`"));
             }
-            let token = token.replace("~1", "/").replace("~0", "~");
             let next = match at {
-                Value::Object(map) => map.get(&token),
+                Value::Object(map) => map.get(token),
                 Value::Array(items) => token
                     .parse::<usize>()
                     .ok()
