@@ -232,7 +232,8 @@ async fn guard(State(console): State<Shared>, req: Request, next: Next) -> Respo
              frame-ancestors 'none'; base-uri 'none'",
         ),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // `same-origin`, not `no-referrer`: with the latter a browser sends `Origin: null`.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
     ] {

@@ -121,7 +121,7 @@ pub struct Console {
     /// Where it listens.
     pub addr: SocketAddr,
     /// The address it printed to open, with the token.
-    pub printed: String,
+    pub url: String,
     log: PathBuf,
 }
 
@@ -149,17 +149,20 @@ impl Console {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let printed = line.trim().to_owned();
-        let addr = printed
-            .split("http://")
-            .nth(1)
+        let url = line
+            .trim()
+            .strip_prefix("idem console: open ")
+            .unwrap_or_else(|| panic!("no address in {line:?}: {}", read(&log)))
+            .to_owned();
+        let addr = url
+            .strip_prefix("http://")
             .and_then(|rest| rest.split('/').next())
             .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {printed:?}: {}", read(&log)));
+            .unwrap_or_else(|| panic!("no address in {url:?}"));
         Console {
             child,
             addr,
-            printed,
+            url,
             log,
         }
     }

@@ -27,11 +27,9 @@ async fn every_request_needs_the_token() {
     let console = Console::start(&target.url, &target.options, &[]);
     let port = console.addr.port();
     assert!(
-        console
-            .printed
-            .ends_with(&format!("http://127.0.0.1:{port}/?token={TOKEN}")),
+        console.url == format!("http://127.0.0.1:{port}/?token={TOKEN}"),
         "{}",
-        console.printed
+        console.url
     );
     let record_path = format!("/records/{key}");
     let before = target.store.get(&key).await.unwrap();
