@@ -18,6 +18,8 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "console")]
+mod console;
 mod cursor;
 mod escape;
 mod output;
@@ -171,6 +173,34 @@ pub enum Command {
         #[arg(long)]
         to_cluster: bool,
     },
+    /// Serve the operator console: a web page on which a person lists the escalated,
+    /// unknown and pending records, reads one's evidence and settles it with the decisions
+    /// `resolve` offers (through the same checks), each confirmed and signed with the
+    /// operator's name.
+    ///
+    /// Prints the address to open, with the token every request needs. Listens on
+    /// loopback unless `--listen` says otherwise. Runs until interrupted (Ctrl-C).
+    #[cfg(feature = "console")]
+    Console {
+        /// Where to listen. Another address than loopback serves the console to the
+        /// network (a warning says so); port 0 picks a free port.
+        #[arg(long, default_value = "127.0.0.1:8087", value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// The access token (at least 16 characters of A-Z, a-z, 0-9, `-_.~`); default:
+        /// the `IDEM_CONSOLE_TOKEN` environment variable, else 32 random bytes in hex,
+        /// printed at start. Arguments are visible to other users of the machine: prefer
+        /// the variable.
+        #[arg(
+            long,
+            env = "IDEM_CONSOLE_TOKEN",
+            hide_env_values = true,
+            value_name = "TOKEN"
+        )]
+        token: Option<String>,
+        /// The name the decision forms are prefilled with (default: `$USER`).
+        #[arg(long, env = "IDEM_OPERATOR", value_name = "NAME")]
+        operator: Option<String>,
+    },
 }
 
 /// A record state on the command line.
@@ -257,7 +287,13 @@ enum Plan {
 /// both stores itself, as Redis stores).
 enum Job {
     OnStore(Plan),
-    Copy { to: String, options: StoreOptions },
+    Copy {
+        to: String,
+        options: StoreOptions,
+    },
+    /// The console opens the store itself (and again later, if it cannot at start).
+    #[cfg(feature = "console")]
+    Console(console::Settings),
 }
 
 impl Plan {
@@ -297,6 +333,20 @@ impl Plan {
                 operator,
             )?),
             Command::Reconcile => Plan::Reconcile,
+            #[cfg(feature = "console")]
+            Command::Console {
+                listen,
+                token,
+                operator,
+            } => {
+                return Ok(Job::Console(console::Settings {
+                    listen,
+                    token,
+                    operator: operator
+                        .filter(|o| !o.trim().is_empty())
+                        .or_else(|| std::env::var("USER").ok().filter(|u| !u.trim().is_empty())),
+                }))
+            }
             Command::Copy {
                 to,
                 to_prefix,
@@ -318,8 +368,8 @@ impl Plan {
 }
 
 /// Runs the CLI. `registry` builds the registry (your tools) on the opened store; it is only
-/// called for `reconcile` and `resolve` (a release is held to the in-flight bound its tool
-/// declares there).
+/// called for `reconcile`, `resolve` and `console` (a release is held to the in-flight bound
+/// its tool declares there).
 ///
 /// Input is checked before the store is opened: a bad key, a missing note or decision
 /// touches nothing.
@@ -349,6 +399,10 @@ where
                 }
                 Err(e) => fail(e),
             };
+        }
+        #[cfg(feature = "console")]
+        Ok(Job::Console(settings)) => {
+            return console::serve(url, cli.store_options, settings, registry).await
         }
         Err(e) => return fail(e),
     };

@@ -94,8 +94,62 @@ impl Request {
         })
     }
 
+    /// The key the decision is for.
+    #[cfg_attr(not(feature = "console"), allow(dead_code))]
+    pub(crate) fn key(&self) -> &IdemKey {
+        &self.key
+    }
+
     /// Applies the decision and prints the record as it is afterwards (or the release).
     pub(crate) async fn apply(self, registry: &Registry, json: bool) -> Result<(), String> {
+        // One JSON line and nothing else on stderr, so `2>>releases.jsonl` keeps exactly it.
+        let decided = self
+            .decide(registry, |line| eprintln!("{line}"))
+            .await
+            .map_err(|refusal| match refusal {
+                Refusal::MayStillLand(e) => format!("{e} (--force REASON)"),
+                Refusal::Other(e) => e,
+            })?;
+        match decided.record {
+            Some(record) => output::record(&record, json),
+            None => {
+                // `previous` is `None` only if the record became resolvable between the
+                // look before the release and the release (a race with a reconciler):
+                // released all the same, without the evidence line.
+                if json {
+                    output::json(&ReleaseEvidence {
+                        event: None,
+                        key: &self.key,
+                        released: Some(true),
+                        operator: &self.operator,
+                        note: &self.note,
+                        at: &decided.at,
+                        previous: decided.previous.as_ref(),
+                    });
+                } else {
+                    println!(
+                        "{} released by {}: the intent may run again (the store keeps the \
+                         release and the record as it was: `idem show {}`)",
+                        self.key,
+                        Esc(&self.operator),
+                        self.key
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the decision: the one path every front end (the CLI's `resolve`, the
+    /// console's confirmed form) takes, so they cannot disagree. A release is first held to
+    /// the in-flight bound, then `release_evidence` gets the record about to be released
+    /// (who, when, why and the whole record, as one JSON line) for a log kept outside the
+    /// store; then [`resolve_in`] settles or releases it.
+    pub(crate) async fn decide(
+        &self,
+        registry: &Registry,
+        release_evidence: impl FnOnce(String),
+    ) -> Result<Decided, Refusal> {
         let store = &**registry.store();
         let at = store.clock().now().to_string();
         let release = matches!(
@@ -113,43 +167,30 @@ impl Request {
             )
         };
         let previous = if release {
-            self.before_release(registry, &at).await?
+            self.before_release(registry, &at, release_evidence).await?
         } else {
             None
         };
-        match resolve_in(registry, &self.key, self.resolution, &operator, &signed).await {
-            Ok(Some(record)) => output::record(&record, json),
-            Ok(None) => {
-                // `previous` is `None` only if the record became resolvable between the
-                // look above and the release (a race with a reconciler): released all the
-                // same, without the evidence line.
-                if json {
-                    output::json(&ReleaseEvidence {
-                        event: None,
-                        key: &self.key,
-                        released: Some(true),
-                        operator: &self.operator,
-                        note: &self.note,
-                        at: &at,
-                        previous: previous.as_ref(),
-                    });
-                } else {
-                    println!(
-                        "{} released by {}: the intent may run again (the store keeps the \
-                         release and the record as it was: `idem show {}`)",
-                        self.key,
-                        Esc(&self.operator),
-                        self.key
-                    );
-                }
-            }
-            Err(e @ ResolveError::MayStillLand { .. }) => return Err(refused(e)),
-            Err(e) => return Err(e.to_string()),
+        match resolve_in(
+            registry,
+            &self.key,
+            self.resolution.clone(),
+            &operator,
+            &signed,
+        )
+        .await
+        {
+            Ok(record) => Ok(Decided {
+                at,
+                record,
+                previous,
+            }),
+            Err(e @ ResolveError::MayStillLand { .. }) => Err(Refusal::MayStillLand(e)),
+            Err(e) => Err(Refusal::Other(e.to_string())),
         }
-        Ok(())
     }
 
-    /// Writes the record about to be released to stderr, for a log kept outside the store.
+    /// Hands the record about to be released to `release_evidence`, as one JSON line.
     /// Returns it (`None` when it is not a person's to release: `resolve` says why).
     /// A release refused for the in-flight bound is refused here, before the line: the log
     /// holds only releases that were tried.
@@ -157,9 +198,14 @@ impl Request {
         &self,
         registry: &Registry,
         at: &str,
-    ) -> Result<Option<Record>, String> {
+        release_evidence: impl FnOnce(String),
+    ) -> Result<Option<Record>, Refusal> {
         let store = &**registry.store();
-        let Some(previous) = store.get(&self.key).await.map_err(|e| e.to_string())? else {
+        let Some(previous) = store
+            .get(&self.key)
+            .await
+            .map_err(|e| Refusal::Other(e.to_string()))?
+        else {
             return Ok(None);
         };
         if !matches!(
@@ -170,31 +216,40 @@ impl Request {
         }
         let until = releasable_at(registry, &previous);
         if matches!(self.resolution, Resolution::Release) && store.clock().now() < until {
-            return Err(refused(ResolveError::MayStillLand {
+            return Err(Refusal::MayStillLand(ResolveError::MayStillLand {
                 key: self.key.clone(),
                 until,
             }));
         }
-        // One line of JSON and nothing else, so `2>>releases.jsonl` keeps exactly it.
-        eprintln!(
-            "{}",
-            output::json_line(&ReleaseEvidence {
-                event: Some("release"),
-                key: &self.key,
-                released: None,
-                operator: &self.operator,
-                note: &self.note,
-                at,
-                previous: Some(&previous),
-            })
-        );
+        release_evidence(output::json_line(&ReleaseEvidence {
+            event: Some("release"),
+            key: &self.key,
+            released: None,
+            operator: &self.operator,
+            note: &self.note,
+            at,
+            previous: Some(&previous),
+        }));
         Ok(Some(previous))
     }
 }
 
-/// A release refused for the in-flight bound, with the flag that forces it.
-fn refused(e: ResolveError) -> String {
-    format!("{e} (--force REASON)")
+/// What [`Request::decide`] did.
+pub(crate) struct Decided {
+    /// When, by the store's clock (the time in the signed note).
+    pub(crate) at: String,
+    /// The record as it is afterwards; `None` after a release (the key is free).
+    pub(crate) record: Option<Record>,
+    /// The record as it was before a release.
+    pub(crate) previous: Option<Record>,
+}
+
+/// Why [`Request::decide`] changed nothing.
+pub(crate) enum Refusal {
+    /// A release while a send of the record may still land: forcing it needs a reason.
+    MayStillLand(ResolveError),
+    /// Anything else: the record is not a person's to settle, the store failed, ….
+    Other(String),
 }
 
 /// What a release leaves behind: the record as it was, who released it, when and why.
