@@ -126,6 +126,26 @@ fn forbidden() -> Response {
     )
 }
 
+/// What both steps of a decision check first, in this order: the CSRF token, the key, the
+/// answers (the CLI's own check). A refusal is the page to answer with; nothing is changed.
+fn checked(console: &Shared, key: &str, form: &DecisionForm) -> Result<Request, Box<Response>> {
+    if !console.auth.csrf_matches(&form.csrf) {
+        return Err(Box::new(forbidden()));
+    }
+    if let Err(e) = IdemKey::parse(key) {
+        return Err(Box::new(not_a_key(e)));
+    }
+    form.request(key).map_err(|e| {
+        let back = format!("/records/{key}");
+        Box::new(message(
+            StatusCode::BAD_REQUEST,
+            "Not decided",
+            &e,
+            Some(&back),
+        ))
+    })
+}
+
 /// `POST /records/{key}/confirm`: checks the answers and shows what confirming would do.
 /// Changes nothing.
 pub(crate) async fn confirm(
@@ -133,15 +153,8 @@ pub(crate) async fn confirm(
     Path(key): Path<String>,
     Form(form): Form<DecisionForm>,
 ) -> Response {
-    if !console.auth.csrf_matches(&form.csrf) {
-        return forbidden();
-    }
-    let back = format!("/records/{key}");
-    if let Err(e) = IdemKey::parse(&key) {
-        return not_a_key(e);
-    }
-    if let Err(e) = form.request(&key) {
-        return message(StatusCode::BAD_REQUEST, "Not decided", &e, Some(&back));
+    if let Err(refused) = checked(&console, &key, &form) {
+        return *refused;
     }
     let (summary, details, consequence) = form.described();
     render(
@@ -164,17 +177,11 @@ pub(crate) async fn resolve(
     Path(key): Path<String>,
     Form(form): Form<DecisionForm>,
 ) -> Response {
-    if !console.auth.csrf_matches(&form.csrf) {
-        return forbidden();
-    }
-    let back = format!("/records/{key}");
-    if let Err(e) = IdemKey::parse(&key) {
-        return not_a_key(e);
-    }
-    let request = match form.request(&key) {
+    let request = match checked(&console, &key, &form) {
         Ok(r) => r,
-        Err(e) => return message(StatusCode::BAD_REQUEST, "Not decided", &e, Some(&back)),
+        Err(refused) => return *refused,
     };
+    let back = format!("/records/{key}");
     let registry = match console.registry().await {
         Ok(r) => r,
         Err(e) => return pages::unreachable(&e),
