@@ -9,6 +9,22 @@
 #   rmcp-http  the same plus transport-streamable-http-server (the transports of idem's `mcp`)
 #   idem-mcp   idem-rs with `mcp`, the same tool served over stdio
 #
+# and, each against the bare crate of its own ecosystem (the bare fixture's crates plus that
+# crate, the tool by hand on it):
+#
+#   idem-openai        idem-rs with `openai` + `anthropic`: a Chat Completions and a Messages
+#                      turn answered (against `bare`: these providers are serde_json by hand)
+#   async-openai       async-openai's type features (idem's), a chat turn answered by hand
+#   idem-async-openai  idem-rs with `async-openai`, the same turn
+#   rig                rig-core + rig-agent (no default features, as idem's), a DynamicTool
+#   idem-rig           idem-rs with `rig`, the registry as rig tools
+#   rusqlite           rusqlite (bundled), the tool writes its row by hand
+#   idem-sqlite        idem-rs with `sqlite`, the tool on a SqliteStore
+#   redis              redis (idem's features), the tool claims with SET NX by hand
+#   idem-redis         idem-rs with `redis`, the tool on a RedisStore
+#   tokio-postgres     tokio-postgres, the tool inserts its row by hand
+#   idem-postgres      idem-rs with `postgres`, the tool on a PostgresStore
+#
 # and times a clean debug build of each in a fresh target dir (`cargo build --timings`, the
 # reports kept under $OUT), RUNS times, interleaved. Then the 100-tool pair: 100 `#[tool]` fns
 # vs the same 100 tools as hand-written trait impls (same args types, bodies and registry),
@@ -19,12 +35,15 @@
 # ratios against the targets. Fetches from crates.io once (cargo fetch), then builds offline.
 #
 #   scripts/compile_time.sh                 # RUNS=2 N=100; FIXTURES="bare idem" to pick
+#   FIXTURES="bare ecosystems" scripts/compile_time.sh   # the ecosystem pairs (and bare)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 N="${N:-100}"
 RUNS="${RUNS:-2}"
-FIXTURES="${FIXTURES:-bare idem rmcp rmcp-http idem-mcp tools}"
+ECOSYSTEMS="idem-openai async-openai idem-async-openai rig idem-rig rusqlite idem-sqlite redis idem-redis tokio-postgres idem-postgres"
+FIXTURES="${FIXTURES:-bare idem rmcp rmcp-http idem-mcp ecosystems tools}"
+FIXTURES="${FIXTURES//ecosystems/$ECOSYSTEMS}"
 OUT="${OUT:-$ROOT/target/compile-time}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
@@ -52,6 +71,58 @@ serde_json = "1"
 schemars = "1"'
 TOKIO_DEP='tokio = { version = "1", features = ["rt", "macros"] }'
 RMCP_DEP='rmcp = { version = "3.11", default-features = false, features = ["server", "macros", "transport-io"'
+
+# The one tool every fixture has: its arguments, and the tool as idem's or by hand.
+ARGS_RS='use serde::{Deserialize, Serialize};
+
+/// Arguments of `charge`.
+#[derive(Deserialize, Serialize, schemars::JsonSchema)]
+struct ChargeArgs {
+    /// The customer.
+    customer: String,
+    /// Amount in cents.
+    cents: u64,
+}
+'
+IDEM_TOOL_RS='use idem::{tool, Registry, ToolError, WriteCtx};
+
+/// Charge a card.
+#[tool(write)]
+async fn charge(_ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
+    Ok(format!("{}:{}", args.customer, args.cents))
+}
+'
+# The by-hand tool of an ecosystem fixture: `claim` is its guard on that crate (a row, a key).
+BARE_TOOL_RS='/// Charge a card.
+async fn charge(args: ChargeArgs) -> Result<String, String> {
+    Ok(format!("{}:{}", args.customer, args.cents))
+}
+
+/// The tool by hand: its definition, and a call from JSON to JSON.
+fn definition() -> serde_json::Value {
+    serde_json::json!({ "name": "charge", "parameters": schemars::schema_for!(ChargeArgs) })
+}
+
+async fn call(name: &str, args: serde_json::Value) -> serde_json::Value {
+    match name {
+        "charge" => match serde_json::from_value::<ChargeArgs>(args) {
+            Ok(args) => match charge(args).await {
+                Ok(out) => serde_json::json!({ "ok": out }),
+                Err(e) => serde_json::json!({ "error": e }),
+            },
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        },
+        _ => serde_json::json!({ "error": "unknown tool" }),
+    }
+}
+'
+# Where the fixtures would find their servers; they are built, never run.
+DB_RS='const DB: &str = "/tmp/fixture.sqlite3";
+'
+REDIS_RS='const REDIS: &str = "redis://127.0.0.1/";
+'
+POSTGRES_RS='const POSTGRES: &str = "postgres://postgres@127.0.0.1/postgres";
+'
 
 fixture() { # name -> $WORK/$name with Cargo.toml, Cargo.lock and src/main.rs
   local dir="$WORK/$1"
@@ -214,6 +285,239 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 RS
+      ;;
+    idem-openai)
+      manifest fixture-idem-openai "$IDEM_DEP, features = [\"openai\", \"anthropic\"] }
+$SERDE_DEP
+$TOKIO_DEP" > "$dir/Cargo.toml"
+      { echo "$ARGS_RS$IDEM_TOOL_RS"; cat <<'RS'
+use idem::providers::{anthropic, openai};
+use idem::Scope;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let registry = Registry::builder().tool(charge).build()?;
+    let scope = Scope::run("run-1");
+    let chat: openai::ChatAssistantMessage = serde_json::from_str(
+        r#"{"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "charge", "arguments": "{\"customer\": \"cus_1\", \"cents\": 100}"}}]}"#,
+    )?;
+    let answers = openai::chat_tool_messages(&registry, &scope, &chat).await;
+    println!("{}", serde_json::to_string(&answers)?);
+    let message: anthropic::AssistantMessage = serde_json::from_str(
+        r#"{"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+            "name": "charge", "input": {"customer": "cus_1", "cents": 100}}]}"#,
+    )?;
+    let results = anthropic::tool_results(&registry, &scope, &message).await;
+    println!("{}", serde_json::to_string(&results)?);
+    Ok(())
+}
+RS
+      } > "$dir/src/main.rs"
+      ;;
+    async-openai | idem-async-openai)
+      local oai='async-openai = { version = "0.43", default-features = false, features = ["chat-completion-types", "response-types"] }'
+      if [ "$1" = async-openai ]; then
+        manifest fixture-async-openai "$oai
+$SERDE_DEP
+$TOKIO_DEP" > "$dir/Cargo.toml"
+        { echo "$ARGS_RS$BARE_TOOL_RS"; cat <<'RS'
+use async_openai::types::chat::{
+    ChatCompletionMessageToolCalls, ChatCompletionRequestToolMessage,
+    ChatCompletionRequestToolMessageContent, ChatCompletionResponseMessage,
+};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("{}", definition());
+    let message: ChatCompletionResponseMessage = serde_json::from_str(
+        r#"{"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "charge", "arguments": "{\"customer\": \"cus_1\", \"cents\": 100}"}}]}"#,
+    )?;
+    let mut answers = Vec::new();
+    for item in message.tool_calls.iter().flatten() {
+        if let ChatCompletionMessageToolCalls::Function(c) = item {
+            let args = serde_json::from_str(&c.function.arguments).unwrap_or_default();
+            let out = call(&c.function.name, args).await;
+            answers.push(ChatCompletionRequestToolMessage {
+                content: ChatCompletionRequestToolMessageContent::Text(out.to_string()),
+                tool_call_id: c.id.clone(),
+            });
+        }
+    }
+    println!("{}", serde_json::to_string(&answers)?);
+    Ok(())
+}
+RS
+        } > "$dir/src/main.rs"
+      else
+        manifest fixture-idem-async-openai "$IDEM_DEP, features = [\"async-openai\"] }
+$oai
+$SERDE_DEP
+$TOKIO_DEP" > "$dir/Cargo.toml"
+        { echo "$ARGS_RS$IDEM_TOOL_RS"; cat <<'RS'
+use async_openai::types::chat::ChatCompletionResponseMessage;
+use idem::providers::async_openai::{chat_tool_messages, chat_tools};
+use idem::Scope;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let registry = Registry::builder().tool(charge).build()?;
+    println!("{}", serde_json::to_string(&chat_tools(&registry))?);
+    let message: ChatCompletionResponseMessage = serde_json::from_str(
+        r#"{"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "charge", "arguments": "{\"customer\": \"cus_1\", \"cents\": 100}"}}]}"#,
+    )?;
+    let answers = chat_tool_messages(&registry, &Scope::run("run-1"), &message).await;
+    println!("{}", serde_json::to_string(&answers)?);
+    Ok(())
+}
+RS
+        } > "$dir/src/main.rs"
+      fi
+      ;;
+    rig)
+      manifest fixture-rig 'rig-core = { version = "0.44", default-features = false }
+rig-agent = { version = "0.44", default-features = false }'"
+$SERDE_DEP
+$TOKIO_DEP" > "$dir/Cargo.toml"
+      { echo "$ARGS_RS$BARE_TOOL_RS"; cat <<'RS'
+use rig_core::message::ToolName;
+use rig_core::tool::{DynamicTool, ToolExecutionError, ToolOutput};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let tool = DynamicTool::new(
+        ToolName::new("charge")?,
+        "Charge a card.",
+        definition()["parameters"].clone(),
+        |args| {
+            Box::pin(async move {
+                let out = call("charge", args).await;
+                match out.get("ok") {
+                    Some(ok) => Ok(ToolOutput::json(ok.clone())),
+                    None => Err(ToolExecutionError::other(out.to_string())),
+                }
+            })
+        },
+    );
+    let _agent = agent as fn(_, _);
+    drop(vec![tool]);
+    Ok(())
+}
+
+/// The agent a model would run with the tool.
+fn agent(model: rig_agent::core::DynModel<rig_agent::core::operation::Completion>, tools: Vec<DynamicTool>) {
+    let _agent = rig_agent::AgentBuilder::new(model).dynamic_tools(tools).build();
+}
+RS
+      } > "$dir/src/main.rs"
+      ;;
+    idem-rig)
+      manifest fixture-idem-rig "$IDEM_DEP, features = [\"rig\"] }
+rig-core = { version = \"0.44\", default-features = false }
+rig-agent = { version = \"0.44\", default-features = false }
+$SERDE_DEP
+$TOKIO_DEP" > "$dir/Cargo.toml"
+      { echo "$ARGS_RS$IDEM_TOOL_RS"; cat <<'RS'
+use rig_core::tool::DynamicTool;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let registry = Registry::builder().tool(charge).build()?;
+    let _agent = agent as fn(_, _);
+    drop(idem::rig::tools(&registry));
+    let _run = idem::rig::run_context(idem::Scope::run("run-1"));
+    Ok(())
+}
+
+/// The agent a model would run with the registry's tools.
+fn agent(model: rig_agent::core::DynModel<rig_agent::core::operation::Completion>, tools: Vec<DynamicTool>) {
+    let _agent = rig_agent::AgentBuilder::new(model).dynamic_tools(tools).build();
+}
+RS
+      } > "$dir/src/main.rs"
+      ;;
+    rusqlite)
+      manifest fixture-rusqlite 'rusqlite = { version = "0.37", features = ["bundled"] }'"
+$SERDE_DEP
+$TOKIO_DEP" > "$dir/Cargo.toml"
+      { echo "$ARGS_RS$BARE_TOOL_RS$DB_RS"; cat <<'RS'
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let db = rusqlite::Connection::open(DB)?;
+    db.execute("CREATE TABLE IF NOT EXISTS calls (id TEXT PRIMARY KEY, result TEXT)", ())?;
+    if db.execute("INSERT OR IGNORE INTO calls (id) VALUES (?1)", ["call_1"])? == 1 {
+        let out = call("charge", serde_json::json!({ "customer": "cus_1", "cents": 100 })).await;
+        db.execute("UPDATE calls SET result = ?1 WHERE id = ?2", (out.to_string(), "call_1"))?;
+    }
+    Ok(())
+}
+RS
+      } > "$dir/src/main.rs"
+      ;;
+    redis)
+      manifest fixture-redis 'redis = { version = "0.32", default-features = false, features = ["tokio-comp", "connection-manager", "script", "cluster-async"] }'"
+$SERDE_DEP
+$TOKIO_DEP" > "$dir/Cargo.toml"
+      { echo "$ARGS_RS$BARE_TOOL_RS$REDIS_RS"; cat <<'RS'
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let client = redis::Client::open(REDIS)?;
+    let mut con = redis::aio::ConnectionManager::new(client).await?;
+    let claimed: bool = redis::cmd("SET").arg("call_1").arg("").arg("NX").query_async(&mut con).await?;
+    if claimed {
+        let out = call("charge", serde_json::json!({ "customer": "cus_1", "cents": 100 })).await;
+        let () = redis::cmd("SET").arg("call_1").arg(out.to_string()).query_async(&mut con).await?;
+    }
+    Ok(())
+}
+RS
+      } > "$dir/src/main.rs"
+      ;;
+    tokio-postgres)
+      manifest fixture-tokio-postgres 'tokio-postgres = "0.7.13"'"
+$SERDE_DEP
+$TOKIO_DEP" > "$dir/Cargo.toml"
+      { echo "$ARGS_RS$BARE_TOOL_RS$POSTGRES_RS"; cat <<'RS'
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (client, connection) = tokio_postgres::connect(POSTGRES, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    client.batch_execute("CREATE TABLE IF NOT EXISTS calls (id TEXT PRIMARY KEY, result TEXT)").await?;
+    let claimed = client.execute("INSERT INTO calls (id) VALUES ($1) ON CONFLICT DO NOTHING", &[&"call_1"]).await?;
+    if claimed == 1 {
+        let out = call("charge", serde_json::json!({ "customer": "cus_1", "cents": 100 })).await;
+        client.execute("UPDATE calls SET result = $1 WHERE id = $2", &[&out.to_string(), &"call_1"]).await?;
+    }
+    Ok(())
+}
+RS
+      } > "$dir/src/main.rs"
+      ;;
+    idem-sqlite | idem-redis | idem-postgres)
+      local backend="${1#idem-}" store url
+      case "$backend" in
+        sqlite) store='idem::SqliteStore::open(DB)' url="$DB_RS" ;;
+        redis) store='idem::RedisStore::connect(REDIS)' url="$REDIS_RS" ;;
+        postgres) store='idem::PostgresStore::connect(POSTGRES)' url="$POSTGRES_RS" ;;
+      esac
+      manifest "fixture-$1" "$IDEM_DEP, features = [\"$backend\"] }
+$SERDE_DEP
+$TOKIO_DEP" > "$dir/Cargo.toml"
+      { echo "$ARGS_RS$IDEM_TOOL_RS$url"; cat <<RS
+use idem::ToolCall;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let store = $store.await?;
+    let registry = Registry::builder().tool(charge).store(store).build()?;
+    let args = serde_json::json!({ "customer": "cus_1", "cents": 100 });
+    println!("{}", registry.call(ToolCall::new("run-1", "charge", args)).await.text());
+    Ok(())
+}
+RS
+      } > "$dir/src/main.rs"
       ;;
   esac
   cp "$ROOT/Cargo.lock" "$dir/Cargo.lock"
@@ -389,6 +693,17 @@ row idem "idem-rs default, one #[tool(write)]"
 row rmcp "rmcp server + macros + transport-io, one #[tool]"
 row rmcp-http "rmcp with transport-streamable-http-server too"
 row idem-mcp "idem-rs with mcp, served over stdio"
+row idem-openai "idem-rs with openai + anthropic, a turn of each"
+row async-openai "async-openai types, a chat turn by hand"
+row idem-async-openai "idem-rs with async-openai, the same turn"
+row rig "rig-core + rig-agent, a DynamicTool by hand"
+row idem-rig "idem-rs with rig, the registry as rig tools"
+row rusqlite "rusqlite (bundled), the tool's row by hand"
+row idem-sqlite "idem-rs with sqlite, a SqliteStore"
+row redis "redis, SET NX by hand"
+row idem-redis "idem-rs with redis, a RedisStore"
+row tokio-postgres "tokio-postgres, the tool's row by hand"
+row idem-postgres "idem-rs with postgres, a PostgresStore"
 row tools-annotated-clean "$N #[tool] fns, the crate alone"
 row tools-manual-clean "$N hand-written tools, the crate alone"
 row tools-annotated-edit "$N #[tool] fns, one-line edit"
@@ -396,6 +711,12 @@ row tools-manual-edit "$N hand-written tools, one-line edit"
 echo
 ratio "idem default / bare" idem bare 1.6
 ratio "idem mcp / rmcp same transports" idem-mcp rmcp-http 1.15
+ratio "openai + anthropic / bare" idem-openai bare 1.6
+ratio "async-openai: idem / by hand" idem-async-openai async-openai 1.5
+ratio "rig: idem / by hand" idem-rig rig 1.5
+ratio "sqlite: idem / rusqlite" idem-sqlite rusqlite 1.5
+ratio "redis: idem / redis" idem-redis redis 1.5
+ratio "postgres: idem / tokio-postgres" idem-postgres tokio-postgres 1.5
 ratio "$N tools clean, #[tool] / by hand" tools-annotated-clean tools-manual-clean 1.2
 ratio "$N tools edit, #[tool] / by hand" tools-annotated-edit tools-manual-edit 1.2
 echo "timings reports: $OUT/*.html"

@@ -194,8 +194,8 @@ pub mod store {
     pub use idem_runtime::store::{
         AttemptKind, AttemptRecord, ClaimToken, Clock, Durability, HeldClaim, Instrumented,
         ListCursor, ManualClock, Operation, OperationDraft, ReadBackRecord, Record, RecordState,
-        ReleaseNote, ReleaseRecord, Retention, StoreError, Swept, SystemClock, Timestamp,
-        TokioClock, TxError, DEFAULT_CAPACITY,
+        ReleaseNote, ReleaseRecord, Retention, StoreError, StoreFuture, Swept, SystemClock,
+        Timestamp, TokioClock, TxError, DEFAULT_CAPACITY,
     };
 
     #[doc(inline)]

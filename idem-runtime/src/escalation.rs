@@ -1,8 +1,10 @@
 //! Escalations: what a person needs to decide an operation nobody else could settle.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -242,14 +244,24 @@ impl Escalation {
 }
 
 /// Where escalations go: a log, a file a person watches, a pager, a ticket queue.
-#[async_trait::async_trait]
+///
+/// `deliver`'s signature is the one `#[async_trait]` generates, written out (the sink is
+/// used as `dyn EscalationSink`): implement it with `#[async_trait::async_trait]` on the
+/// `impl` block and an `async fn deliver`, or return `Box::pin(async move { … })`.
 pub trait EscalationSink: Send + Sync + std::fmt::Debug + 'static {
     /// Delivers one escalation. Called at least once per escalated record (see
     /// [`Escalation`]): de-duplicate on [`Escalation::id`] if a repeat matters. An error from
     /// the reconciler's delivery leaves the record as it was (unknown or pending), logged, and
     /// the next pass escalates it again; an error delivering a notice (changed parameters, a
     /// late result) is logged and the notice is not sent again.
-    async fn deliver(&self, escalation: &Escalation) -> Result<(), String>;
+    fn deliver<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        escalation: &'life1 Escalation,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait;
 }
 
 /// Logs escalations at `error` level through `tracing` (the default sink): the key, tool,
@@ -261,14 +273,23 @@ pub trait EscalationSink: Send + Sync + std::fmt::Debug + 'static {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LogSink;
 
-#[async_trait::async_trait]
 impl EscalationSink for LogSink {
-    async fn deliver(&self, e: &Escalation) -> Result<(), String> {
-        tracing::error!(id = %e.id, key = %e.key, tool = %e.tool, state = %e.state, reason = %crate::observe::field(&e.reason),
-            downstream_ref = %crate::observe::field(&e.downstream_ref.as_deref().unwrap_or("")),
-            attempts = e.attempts.len(), read_backs = e.read_backs.len(),
-            "escalated to a person");
-        Ok(())
+    fn deliver<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        e: &'life1 Escalation,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            tracing::error!(id = %e.id, key = %e.key, tool = %e.tool, state = %e.state, reason = %crate::observe::field(&e.reason),
+                downstream_ref = %crate::observe::field(&e.downstream_ref.as_deref().unwrap_or("")),
+                attempts = e.attempts.len(), read_backs = e.read_backs.len(),
+                "escalated to a person");
+            Ok(())
+        })
     }
 }
 
@@ -305,12 +326,21 @@ impl RedactingSink {
     }
 }
 
-#[async_trait::async_trait]
 impl EscalationSink for RedactingSink {
-    async fn deliver(&self, e: &Escalation) -> Result<(), String> {
-        let mut e = e.clone();
-        (self.redact)(&mut e);
-        self.inner.deliver(&e).await
+    fn deliver<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        e: &'life1 Escalation,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            let mut e = e.clone();
+            (self.redact)(&mut e);
+            self.inner.deliver(&e).await
+        })
     }
 }
 
@@ -400,15 +430,26 @@ impl JsonLinesSink {
     }
 }
 
-#[async_trait::async_trait]
 impl EscalationSink for JsonLinesSink {
-    async fn deliver(&self, e: &Escalation) -> Result<(), String> {
-        let mut line = serde_json::to_vec(e).map_err(|err| err.to_string())?;
-        line.push(b'\n');
-        let (path, lock) = (self.path.clone(), self.lock.clone());
-        tokio::task::spawn_blocking(move || JsonLinesSink::append(&path, &lock, &line))
-            .await
-            .map_err(|err| format!("{}: the write did not finish: {err}", self.path.display()))?
+    fn deliver<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        e: &'life1 Escalation,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            let mut line = serde_json::to_vec(e).map_err(|err| err.to_string())?;
+            line.push(b'\n');
+            let (path, lock) = (self.path.clone(), self.lock.clone());
+            tokio::task::spawn_blocking(move || JsonLinesSink::append(&path, &lock, &line))
+                .await
+                .map_err(|err| {
+                    format!("{}: the write did not finish: {err}", self.path.display())
+                })?
+        })
     }
 }
 
@@ -432,14 +473,23 @@ impl<F> std::fmt::Debug for CallbackSink<F> {
     }
 }
 
-#[async_trait::async_trait]
 impl<F> EscalationSink for CallbackSink<F>
 where
     F: Fn(&Escalation) + Send + Sync + 'static,
 {
-    async fn deliver(&self, e: &Escalation) -> Result<(), String> {
-        (self.0)(e);
-        Ok(())
+    fn deliver<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        e: &'life1 Escalation,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            (self.0)(e);
+            Ok(())
+        })
     }
 }
 

@@ -7,24 +7,21 @@ use crate::store::StoreError;
 /// run. Every variant but [`CallError::Store`] also leaves nothing behind in the store; after
 /// a store error the claim may have been applied with its reply lost, and such a record turns
 /// *unknown* when its lease passes, for the reconciler to settle (nothing was sent).
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum CallError {
     /// No tool of that name is registered.
-    #[error("unknown tool `{name}`")]
     UnknownTool {
         /// The name that was asked for (cut to 64 bytes and `…` when longer: no tool name
         /// is).
         name: String,
     },
     /// The arguments were not valid JSON.
-    #[error("arguments are not valid JSON: {message}")]
     MalformedJson {
         /// The parser's message.
         message: String,
     },
     /// The arguments did not match the tool's argument type.
-    #[error("invalid arguments for `{tool}`: {message}")]
     InvalidArgs {
         /// The tool.
         tool: String,
@@ -32,7 +29,6 @@ pub enum CallError {
         message: String,
     },
     /// The arguments exceed the registry's size limit.
-    #[error("arguments of {size} bytes exceed the limit of {limit} bytes")]
     ArgsTooLarge {
         /// Their size in bytes (JSON text).
         size: usize,
@@ -40,27 +36,66 @@ pub enum CallError {
         limit: usize,
     },
     /// The call itself is malformed (e.g. an empty run id or intent id).
-    #[error("invalid call: {message}")]
     InvalidCall {
         /// What is wrong.
         message: String,
     },
     /// The key already belongs to an operation with other arguments. Refused; nothing ran.
-    #[error("idempotency key {key} was already used with different parameters")]
     ChangedParams {
         /// The key.
         key: IdemKey,
     },
     /// Another call holds the key and did not finish within the wait.
-    #[error("operation {key} is in flight in another call")]
     InFlight {
         /// The key.
         key: IdemKey,
     },
     /// The store failed before the handler ran: nothing ran, but a claim whose reply was lost
     /// may be left running until its lease passes (see the type's docs).
-    #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::UnknownTool { name } => write!(f, "unknown tool `{name}`"),
+            CallError::MalformedJson { message } => {
+                write!(f, "arguments are not valid JSON: {message}")
+            }
+            CallError::InvalidArgs { tool, message } => {
+                write!(f, "invalid arguments for `{tool}`: {message}")
+            }
+            CallError::ArgsTooLarge { size, limit } => write!(
+                f,
+                "arguments of {size} bytes exceed the limit of {limit} bytes"
+            ),
+            CallError::InvalidCall { message } => write!(f, "invalid call: {message}"),
+            CallError::ChangedParams { key } => write!(
+                f,
+                "idempotency key {key} was already used with different parameters"
+            ),
+            CallError::InFlight { key } => {
+                write!(f, "operation {key} is in flight in another call")
+            }
+            CallError::Store(e) => std::fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl std::error::Error for CallError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // Transparent: the store error's own source.
+            CallError::Store(e) => std::error::Error::source(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for CallError {
+    fn from(e: StoreError) -> Self {
+        CallError::Store(e)
+    }
 }
 
 impl CallError {

@@ -138,30 +138,63 @@ impl Subject {
 }
 
 /// Why the kit could not run.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum FaultKitError {
     /// The toolbox has no tool of that name.
-    #[error("the toolbox has no tool named `{0}`")]
     NoSuchTool(String),
     /// The kit tests write tools; a read tool has no effect to count.
-    #[error("`{0}` is a read tool; the fault kit tests write tools")]
     NotAWriteTool(String),
     /// The registry refused the tool.
-    #[error("the registry refused the tool: {0}")]
-    Build(#[from] BuildError),
+    Build(BuildError),
     /// The ledger is the tool's read-back ([`Subject::counted_by_read_back`]), and the tool
     /// declares none.
-    #[error("`{0}` has no read-back to count its effects with")]
     NoReadBack(String),
     /// The tool's read-back failed while the kit counted effects with it.
-    #[error("the read-back of `{tool}` failed: {error}")]
     ReadBackFailed {
         /// The tool.
         tool: String,
         /// What the read-back said.
         error: ToolError,
     },
+}
+
+impl std::fmt::Display for FaultKitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FaultKitError::NoSuchTool(tool) => {
+                write!(f, "the toolbox has no tool named `{tool}`")
+            }
+            FaultKitError::NotAWriteTool(tool) => {
+                write!(
+                    f,
+                    "`{tool}` is a read tool; the fault kit tests write tools"
+                )
+            }
+            FaultKitError::Build(e) => write!(f, "the registry refused the tool: {e}"),
+            FaultKitError::NoReadBack(tool) => {
+                write!(f, "`{tool}` has no read-back to count its effects with")
+            }
+            FaultKitError::ReadBackFailed { tool, error } => {
+                write!(f, "the read-back of `{tool}` failed: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FaultKitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FaultKitError::Build(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<BuildError> for FaultKitError {
+    fn from(e: BuildError) -> Self {
+        FaultKitError::Build(e)
+    }
 }
 
 /// The times a fault's run waits, all from the tool's spec and the kit's settings.

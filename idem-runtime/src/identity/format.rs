@@ -123,9 +123,20 @@ impl fmt::Display for KeyFormat {
 }
 
 /// The text named no key format this build knows (`"v1"`, `"v2"`).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown key format {0:?}: this build knows \"v1\" and \"v2\"")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParseKeyFormatError(String);
+
+impl fmt::Display for ParseKeyFormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown key format {:?}: this build knows \"v1\" and \"v2\"",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for ParseKeyFormatError {}
 
 impl FromStr for KeyFormat {
     type Err = ParseKeyFormatError;

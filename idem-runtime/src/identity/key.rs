@@ -248,9 +248,16 @@ fn leb128(mut n: u64, out: &mut [u8; 10]) -> usize {
 }
 
 /// The text was not a key of the form `idem:` + 64 lowercase hex digits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("not an idem key: expected `idem:` followed by 64 lowercase hex digits")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ParseKeyError;
+
+impl fmt::Display for ParseKeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not an idem key: expected `idem:` followed by 64 lowercase hex digits")
+    }
+}
+
+impl std::error::Error for ParseKeyError {}
 
 #[cfg(test)]
 mod tests {

@@ -89,20 +89,45 @@ impl ArgsIdentity {
 }
 
 /// Why arguments could not be given an identity.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IdentityError {
     /// The typed arguments did not serialize to JSON.
-    #[error("arguments do not serialize to JSON: {0}")]
     Serialize(String),
     /// `key(…)` names fields, but the arguments are not a JSON object.
-    #[error("key fields {fields:?} need arguments that serialize to a JSON object")]
     NotAnObject {
         /// The declared key fields.
         fields: Vec<String>,
     },
     /// A key field that begins with `/` is not a valid JSON Pointer.
-    #[error("{0}")]
-    InvalidPath(#[from] ArgsPathError),
+    InvalidPath(ArgsPathError),
+}
+
+impl std::fmt::Display for IdentityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdentityError::Serialize(e) => write!(f, "arguments do not serialize to JSON: {e}"),
+            IdentityError::NotAnObject { fields } => write!(
+                f,
+                "key fields {fields:?} need arguments that serialize to a JSON object"
+            ),
+            IdentityError::InvalidPath(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for IdentityError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            IdentityError::InvalidPath(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ArgsPathError> for IdentityError {
+    fn from(e: ArgsPathError) -> Self {
+        IdentityError::InvalidPath(e)
+    }
 }
 
 /// Computes the identity of typed arguments.

@@ -30,12 +30,23 @@ pub struct ArgsPath {
 }
 
 /// A pointer that is not a valid JSON Pointer (RFC 6901): a `~` not followed by `0` or `1`.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`{path}` is not a valid JSON Pointer: {reason}")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArgsPathError {
     path: String,
     reason: &'static str,
 }
+
+impl std::fmt::Display for ArgsPathError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` is not a valid JSON Pointer: {}",
+            self.path, self.reason
+        )
+    }
+}
+
+impl std::error::Error for ArgsPathError {}
 
 impl ArgsPathError {
     /// The path as it was given.

@@ -50,13 +50,11 @@ pub enum Resolution {
 }
 
 /// Why a resolution was refused.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 pub enum ResolveError {
     /// No record for the key.
-    #[error("no record for {0}")]
     NotFound(IdemKey),
     /// The record is running, completed or failed: nothing for a person to decide.
-    #[error("{key} is {state}; only unknown, pending or escalated records can be resolved")]
     NotResolvable {
         /// The key.
         key: IdemKey,
@@ -65,11 +63,6 @@ pub enum ResolveError {
     },
     /// A release inside the in-flight bound: a send of the record may still land until
     /// `until`. Release after it, or force it ([`Resolution::ForceRelease`]).
-    #[error(
-        "{key} may still be committed downstream until {until} (a timed-out send can land \
-         until its in-flight bound has passed); release it after that, or force it with a \
-         reason if you know the send will not land"
-    )]
     MayStillLand {
         /// The key.
         key: IdemKey,
@@ -77,18 +70,58 @@ pub enum ResolveError {
         until: Timestamp,
     },
     /// A forced release without a reason.
-    #[error("a forced release needs a reason (it is kept in the release trace)")]
     NoReason,
     /// A completed resolution whose output nests deeper than the stores keep (as deep as a
     /// call's arguments may: the registry's `MAX_ARGS_DEPTH`).
-    #[error("the output nests deeper than {limit} levels, more than a record can keep; give a flatter one")]
     OutputTooDeep {
         /// The deepest nesting kept.
         limit: usize,
     },
     /// The store failed, or the record changed under us (try again).
-    #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResolveError::NotFound(key) => write!(f, "no record for {key}"),
+            ResolveError::NotResolvable { key, state } => write!(
+                f,
+                "{key} is {state}; only unknown, pending or escalated records can be resolved"
+            ),
+            ResolveError::MayStillLand { key, until } => write!(
+                f,
+                "{key} may still be committed downstream until {until} (a timed-out send can \
+                 land until its in-flight bound has passed); release it after that, or force it \
+                 with a reason if you know the send will not land"
+            ),
+            ResolveError::NoReason => {
+                f.write_str("a forced release needs a reason (it is kept in the release trace)")
+            }
+            ResolveError::OutputTooDeep { limit } => write!(
+                f,
+                "the output nests deeper than {limit} levels, more than a record can keep; give \
+                 a flatter one"
+            ),
+            ResolveError::Store(e) => std::fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl std::error::Error for ResolveError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // Transparent: the store error's own source.
+            ResolveError::Store(e) => std::error::Error::source(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for ResolveError {
+    fn from(e: StoreError) -> Self {
+        ResolveError::Store(e)
+    }
 }
 
 /// Settles an unknown, pending or escalated record as a person decided. Returns the record

@@ -7,8 +7,6 @@
 //! never the operation's arguments, a payload, a message or a store's error text.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,12 +15,10 @@ use tracing::{Instrument, Span};
 
 use super::{
     ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState,
-    ReleaseNote, ReleaseRecord, Settlement, StoreError, Swept,
+    ReleaseNote, ReleaseRecord, Settlement, StoreError, StoreFuture, Swept,
 };
 use crate::identity::IdemKey;
 use crate::observe::Timer;
-
-type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// Wraps any [`IdemStore`]: each operation runs inside an `idem.store` span (level `DEBUG`)
 /// and, with the `metrics` feature, its latency goes to

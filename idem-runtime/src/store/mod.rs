@@ -37,6 +37,8 @@ mod record;
 mod transaction;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -169,11 +171,10 @@ impl ListCursor {
 }
 
 /// Why a store operation failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The token is not the current claim's: someone took over, or the claim was settled.
-    #[error("stale claim token for {key}: the record has moved on (now {state})")]
     StaleToken {
         /// The key.
         key: IdemKey,
@@ -181,13 +182,10 @@ pub enum StoreError {
         state: String,
     },
     /// No record for the key.
-    #[error("no record for {0}")]
     NotFound(IdemKey),
     /// The backend could not be reached or did not answer.
-    #[error("store unavailable: {0}")]
     Unavailable(String),
     /// A stored record could not be read (corrupted or foreign data).
-    #[error("corrupt record for {key}: {detail}")]
     Corrupt {
         /// The key (or the raw stored key when it did not parse).
         key: String,
@@ -196,12 +194,28 @@ pub enum StoreError {
     },
     /// The store holds as many records as it may ([`MemoryStore::capacity`]) and none of
     /// them may be dropped: the claim was refused, nothing ran.
-    #[error("store full: {0}")]
     Full(String),
     /// Any other backend error.
-    #[error("store error: {0}")]
     Backend(String),
 }
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::StaleToken { key, state } => write!(
+                f,
+                "stale claim token for {key}: the record has moved on (now {state})"
+            ),
+            StoreError::NotFound(key) => write!(f, "no record for {key}"),
+            StoreError::Unavailable(e) => write!(f, "store unavailable: {e}"),
+            StoreError::Corrupt { key, detail } => write!(f, "corrupt record for {key}: {detail}"),
+            StoreError::Full(e) => write!(f, "store full: {e}"),
+            StoreError::Backend(e) => write!(f, "store error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
 
 /// Whether a store's records outlive the process that wrote them ([`IdemStore::durability`]).
 ///
@@ -218,44 +232,83 @@ pub enum Durability {
     Durable,
 }
 
+/// The future an [`IdemStore`] operation returns: boxed, `Send`, borrowing the store and the
+/// operation's arguments for `'a`.
+///
+/// The type `#[async_trait]` gives an `async fn`, so a store may implement the trait with
+/// `#[async_trait::async_trait]` on its `impl` block and `async fn`s, or write the
+/// signatures out and return `Box::pin(async move { … })`.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
 /// The store contract. One atomic claim, a fenced settle, and listing for the reconciler.
 ///
 /// Implementations must pass the conformance suite (`idem_runtime::store::conformance`, with
 /// the `testing` feature).
-#[async_trait::async_trait]
+///
+/// Each operation returns a [`StoreFuture`]. The signatures are those `#[async_trait]`
+/// generates, written out (the trait is used as `dyn IdemStore`): implement it with
+/// `#[async_trait::async_trait] impl IdemStore for MyStore { async fn claim(…) … }`, or
+/// with the signatures as they stand here.
 pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// Atomically claims `req.key`, or reports the record that holds it. A running record
     /// whose lease has passed is turned into *unknown* first (and reported as such).
-    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError>;
+    fn claim<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        req: &'life1 ClaimRequest,
+    ) -> StoreFuture<'async_trait, ClaimOutcome>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait;
 
     /// Extends a running claim's lease to now + `lease`.
-    async fn renew(
-        &self,
-        key: &IdemKey,
+    fn renew<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         token: ClaimToken,
         lease: Duration,
-    ) -> Result<(), StoreError>;
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait;
 
     /// Settles the claim held by `token` (see the module docs for the late-result rule).
-    async fn settle(
-        &self,
-        key: &IdemKey,
+    fn settle<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         token: ClaimToken,
         settlement: Settlement,
-    ) -> Result<(), StoreError>;
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait;
 
     /// Frees the key: the claim held by `token` was rejected before execution.
-    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError>;
+    fn release<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
+        token: ClaimToken,
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait;
 
     /// Takes over a pending, unknown or escalated record whose current token is `expected`,
     /// turning it back into a running claim with a fresh token (for the reconciler, or a
     /// person resolving an escalation). The old token is fenced off.
-    async fn reclaim(
-        &self,
-        key: &IdemKey,
+    fn reclaim<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         expected: ClaimToken,
         lease: Duration,
-    ) -> Result<ClaimToken, StoreError>;
+    ) -> StoreFuture<'async_trait, ClaimToken>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait;
 
     /// Frees an unknown, pending or escalated record whose current token is `expected`, in
     /// one atomic step, and keeps a trace of it: a [`ReleaseRecord`] with `note`, the time
@@ -269,12 +322,17 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// [`StoreError::StaleToken`] and frees nothing; no record is [`StoreError::NotFound`].
     ///
     /// The conformance suite checks the trace.
-    async fn release_unsettled(
-        &self,
-        key: &IdemKey,
+    fn release_unsettled<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         expected: ClaimToken,
-        note: &ReleaseNote,
-    ) -> Result<(), StoreError>;
+        note: &'life2 ReleaseNote,
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait;
 
     /// The holder of a running claim gives it up and leaves a trace, in one atomic step: the
     /// record is settled with `settlement` (its evidence: attempts, message), then freed as
@@ -294,17 +352,29 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// nothing changes.
     ///
     /// The conformance suite checks that a waiter never sees the record in between.
-    async fn release_traced(
-        &self,
-        key: &IdemKey,
+    fn release_traced<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         token: ClaimToken,
         settlement: Settlement,
-        note: &ReleaseNote,
-    ) -> Result<(), StoreError>;
+        note: &'life2 ReleaseNote,
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait;
 
     /// The releases of `key` still kept ([`IdemStore::release_unsettled`]), oldest first,
     /// whatever the key's record is now (absent, or a new claim).
-    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError>;
+    fn releases<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
+    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait;
 
     /// Up to `limit` of the releases still kept, every key's, that sort strictly after
     /// `after` in `(at, key)` order ([`ListCursor::of_release`]), in that order; from the
@@ -314,11 +384,15 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// Paging with the cursor of the last release of each page visits every kept release
     /// once (two releases of one key in the same millisecond share a cursor: a page that
     /// ends on the first skips the second).
-    async fn list_releases(
-        &self,
-        after: Option<&ListCursor>,
+    fn list_releases<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        after: Option<&'life1 ListCursor>,
         limit: usize,
-    ) -> Result<Vec<ReleaseRecord>, StoreError>;
+    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait;
 
     /// Applies retention to every record now, without anyone reading them: completed and
     /// failed results past [`Retention::results`] become tombstones (arguments, output,
@@ -332,18 +406,36 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// default does nothing: a store that applies retention only when it reads a record
     /// (a custom one) reports nothing swept. The conformance suite checks that a sweep
     /// leaves nothing of an expired result in the stored record.
-    async fn sweep_expired(&self) -> Result<Swept, StoreError> {
-        Ok(Swept::default())
+    fn sweep_expired<'life0, 'async_trait>(&'life0 self) -> StoreFuture<'async_trait, Swept>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move { Ok(Swept::default()) })
     }
 
     /// The record of `key`, if any (lease expiry and retention applied).
-    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError>;
+    fn get<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
+    ) -> StoreFuture<'async_trait, Option<Record>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait;
 
     /// Up to `limit` records in `state`, oldest first (lease expiry applied first, so expired
     /// running claims are listed as unknown).
     ///
     /// The first page of [`IdemStore::list_after`]; to see past it, page with that.
-    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError>;
+    fn list<'life0, 'async_trait>(
+        &'life0 self,
+        state: RecordState,
+        limit: usize,
+    ) -> StoreFuture<'async_trait, Vec<Record>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait;
 
     /// Up to `limit` records in `state` that sort strictly after `after` in
     /// [`ListCursor`] order (`created_at`, then key), in that order; from the oldest when
@@ -360,25 +452,32 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     /// The default lists the whole state with [`IdemStore::list`] and skips to the cursor:
     /// correct, but each page costs as much as listing everything. Backends override it with
     /// an indexed keyset query.
-    async fn list_after(
-        &self,
+    fn list_after<'life0, 'life1, 'async_trait>(
+        &'life0 self,
         state: RecordState,
-        after: Option<&ListCursor>,
+        after: Option<&'life1 ListCursor>,
         limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        let Some(after) = after else {
-            return self.list(state, limit).await;
-        };
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut records = self.list(state, usize::MAX).await?;
-        records.retain(|r| after.precedes(r));
-        // `list` promises this order already; sorting again keeps the default correct for a
-        // backend whose `list` orders by `created_at` alone.
-        records.sort_by(ListCursor::cmp_records);
-        records.truncate(limit);
-        Ok(records)
+    ) -> StoreFuture<'async_trait, Vec<Record>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            let Some(after) = after else {
+                return self.list(state, limit).await;
+            };
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut records = self.list(state, usize::MAX).await?;
+            records.retain(|r| after.precedes(r));
+            // `list` promises this order already; sorting again keeps the default correct for a
+            // backend whose `list` orders by `created_at` alone.
+            records.sort_by(ListCursor::cmp_records);
+            records.truncate(limit);
+            Ok(records)
+        })
     }
 
     /// The clock this store ages records by (leases, retention). A registry built over the
@@ -409,30 +508,36 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
     ///
     /// The default polls [`IdemStore::get`] with backoff; backends that can push a
     /// notification should override it.
-    async fn wait_settled(
-        &self,
-        key: &IdemKey,
+    fn wait_settled<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        let deadline = deadline_after(timeout);
-        let mut pause = Duration::from_millis(2);
-        loop {
-            let record = self.get(key).await?;
-            match &record {
-                Some(r) if r.state == RecordState::Running => {}
-                _ => return Ok(record),
+    ) -> StoreFuture<'async_trait, Option<Record>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            let deadline = deadline_after(timeout);
+            let mut pause = Duration::from_millis(2);
+            loop {
+                let record = self.get(key).await?;
+                match &record {
+                    Some(r) if r.state == RecordState::Running => {}
+                    _ => return Ok(record),
+                }
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    return Ok(record);
+                }
+                tokio::time::sleep(pause.min(deadline - now)).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
             }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return Ok(record);
-            }
-            tokio::time::sleep(pause.min(deadline - now)).await;
-            pause = (pause * 2).min(Duration::from_millis(100));
-        }
+        })
     }
 }
 
-#[async_trait::async_trait]
 impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
     fn clock(&self) -> Arc<dyn Clock> {
         (**self).clock()
@@ -443,85 +548,172 @@ impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
     fn durability(&self) -> Durability {
         (**self).durability()
     }
-    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        (**self).claim(req).await
+    fn claim<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        req: &'life1 ClaimRequest,
+    ) -> StoreFuture<'async_trait, ClaimOutcome>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).claim(req)
     }
-    async fn renew(
-        &self,
-        key: &IdemKey,
+    fn renew<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         token: ClaimToken,
         lease: Duration,
-    ) -> Result<(), StoreError> {
-        (**self).renew(key, token, lease).await
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).renew(key, token, lease)
     }
-    async fn settle(
-        &self,
-        key: &IdemKey,
+    fn settle<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         token: ClaimToken,
         settlement: Settlement,
-    ) -> Result<(), StoreError> {
-        (**self).settle(key, token, settlement).await
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).settle(key, token, settlement)
     }
-    async fn release(&self, key: &IdemKey, token: ClaimToken) -> Result<(), StoreError> {
-        (**self).release(key, token).await
+    fn release<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
+        token: ClaimToken,
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).release(key, token)
     }
-    async fn reclaim(
-        &self,
-        key: &IdemKey,
+    fn reclaim<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         expected: ClaimToken,
         lease: Duration,
-    ) -> Result<ClaimToken, StoreError> {
-        (**self).reclaim(key, expected, lease).await
+    ) -> StoreFuture<'async_trait, ClaimToken>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).reclaim(key, expected, lease)
     }
-    async fn release_unsettled(
-        &self,
-        key: &IdemKey,
+    fn release_unsettled<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         expected: ClaimToken,
-        note: &ReleaseNote,
-    ) -> Result<(), StoreError> {
-        (**self).release_unsettled(key, expected, note).await
+        note: &'life2 ReleaseNote,
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).release_unsettled(key, expected, note)
     }
-    async fn release_traced(
-        &self,
-        key: &IdemKey,
+    fn release_traced<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         token: ClaimToken,
         settlement: Settlement,
-        note: &ReleaseNote,
-    ) -> Result<(), StoreError> {
-        (**self).release_traced(key, token, settlement, note).await
+        note: &'life2 ReleaseNote,
+    ) -> StoreFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).release_traced(key, token, settlement, note)
     }
-    async fn releases(&self, key: &IdemKey) -> Result<Vec<ReleaseRecord>, StoreError> {
-        (**self).releases(key).await
+    fn releases<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
+    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).releases(key)
     }
-    async fn list_releases(
-        &self,
-        after: Option<&ListCursor>,
+    fn list_releases<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        after: Option<&'life1 ListCursor>,
         limit: usize,
-    ) -> Result<Vec<ReleaseRecord>, StoreError> {
-        (**self).list_releases(after, limit).await
+    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).list_releases(after, limit)
     }
-    async fn sweep_expired(&self) -> Result<Swept, StoreError> {
-        (**self).sweep_expired().await
+    fn sweep_expired<'life0, 'async_trait>(&'life0 self) -> StoreFuture<'async_trait, Swept>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).sweep_expired()
     }
-    async fn get(&self, key: &IdemKey) -> Result<Option<Record>, StoreError> {
-        (**self).get(key).await
+    fn get<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
+    ) -> StoreFuture<'async_trait, Option<Record>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).get(key)
     }
-    async fn list(&self, state: RecordState, limit: usize) -> Result<Vec<Record>, StoreError> {
-        (**self).list(state, limit).await
-    }
-    async fn list_after(
-        &self,
+    fn list<'life0, 'async_trait>(
+        &'life0 self,
         state: RecordState,
-        after: Option<&ListCursor>,
         limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        (**self).list_after(state, after, limit).await
+    ) -> StoreFuture<'async_trait, Vec<Record>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).list(state, limit)
     }
-    async fn wait_settled(
-        &self,
-        key: &IdemKey,
+    fn list_after<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        state: RecordState,
+        after: Option<&'life1 ListCursor>,
+        limit: usize,
+    ) -> StoreFuture<'async_trait, Vec<Record>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).list_after(state, after, limit)
+    }
+    fn wait_settled<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        key: &'life1 IdemKey,
         timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        (**self).wait_settled(key, timeout).await
+    ) -> StoreFuture<'async_trait, Option<Record>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).wait_settled(key, timeout)
     }
 }

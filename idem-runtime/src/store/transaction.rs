@@ -19,15 +19,24 @@ pub trait HeldClaim {
 ///
 /// `ToolError` converts it (`NotExecuted` → rejected, `Unknown` → unknown), so a handler's
 /// `?` carries it to the executor, which then frees the key or blocks it accordingly.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TxError {
     /// The transaction never began, was rolled back, or was refused at commit: nothing the
     /// handler wrote was kept, so the same intent may run again.
-    #[error("{0}; nothing was executed")]
     NotExecuted(String),
     /// The connection broke during `COMMIT` and the record could not be read back: the
     /// effect may or may not have committed.
-    #[error("{0}")]
     Unknown(String),
 }
+
+impl std::fmt::Display for TxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TxError::NotExecuted(message) => write!(f, "{message}; nothing was executed"),
+            TxError::Unknown(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for TxError {}

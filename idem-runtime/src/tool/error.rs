@@ -10,13 +10,12 @@ use crate::store::TxError;
 /// is *provably* true. When in doubt, [`ToolError::Unknown`]: it blocks further sends until
 /// someone settles the record, which costs a delay, while a wrong "rejected" costs a
 /// duplicate effect.
-#[derive(Clone, Debug, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "class", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ToolError {
     /// The downstream provably did not start (validation error, a 4xx that guarantees nothing
     /// was executed). The claim is released: the same intent may run again.
-    #[error("rejected before execution: {message}")]
     Rejected {
         /// What the downstream said.
         message: String,
@@ -28,7 +27,6 @@ pub enum ToolError {
     /// budget is spent it releases the claim and tells the model nothing was done and it may
     /// try again later. Only for refusals that are *provably* not executed: a 5xx after which
     /// the effect may have happened is [`ToolError::Unknown`].
-    #[error("unavailable, not executed: {message}")]
     Unavailable {
         /// What the downstream said.
         message: String,
@@ -37,7 +35,6 @@ pub enum ToolError {
         retry_after: Option<std::time::Duration>,
     },
     /// Terminal failure after the effect started (a declined charge). Saved and replayed.
-    #[error("failed after execution: {message}")]
     Failed {
         /// What the downstream said.
         message: String,
@@ -46,7 +43,6 @@ pub enum ToolError {
     },
     /// Recorded downstream but not terminal (an asynchronous refund). Saved; never sent again;
     /// a reconciler polls it to a terminal state.
-    #[error("pending downstream as {downstream_ref}")]
     Pending {
         /// The downstream's id to poll.
         downstream_ref: String,
@@ -55,12 +51,29 @@ pub enum ToolError {
     },
     /// Nobody knows whether the effect happened (timeout, connection reset, 5xx). Never
     /// treated as failed; never re-sent to an unkeyed downstream.
-    #[error("outcome unknown: {message}")]
     Unknown {
         /// What was observed.
         message: String,
     },
 }
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolError::Rejected { message } => write!(f, "rejected before execution: {message}"),
+            ToolError::Unavailable { message, .. } => {
+                write!(f, "unavailable, not executed: {message}")
+            }
+            ToolError::Failed { message, .. } => write!(f, "failed after execution: {message}"),
+            ToolError::Pending { downstream_ref, .. } => {
+                write!(f, "pending downstream as {downstream_ref}")
+            }
+            ToolError::Unknown { message } => write!(f, "outcome unknown: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for ToolError {}
 
 impl ToolError {
     /// The downstream provably did not start.
