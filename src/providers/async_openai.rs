@@ -438,7 +438,7 @@ impl Arguments {
 
 /// Awaits started calls in their order.
 async fn results(registry: &Registry, started: Vec<Started>) -> Vec<ToolResult> {
-    futures_util::future::join_all(started.into_iter().map(|s| s.result(registry))).await
+    super::join_all(started.into_iter().map(|s| s.result(registry))).await
 }
 
 /// A fragment of a streamed call that came after the call was started: a stream that goes

@@ -27,6 +27,10 @@ pub mod async_openai;
 #[cfg(feature = "openai")]
 pub mod openai;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
 use idem_runtime::{
     call::{ToolCall, ToolResult},
     identity::Scope,
@@ -40,7 +44,35 @@ use idem_runtime::{
 /// Calls of one message that share a key (the model asked twice for the same operation)
 /// still cause one effect: the second waits for the first and replays it.
 pub async fn call_all(registry: &Registry, calls: Vec<ToolCall>) -> Vec<ToolResult> {
-    futures_util::future::join_all(calls.into_iter().map(|call| registry.call(call))).await
+    join_all(calls.into_iter().map(|call| registry.call(call))).await
+}
+
+/// Polls `futures` together until every one is ready; their outputs in the order given.
+///
+/// A turn holds a handful of calls, so each wake polls the ones still pending in turn (what
+/// `futures::future::join_all` does for short lists) rather than pulling in a crate for it.
+pub(crate) async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut pending: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all_ready = true;
+        for (future, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => all_ready = false,
+                }
+            }
+        }
+        if all_ready {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    // Every slot is filled once the loop above has seen them all ready.
+    outputs.into_iter().flatten().collect()
 }
 
 /// Whether the model should be told the call is an error: [`ToolResult::is_error`], the one
@@ -111,4 +143,33 @@ where
     T: serde::Deserialize<'de>,
 {
     Ok(<Option<Vec<T>> as serde::Deserialize>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join_all;
+
+    /// The first future waits for a value only the second sends: polled one after the other,
+    /// they would never finish.
+    #[tokio::test]
+    async fn join_all_runs_its_futures_together_and_keeps_their_order() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let first = Box::pin(async move { rx.await.unwrap_or(0) + 1 })
+            as std::pin::Pin<Box<dyn std::future::Future<Output = u32>>>;
+        let second = Box::pin(async move {
+            tokio::task::yield_now().await;
+            let _ = tx.send(41);
+            7
+        });
+        let outputs = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            join_all([first, second]),
+        )
+        .await
+        .expect("join_all polled its futures one after the other");
+        assert_eq!(outputs, vec![42, 7]);
+        assert!(join_all(Vec::<std::future::Ready<u8>>::new())
+            .await
+            .is_empty());
+    }
 }
