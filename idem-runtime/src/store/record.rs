@@ -83,8 +83,8 @@ pub struct ClaimToken(pub u128);
 
 impl ClaimToken {
     /// A token unique with overwhelming probability across processes and machines: a
-    /// 64-bit prefix drawn from the operating system's random source for each process, and
-    /// a per-process counter (never repeated; not in claim order across threads).
+    /// 64-bit prefix for each process, keyed by the operating system's random source, and a
+    /// per-process counter (never repeated; not in claim order across threads).
     ///
     /// The prefix is drawn again in a forked child: it starts with a copy of its parent's
     /// memory, prefix and counter included, and would otherwise mint the very tokens its
@@ -97,7 +97,7 @@ impl ClaimToken {
         if SEEDED_IN.load(Ordering::Acquire) != process {
             // Threads racing here each draw a random prefix; whichever is stored last wins,
             // and tokens minted under the others are just as unique.
-            SEED.store(os_random_u64(), Ordering::Release);
+            SEED.store(process_seed(process), Ordering::Release);
             SEEDED_IN.store(process, Ordering::Release);
         }
         let seed = SEED.load(Ordering::Acquire);
@@ -186,27 +186,22 @@ mod fork {
     }
 }
 
-/// 64 bits from the operating system's random source. Should the OS refuse (it does not on
-/// any supported platform once booted), falls back to the standard library's randomly keyed
-/// hasher over the time and process id: weaker, but still distinct between processes.
-fn os_random_u64() -> u64 {
-    let mut buf = [0u8; 8];
-    match getrandom::fill(&mut buf) {
-        Ok(()) => u64::from_le_bytes(buf),
-        Err(e) => {
-            tracing::warn!(error = %e, "no OS randomness for claim tokens; using a weaker seed");
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0),
-            );
-            h.write_u32(std::process::id());
-            h.finish()
-        }
-    }
+/// 64 bits no other process draws: the standard library's randomly keyed hasher (its keys
+/// come from the operating system's random source, drawn once per thread) over the process
+/// id, its fork count and the time. A forked child starts with its parent's keys but not its
+/// process id, so the two still draw different prefixes.
+fn process_seed(process: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(process);
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    hasher.finish()
 }
 
 /// How an attempt ended, as the executor saw it. Decisions are taken on this, never on the
