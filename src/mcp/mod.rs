@@ -115,6 +115,7 @@ mod http;
 mod meta;
 mod output_schema;
 mod router;
+mod run_to_end;
 mod server;
 
 use std::io;

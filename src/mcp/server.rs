@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ServerCapabilities, Tool,
+    InitializeResult, ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities,
+    Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::meta::{self, CallMeta};
 use super::output_schema::Validator;
+use super::run_to_end::RunToEnd;
 use crate::definitions::{mcp_output_schema, mcp_structured_content};
 use crate::store::Durability;
 use crate::{
@@ -336,18 +337,23 @@ impl McpServer {
         }
         // rmcp moves the request's `_meta` into the context; read both in case a caller
         // builds the params by hand.
-        let mut fields = JsonObject::new();
-        if let Some(m) = &request.meta {
-            fields.extend(m.0 .0.clone());
-        }
-        fields.extend(context.meta.0 .0.clone());
+        let merged;
+        let fields = match &request.meta {
+            None => &context.meta.0 .0,
+            Some(m) => {
+                let mut both = m.0 .0.clone();
+                both.extend(context.meta.0 .0.clone());
+                merged = both;
+                &merged
+            }
+        };
         let head = context.extensions.get::<http::request::Parts>();
         // Who is calling comes first: a caller the host refuses learns nothing else.
         let caller = self
             .caller_of(head)
             .map_err(|reason| ErrorData::invalid_request(cut(&reason, 512), None))?;
         let header = head.and_then(|h| h.headers.get(meta::IDEMPOTENCY_KEY_HEADER));
-        let asked = CallMeta::read(&fields, header.map(|v| v.as_bytes()))
+        let asked = CallMeta::read(fields, header.map(|v| v.as_bytes()))
             .map_err(|m| ErrorData::invalid_params(m, None))?;
         if asked.run.is_some() && !self.shared.client_runs {
             return Err(ErrorData::invalid_params(
@@ -393,15 +399,14 @@ impl McpServer {
         if let Some(principal) = caller.principal {
             call = call.principal(principal);
         }
-        // On a task of its own, so that whatever a transport does with this request's future
-        // when the client goes away (cancels it, drops it), a claimed write runs to its end and
-        // settles its record; a retry gets what it recorded.
+        // Polled here, on the transport's request task; if the transport drops this future
+        // when the client goes away (cancels, hangs up), the call finishes on a task of its
+        // own, so a claimed write runs to its end and settles its record: a retry gets what
+        // it recorded.
         let registry = registry.clone();
         // Cheap (`Arc`s): the spec, its output schema included, is not copied.
         let tool = tool.clone();
-        let result = tokio::spawn(async move { registry.call(call).await })
-            .await
-            .map_err(|e| ErrorData::internal_error(format!("the call's task failed: {e}"), None))?;
+        let result = RunToEnd::new(async move { registry.call(call).await }).await;
         let schema = self.shared.output_schemas.get(tool.spec().name());
         Ok(call_tool_result(tool.spec(), &result, schema))
     }
@@ -553,7 +558,8 @@ fn call_tool_result(
             ok.structured_content = Some(structured);
             ok
         }
-        (true, None) if mcp_output_schema(spec).is_none() => CallToolResult::success(content),
+        // A tool has a compiled schema exactly when it has an outputSchema.
+        (true, None) if schema.is_none() => CallToolResult::success(content),
         _ => CallToolResult::error(content),
     };
     let mut m = MetaObject::new();

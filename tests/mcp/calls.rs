@@ -586,6 +586,79 @@ async fn a_client_that_hangs_up_mid_call_does_not_abandon_the_charge() {
     );
 }
 
+/// A host's own handler in front of idem's, with a deadline of its own for every call: past
+/// it, the host stops awaiting (drops) idem's `tools/call` and answers with an error.
+struct ImpatientHost {
+    inner: idem::mcp::McpHandler,
+}
+
+impl idem::mcp::rmcp::ServerHandler for ImpatientHost {
+    fn get_info(&self) -> idem::mcp::rmcp::model::InitializeResult {
+        self.inner.get_info()
+    }
+
+    async fn call_tool(
+        &self,
+        request: idem::mcp::rmcp::model::CallToolRequestParams,
+        context: idem::mcp::rmcp::service::RequestContext<idem::mcp::rmcp::service::RoleServer>,
+    ) -> Result<idem::mcp::rmcp::model::CallToolResponse, idem::mcp::rmcp::ErrorData> {
+        let call = self.inner.call_tool(request, context);
+        match tokio::time::timeout(Duration::from_millis(50), call).await {
+            Ok(answer) => answer,
+            Err(_) => Err(idem::mcp::rmcp::ErrorData::internal_error(
+                "the host's deadline passed",
+                None,
+            )),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_stops_awaiting_a_call_does_not_abandon_the_charge() {
+    use idem::mcp::rmcp::ServiceExt;
+
+    let billing = Arc::new(Billing::default());
+    let server = McpServer::new(registry(&billing, None));
+    let args = json!({"customer": "acme", "cents": 4900});
+    let (client_io, server_io) = tokio::io::duplex(1 << 20);
+    let host = ImpatientHost {
+        inner: server.handler(),
+    };
+    tokio::spawn(async move {
+        if let Ok(running) = host.serve(tokio::io::split(server_io)).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let (read, write) = tokio::io::split(client_io);
+    let mut client = LineClient::new(read, write);
+    client.initialize().await;
+
+    // The charge takes 300 ms; the host gives up on it after 50.
+    let first = client
+        .call_tool("unhurried_charge", args.clone(), None)
+        .await;
+    assert!(first.get("error").is_some(), "{first}");
+    assert_eq!(billing.slow_starts(), 1);
+
+    // The charge idem had claimed ran to its end anyway and settled its record...
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(billing.charges(), vec![("acme".to_owned(), 4900)]);
+    // ...so the client's retry, through idem's own handler, gets it back, run once.
+    let mut again = initialized(&server).await;
+    let reply = again.call_tool("unhurried_charge", args, None).await;
+    assert_eq!(billing.slow_starts(), 1);
+    assert_eq!(billing.charges().len(), 1);
+    assert_eq!(
+        result(&reply)["_meta"]["idem/replayed"],
+        json!(true),
+        "{reply}"
+    );
+    assert_eq!(
+        result(&reply)["structuredContent"],
+        json!({"charged": 4900})
+    );
+}
+
 /// The outputSchema each tool is listed with, by name (`None`: listed without one).
 async fn output_schemas(client: &mut Client) -> std::collections::HashMap<String, Option<Value>> {
     let reply = client.request("tools/list", json!({})).await;
