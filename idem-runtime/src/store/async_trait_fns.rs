@@ -1,9 +1,10 @@
 //! The method signatures `#[async_trait]` would generate, written once.
 //!
-//! [`IdemStore`](super::IdemStore) is used as a trait object, and users implement it with
-//! `#[async_trait]`, so its methods must have exactly the signatures that attribute gives an
-//! `async fn`. The runtime keeps the async-trait crate out of its default build by spelling
-//! them out, through this macro rather than by hand at every trait, impl and method.
+//! [`IdemStore`](super::IdemStore) and the escalation sink are used as trait objects, and
+//! users implement them with `#[async_trait]`, so their methods must have exactly the
+//! signatures that attribute gives an `async fn`. The runtime keeps the async-trait crate out
+//! of its default build by spelling them out, through this macro rather than by hand at every
+//! trait, impl and method.
 
 /// Writes each `fn name<'life1, …>(&self, arg: Type, …) -> Ret` as `#[async_trait]` would:
 /// `self` borrowed for `'life0`, a lifetime `'async_trait` that `Ret` names (the future
