@@ -70,6 +70,8 @@ SERDE_DEP='serde = { version = "1", features = ["derive"] }
 serde_json = "1"
 schemars = "1"'
 TOKIO_DEP='tokio = { version = "1", features = ["rt", "macros"] }'
+BARE_DEPS="$SERDE_DEP
+$TOKIO_DEP"
 RMCP_DEP='rmcp = { version = "3.11", default-features = false, features = ["server", "macros", "transport-io"'
 
 # The one tool every fixture has: its arguments, and the tool as idem's or by hand.
@@ -84,26 +86,22 @@ struct ChargeArgs {
     cents: u64,
 }
 '
-IDEM_TOOL_RS='use idem::{tool, Registry, ToolError, WriteCtx};
-
-/// Charge a card.
+CHARGE_RS='/// Charge a card.
 #[tool(write)]
 async fn charge(_ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
     Ok(format!("{}:{}", args.customer, args.cents))
 }
 '
+IDEM_TOOL_RS="use idem::{tool, Registry, ToolError, WriteCtx};
+
+$CHARGE_RS"
 # The by-hand tool of an ecosystem fixture: `claim` is its guard on that crate (a row, a key).
-BARE_TOOL_RS='/// Charge a card.
+HAND_CHARGE_RS='/// Charge a card.
 async fn charge(args: ChargeArgs) -> Result<String, String> {
     Ok(format!("{}:{}", args.customer, args.cents))
 }
-
-/// The tool by hand: its definition, and a call from JSON to JSON.
-fn definition() -> serde_json::Value {
-    serde_json::json!({ "name": "charge", "parameters": schemars::schema_for!(ChargeArgs) })
-}
-
-async fn call(name: &str, args: serde_json::Value) -> serde_json::Value {
+'
+CALL_RS='async fn call(name: &str, args: serde_json::Value) -> serde_json::Value {
     match name {
         "charge" => match serde_json::from_value::<ChargeArgs>(args) {
             Ok(args) => match charge(args).await {
@@ -116,6 +114,14 @@ async fn call(name: &str, args: serde_json::Value) -> serde_json::Value {
     }
 }
 '
+DEFINITION_RS='/// The tool by hand: its definition, and a call from JSON to JSON.
+fn definition() -> serde_json::Value {
+    serde_json::json!({ "name": "charge", "parameters": schemars::schema_for!(ChargeArgs) })
+}
+'
+BARE_TOOL_RS="$HAND_CHARGE_RS
+$DEFINITION_RS
+$CALL_RS"
 # Where the fixtures would find their servers; they are built, never run.
 DB_RS='const DB: &str = "/tmp/fixture.sqlite3";
 '
@@ -124,44 +130,22 @@ REDIS_RS='const REDIS: &str = "redis://127.0.0.1/";
 POSTGRES_RS='const POSTGRES: &str = "postgres://postgres@127.0.0.1/postgres";
 '
 
+# A fixture's Cargo.toml and src/main.rs, in the `$dir` of `fixture` (its only caller):
+# main.rs is the shared pieces, when given, a blank line, then the fixture's own code.
+crate_files() { # package name, dependency lines, [shared pieces]; own code on stdin
+  manifest "$1" "$2" > "$dir/Cargo.toml"
+  { if [ $# -ge 3 ]; then echo "$3"; fi; cat; } > "$dir/src/main.rs"
+}
+
 fixture() { # name -> $WORK/$name with Cargo.toml, Cargo.lock and src/main.rs
   local dir="$WORK/$1"
   mkdir -p "$dir/src"
   case "$1" in
     bare)
-      manifest fixture-bare "$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      cat > "$dir/src/main.rs" <<'RS'
-use serde::{Deserialize, Serialize};
-
-/// Arguments of `charge`.
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
-struct ChargeArgs {
-    /// The customer.
-    customer: String,
-    /// Amount in cents.
-    cents: u64,
-}
-
-/// Charge a card.
-async fn charge(args: ChargeArgs) -> Result<String, String> {
-    Ok(format!("{}:{}", args.customer, args.cents))
-}
-
+      crate_files fixture-bare "$BARE_DEPS" "$ARGS_RS
+$HAND_CHARGE_RS
 /// The tool by hand: its definition, and a call from JSON to JSON.
-async fn call(name: &str, args: serde_json::Value) -> serde_json::Value {
-    match name {
-        "charge" => match serde_json::from_value::<ChargeArgs>(args) {
-            Ok(args) => match charge(args).await {
-                Ok(out) => serde_json::json!({ "ok": out }),
-                Err(e) => serde_json::json!({ "error": e }),
-            },
-            Err(e) => serde_json::json!({ "error": e.to_string() }),
-        },
-        _ => serde_json::json!({ "error": "unknown tool" }),
-    }
-}
-
+$CALL_RS" <<'RS'
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let schema = schemars::schema_for!(ChargeArgs);
@@ -172,28 +156,10 @@ async fn main() {
 RS
       ;;
     idem)
-      manifest fixture-idem "$IDEM_DEP }
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      cat > "$dir/src/main.rs" <<'RS'
-use idem::{tool, Format, Registry, ToolCall, ToolError, WriteCtx};
-use serde::{Deserialize, Serialize};
-
-/// Arguments of `charge`.
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
-struct ChargeArgs {
-    /// The customer.
-    customer: String,
-    /// Amount in cents.
-    cents: u64,
-}
-
-/// Charge a card.
-#[tool(write)]
-async fn charge(_ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
-    Ok(format!("{}:{}", args.customer, args.cents))
-}
-
+      crate_files fixture-idem "$IDEM_DEP }
+$BARE_DEPS" "use idem::{tool, Format, Registry, ToolCall, ToolError, WriteCtx};
+$ARGS_RS
+$CHARGE_RS" <<'RS'
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let registry = Registry::builder().tool(charge).build()?;
@@ -207,24 +173,12 @@ RS
     rmcp | rmcp-http)
       local transports='] }'
       [ "$1" = rmcp-http ] && transports=', "transport-streamable-http-server"] }'
-      manifest "fixture-$1" "$RMCP_DEP$transports
+      crate_files "fixture-$1" "$RMCP_DEP$transports
 $SERDE_DEP
-tokio = { version = \"1\", features = [\"rt\", \"macros\", \"io-std\"] }" > "$dir/Cargo.toml"
-      cat > "$dir/src/main.rs" <<'RS'
-use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+tokio = { version = \"1\", features = [\"rt\", \"macros\", \"io-std\"] }" "use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{ServerCapabilities, ServerConfig};
 use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
-use serde::{Deserialize, Serialize};
-
-/// Arguments of `charge`.
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
-struct ChargeArgs {
-    /// The customer.
-    customer: String,
-    /// Amount in cents.
-    cents: u64,
-}
-
+$ARGS_RS" <<'RS'
 #[derive(Clone)]
 struct Billing {
     tool_router: ToolRouter<Self>,
@@ -255,29 +209,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 RS
       ;;
     idem-mcp)
-      manifest fixture-idem-mcp "$IDEM_DEP, features = [\"mcp\"] }
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      cat > "$dir/src/main.rs" <<'RS'
-use idem::mcp::McpServer;
+      crate_files fixture-idem-mcp "$IDEM_DEP, features = [\"mcp\"] }
+$BARE_DEPS" "use idem::mcp::McpServer;
 use idem::{tool, Registry, ToolError, WriteCtx};
-use serde::{Deserialize, Serialize};
-
-/// Arguments of `charge`.
-#[derive(Deserialize, Serialize, schemars::JsonSchema)]
-struct ChargeArgs {
-    /// The customer.
-    customer: String,
-    /// Amount in cents.
-    cents: u64,
-}
-
-/// Charge a card.
-#[tool(write)]
-async fn charge(_ctx: WriteCtx, args: ChargeArgs) -> Result<String, ToolError> {
-    Ok(format!("{}:{}", args.customer, args.cents))
-}
-
+$ARGS_RS
+$CHARGE_RS" <<'RS'
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let registry = Registry::builder().tool(charge).build()?;
@@ -287,10 +223,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 RS
       ;;
     idem-openai)
-      manifest fixture-idem-openai "$IDEM_DEP, features = [\"openai\", \"anthropic\"] }
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      { echo "$ARGS_RS$IDEM_TOOL_RS"; cat <<'RS'
+      crate_files fixture-idem-openai "$IDEM_DEP, features = [\"openai\", \"anthropic\"] }
+$BARE_DEPS" "$ARGS_RS$IDEM_TOOL_RS" <<'RS'
 use idem::providers::{anthropic, openai};
 use idem::Scope;
 
@@ -313,15 +247,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 RS
-      } > "$dir/src/main.rs"
       ;;
     async-openai | idem-async-openai)
       local oai='async-openai = { version = "0.43", default-features = false, features = ["chat-completion-types", "response-types"] }'
       if [ "$1" = async-openai ]; then
-        manifest fixture-async-openai "$oai
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-        { echo "$ARGS_RS$BARE_TOOL_RS"; cat <<'RS'
+        crate_files fixture-async-openai "$oai
+$BARE_DEPS" "$ARGS_RS$BARE_TOOL_RS" <<'RS'
 use async_openai::types::chat::{
     ChatCompletionMessageToolCalls, ChatCompletionRequestToolMessage,
     ChatCompletionRequestToolMessageContent, ChatCompletionResponseMessage,
@@ -349,13 +280,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 RS
-        } > "$dir/src/main.rs"
       else
-        manifest fixture-idem-async-openai "$IDEM_DEP, features = [\"async-openai\"] }
+        crate_files fixture-idem-async-openai "$IDEM_DEP, features = [\"async-openai\"] }
 $oai
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-        { echo "$ARGS_RS$IDEM_TOOL_RS"; cat <<'RS'
+$BARE_DEPS" "$ARGS_RS$IDEM_TOOL_RS" <<'RS'
 use async_openai::types::chat::ChatCompletionResponseMessage;
 use idem::providers::async_openai::{chat_tool_messages, chat_tools};
 use idem::Scope;
@@ -373,15 +301,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 RS
-        } > "$dir/src/main.rs"
       fi
       ;;
     rig)
-      manifest fixture-rig 'rig-core = { version = "0.44", default-features = false }
+      crate_files fixture-rig 'rig-core = { version = "0.44", default-features = false }
 rig-agent = { version = "0.44", default-features = false }'"
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      { echo "$ARGS_RS$BARE_TOOL_RS"; cat <<'RS'
+$BARE_DEPS" "$ARGS_RS$BARE_TOOL_RS" <<'RS'
 use rig_core::message::ToolName;
 use rig_core::tool::{DynamicTool, ToolExecutionError, ToolOutput};
 
@@ -411,15 +336,12 @@ fn agent(model: rig_agent::core::DynModel<rig_agent::core::operation::Completion
     let _agent = rig_agent::AgentBuilder::new(model).dynamic_tools(tools).build();
 }
 RS
-      } > "$dir/src/main.rs"
       ;;
     idem-rig)
-      manifest fixture-idem-rig "$IDEM_DEP, features = [\"rig\"] }
+      crate_files fixture-idem-rig "$IDEM_DEP, features = [\"rig\"] }
 rig-core = { version = \"0.44\", default-features = false }
 rig-agent = { version = \"0.44\", default-features = false }
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      { echo "$ARGS_RS$IDEM_TOOL_RS"; cat <<'RS'
+$BARE_DEPS" "$ARGS_RS$IDEM_TOOL_RS" <<'RS'
 use rig_core::tool::DynamicTool;
 
 #[tokio::main(flavor = "current_thread")]
@@ -436,13 +358,10 @@ fn agent(model: rig_agent::core::DynModel<rig_agent::core::operation::Completion
     let _agent = rig_agent::AgentBuilder::new(model).dynamic_tools(tools).build();
 }
 RS
-      } > "$dir/src/main.rs"
       ;;
     rusqlite)
-      manifest fixture-rusqlite 'rusqlite = { version = "0.37", features = ["bundled"] }'"
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      { echo "$ARGS_RS$BARE_TOOL_RS$DB_RS"; cat <<'RS'
+      crate_files fixture-rusqlite 'rusqlite = { version = "0.37", features = ["bundled"] }'"
+$BARE_DEPS" "$ARGS_RS$BARE_TOOL_RS$DB_RS" <<'RS'
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = rusqlite::Connection::open(DB)?;
@@ -454,13 +373,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 RS
-      } > "$dir/src/main.rs"
       ;;
     redis)
-      manifest fixture-redis 'redis = { version = "0.32", default-features = false, features = ["tokio-comp", "connection-manager", "script", "cluster-async"] }'"
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      { echo "$ARGS_RS$BARE_TOOL_RS$REDIS_RS"; cat <<'RS'
+      crate_files fixture-redis 'redis = { version = "0.32", default-features = false, features = ["tokio-comp", "connection-manager", "script", "cluster-async"] }'"
+$BARE_DEPS" "$ARGS_RS$BARE_TOOL_RS$REDIS_RS" <<'RS'
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = redis::Client::open(REDIS)?;
@@ -473,13 +389,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 RS
-      } > "$dir/src/main.rs"
       ;;
     tokio-postgres)
-      manifest fixture-tokio-postgres 'tokio-postgres = "0.7.13"'"
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      { echo "$ARGS_RS$BARE_TOOL_RS$POSTGRES_RS"; cat <<'RS'
+      crate_files fixture-tokio-postgres 'tokio-postgres = "0.7.13"'"
+$BARE_DEPS" "$ARGS_RS$BARE_TOOL_RS$POSTGRES_RS" <<'RS'
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (client, connection) = tokio_postgres::connect(POSTGRES, tokio_postgres::NoTls).await?;
@@ -493,7 +406,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 RS
-      } > "$dir/src/main.rs"
       ;;
     idem-sqlite | idem-redis | idem-postgres)
       local backend="${1#idem-}" store url
@@ -502,10 +414,8 @@ RS
         redis) store='idem::RedisStore::connect(REDIS)' url="$REDIS_RS" ;;
         postgres) store='idem::PostgresStore::connect(POSTGRES)' url="$POSTGRES_RS" ;;
       esac
-      manifest "fixture-$1" "$IDEM_DEP, features = [\"$backend\"] }
-$SERDE_DEP
-$TOKIO_DEP" > "$dir/Cargo.toml"
-      { echo "$ARGS_RS$IDEM_TOOL_RS$url"; cat <<RS
+      crate_files "fixture-$1" "$IDEM_DEP, features = [\"$backend\"] }
+$BARE_DEPS" "$ARGS_RS$IDEM_TOOL_RS$url" <<RS
 use idem::ToolCall;
 
 #[tokio::main(flavor = "current_thread")]
@@ -517,7 +427,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 RS
-      } > "$dir/src/main.rs"
       ;;
   esac
   cp "$ROOT/Cargo.lock" "$dir/Cargo.lock"
@@ -576,6 +485,14 @@ schemars = \"1\"" > "$WORK/tools/$crate/Cargo.toml"
   header='use idem::{ReadCtx, Registry, ToolError, WriteCtx};
 use serde::{Deserialize, Serialize};
 '
+  registry_rs() { # the tools' name before their number
+    echo "pub fn registry() -> Registry {"
+    echo "    Registry::builder()"
+    for i in $(seq 1 "$N"); do echo "        .tool($1$i)"; done
+    echo "        .build()"
+    echo "        .expect(\"valid\")"
+    echo "}"
+  }
   # Tool 1's body is the line the edit case changes (`+ 0` to `+ <run>`).
   {
     echo "$header"
@@ -603,12 +520,7 @@ pub async fn tool_$i(ctx: ReadCtx, args: Args$i) -> Result<u64, ToolError> {
 RS
       fi
     done
-    echo "pub fn registry() -> Registry {"
-    echo "    Registry::builder()"
-    for i in $(seq 1 "$N"); do echo "        .tool(tool_$i)"; done
-    echo "        .build()"
-    echo "        .expect(\"valid\")"
-    echo "}"
+    registry_rs tool_
   } > "$WORK/tools/annotated/src/lib.rs"
 
   {
@@ -652,12 +564,7 @@ impl ReadTool for Tool$i {
 RS
       fi
     done
-    echo "pub fn registry() -> Registry {"
-    echo "    Registry::builder()"
-    for i in $(seq 1 "$N"); do echo "        .tool(Tool$i)"; done
-    echo "        .build()"
-    echo "        .expect(\"valid\")"
-    echo "}"
+    registry_rs Tool
   } > "$WORK/tools/manual/src/lib.rs"
 
   echo "100 tools: building dependencies once…" >&2

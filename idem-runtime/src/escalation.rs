@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::identity::{Fingerprint, IdemKey};
-use crate::store::{AttemptRecord, Operation, ReadBackRecord, Record, RecordState, Timestamp};
+use crate::store::{
+    async_trait_fns, AttemptRecord, Operation, ReadBackRecord, Record, RecordState, Timestamp,
+};
 
 /// Why an operation went to a person, as a kind a program can count: each escalation
 /// carries one beside its text ([`Escalation::kind`]), the escalated record keeps it
@@ -243,25 +245,25 @@ impl Escalation {
     }
 }
 
+/// What [`EscalationSink::deliver`] returns: the boxed future `#[async_trait]` makes of an
+/// `async fn deliver`. Private, so the public API gains no name: rustdoc shows the trait's
+/// signature with the type spelled out.
+type Delivery<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+
 /// Where escalations go: a log, a file a person watches, a pager, a ticket queue.
 ///
 /// `deliver`'s signature is the one `#[async_trait]` generates, written out (the sink is
 /// used as `dyn EscalationSink`): implement it with `#[async_trait::async_trait]` on the
 /// `impl` block and an `async fn deliver`, or return `Box::pin(async move { … })`.
 pub trait EscalationSink: Send + Sync + std::fmt::Debug + 'static {
-    /// Delivers one escalation. Called at least once per escalated record (see
-    /// [`Escalation`]): de-duplicate on [`Escalation::id`] if a repeat matters. An error from
-    /// the reconciler's delivery leaves the record as it was (unknown or pending), logged, and
-    /// the next pass escalates it again; an error delivering a notice (changed parameters, a
-    /// late result) is logged and the notice is not sent again.
-    fn deliver<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        escalation: &'life1 Escalation,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait;
+    async_trait_fns! {
+        /// Delivers one escalation. Called at least once per escalated record (see
+        /// [`Escalation`]): de-duplicate on [`Escalation::id`] if a repeat matters. An error from
+        /// the reconciler's delivery leaves the record as it was (unknown or pending), logged, and
+        /// the next pass escalates it again; an error delivering a notice (changed parameters, a
+        /// late result) is logged and the notice is not sent again.
+        fn deliver<'life1>(&self, escalation: &'life1 Escalation) -> Delivery<'async_trait>;
+    }
 }
 
 /// Logs escalations at `error` level through `tracing` (the default sink): the key, tool,
@@ -274,22 +276,16 @@ pub trait EscalationSink: Send + Sync + std::fmt::Debug + 'static {
 pub struct LogSink;
 
 impl EscalationSink for LogSink {
-    fn deliver<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        e: &'life1 Escalation,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            tracing::error!(id = %e.id, key = %e.key, tool = %e.tool, state = %e.state, reason = %crate::observe::field(&e.reason),
-                downstream_ref = %crate::observe::field(&e.downstream_ref.as_deref().unwrap_or("")),
-                attempts = e.attempts.len(), read_backs = e.read_backs.len(),
-                "escalated to a person");
-            Ok(())
-        })
+    async_trait_fns! {
+        fn deliver<'life1>(&self, e: &'life1 Escalation) -> Delivery<'async_trait> {
+            Box::pin(async move {
+                tracing::error!(id = %e.id, key = %e.key, tool = %e.tool, state = %e.state, reason = %crate::observe::field(&e.reason),
+                    downstream_ref = %crate::observe::field(&e.downstream_ref.as_deref().unwrap_or("")),
+                    attempts = e.attempts.len(), read_backs = e.read_backs.len(),
+                    "escalated to a person");
+                Ok(())
+            })
+        }
     }
 }
 
@@ -327,20 +323,14 @@ impl RedactingSink {
 }
 
 impl EscalationSink for RedactingSink {
-    fn deliver<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        e: &'life1 Escalation,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let mut e = e.clone();
-            (self.redact)(&mut e);
-            self.inner.deliver(&e).await
-        })
+    async_trait_fns! {
+        fn deliver<'life1>(&self, e: &'life1 Escalation) -> Delivery<'async_trait> {
+            Box::pin(async move {
+                let mut e = e.clone();
+                (self.redact)(&mut e);
+                self.inner.deliver(&e).await
+            })
+        }
     }
 }
 
@@ -431,25 +421,19 @@ impl JsonLinesSink {
 }
 
 impl EscalationSink for JsonLinesSink {
-    fn deliver<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        e: &'life1 Escalation,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let mut line = serde_json::to_vec(e).map_err(|err| err.to_string())?;
-            line.push(b'\n');
-            let (path, lock) = (self.path.clone(), self.lock.clone());
-            tokio::task::spawn_blocking(move || JsonLinesSink::append(&path, &lock, &line))
-                .await
-                .map_err(|err| {
-                    format!("{}: the write did not finish: {err}", self.path.display())
-                })?
-        })
+    async_trait_fns! {
+        fn deliver<'life1>(&self, e: &'life1 Escalation) -> Delivery<'async_trait> {
+            Box::pin(async move {
+                let mut line = serde_json::to_vec(e).map_err(|err| err.to_string())?;
+                line.push(b'\n');
+                let (path, lock) = (self.path.clone(), self.lock.clone());
+                tokio::task::spawn_blocking(move || JsonLinesSink::append(&path, &lock, &line))
+                    .await
+                    .map_err(|err| {
+                        format!("{}: the write did not finish: {err}", self.path.display())
+                    })?
+            })
+        }
     }
 }
 
@@ -477,19 +461,13 @@ impl<F> EscalationSink for CallbackSink<F>
 where
     F: Fn(&Escalation) + Send + Sync + 'static,
 {
-    fn deliver<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        e: &'life1 Escalation,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'async_trait>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            (self.0)(e);
-            Ok(())
-        })
+    async_trait_fns! {
+        fn deliver<'life1>(&self, e: &'life1 Escalation) -> Delivery<'async_trait> {
+            Box::pin(async move {
+                (self.0)(e);
+                Ok(())
+            })
+        }
     }
 }
 

@@ -14,8 +14,8 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use super::{
-    ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record, RecordState,
-    ReleaseNote, ReleaseRecord, Settlement, StoreError, StoreFuture, Swept,
+    async_trait_fns, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record,
+    RecordState, ReleaseNote, ReleaseRecord, Settlement, StoreError, StoreFuture, Swept,
 };
 use crate::identity::IdemKey;
 use crate::observe::Timer;
@@ -209,270 +209,10 @@ impl fmt::Debug for Instrumented {
     }
 }
 
-// Written out rather than through `#[async_trait]`: the `async_trait` form would box a
-// second future around the inner store's on every operation, observed or not. These are
-// the signatures `#[async_trait]` gives the trait's methods.
+// Not through `#[async_trait]`: it would box a second future around the inner store's on
+// every operation, observed or not. `async_trait_fns!` gives its signatures to methods that
+// return the inner store's future as it is.
 impl IdemStore for Instrumented {
-    fn claim<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        req: &'life1 ClaimRequest,
-    ) -> StoreFuture<'async_trait, ClaimOutcome>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = claim_span(self.backend, req);
-        self.observe("claim", span, self.store().claim(req), describe_claim)
-    }
-
-    fn renew<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "renew",
-            backend = self.backend,
-            key = key.as_str(),
-            outcome = Empty,
-            error = Empty
-        );
-        let fut = self.store().renew(key, token, lease);
-        self.observe("renew", span, fut, describe_nothing)
-    }
-
-    fn settle<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        settlement: Settlement,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = settle_span(self.backend, key, &settlement);
-        let fut = self.store().settle(key, token, settlement);
-        self.observe("settle", span, fut, describe_nothing)
-    }
-
-    fn release<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "release",
-            backend = self.backend,
-            key = key.as_str(),
-            outcome = Empty,
-            error = Empty
-        );
-        let fut = self.store().release(key, token);
-        self.observe("release", span, fut, describe_nothing)
-    }
-
-    fn release_unsettled<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        expected: ClaimToken,
-        note: &'life2 ReleaseNote,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "release_unsettled",
-            backend = self.backend,
-            key = key.as_str(),
-            outcome = Empty,
-            error = Empty
-        );
-        let fut = self.store().release_unsettled(key, expected, note);
-        self.observe("release_unsettled", span, fut, describe_nothing)
-    }
-
-    fn release_traced<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        settlement: Settlement,
-        note: &'life2 ReleaseNote,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "release_traced",
-            backend = self.backend,
-            key = key.as_str(),
-            outcome = Empty,
-            error = Empty
-        );
-        let fut = self.store().release_traced(key, token, settlement, note);
-        self.observe("release_traced", span, fut, describe_nothing)
-    }
-
-    fn releases<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "releases",
-            backend = self.backend,
-            key = key.as_str(),
-            outcome = Empty,
-            error = Empty
-        );
-        let fut = self.store().releases(key);
-        self.observe("releases", span, fut, describe_nothing)
-    }
-
-    fn list_releases<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        after: Option<&'life1 ListCursor>,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "list_releases",
-            backend = self.backend,
-            outcome = Empty,
-            error = Empty
-        );
-        let fut = self.store().list_releases(after, limit);
-        self.observe("list_releases", span, fut, describe_nothing)
-    }
-
-    fn reclaim<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        expected: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'async_trait, ClaimToken>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "reclaim",
-            backend = self.backend,
-            key = key.as_str(),
-            outcome = Empty,
-            error = Empty
-        );
-        let fut = self.store().reclaim(key, expected, lease);
-        self.observe("reclaim", span, fut, describe_nothing)
-    }
-
-    fn get<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-    ) -> StoreFuture<'async_trait, Option<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "get",
-            backend = self.backend,
-            key = key.as_str(),
-            state = Empty,
-            outcome = Empty,
-            error = Empty
-        );
-        self.observe("get", span, self.store().get(key), describe_record)
-    }
-
-    fn list<'life0, 'async_trait>(
-        &'life0 self,
-        state: RecordState,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<Record>>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "list",
-            backend = self.backend,
-            state = state.as_str(),
-            count = Empty,
-            error = Empty
-        );
-        self.observe("list", span, self.store().list(state, limit), describe_list)
-    }
-
-    fn list_after<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        state: RecordState,
-        after: Option<&'life1 ListCursor>,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "list_after",
-            backend = self.backend,
-            state = state.as_str(),
-            count = Empty,
-            error = Empty
-        );
-        let fut = self.store().list_after(state, after, limit);
-        self.observe("list_after", span, fut, describe_list)
-    }
-
-    fn sweep_expired<'life0, 'async_trait>(&'life0 self) -> StoreFuture<'async_trait, Swept>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        self.store().sweep_expired()
-    }
-
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.clock()
     }
@@ -485,26 +225,211 @@ impl IdemStore for Instrumented {
         self.inner.durability()
     }
 
-    fn wait_settled<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        timeout: Duration,
-    ) -> StoreFuture<'async_trait, Option<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        let span = tracing::debug_span!(
-            "idem.store",
-            op = "wait_settled",
-            backend = self.backend,
-            key = key.as_str(),
-            state = Empty,
-            outcome = Empty,
-            error = Empty
-        );
-        let fut = self.store().wait_settled(key, timeout);
-        self.observe("wait_settled", span, fut, describe_record)
+    async_trait_fns! {
+        fn claim<'life1>(
+            &self,
+            req: &'life1 ClaimRequest,
+        ) -> StoreFuture<'async_trait, ClaimOutcome> {
+            let span = claim_span(self.backend, req);
+            self.observe("claim", span, self.store().claim(req), describe_claim)
+        }
+
+        fn renew<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            lease: Duration,
+        ) -> StoreFuture<'async_trait, ()> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "renew",
+                backend = self.backend,
+                key = key.as_str(),
+                outcome = Empty,
+                error = Empty
+            );
+            let fut = self.store().renew(key, token, lease);
+            self.observe("renew", span, fut, describe_nothing)
+        }
+
+        fn settle<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            settlement: Settlement,
+        ) -> StoreFuture<'async_trait, ()> {
+            let span = settle_span(self.backend, key, &settlement);
+            let fut = self.store().settle(key, token, settlement);
+            self.observe("settle", span, fut, describe_nothing)
+        }
+
+        fn release<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+        ) -> StoreFuture<'async_trait, ()> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "release",
+                backend = self.backend,
+                key = key.as_str(),
+                outcome = Empty,
+                error = Empty
+            );
+            let fut = self.store().release(key, token);
+            self.observe("release", span, fut, describe_nothing)
+        }
+
+        fn release_unsettled<'life1, 'life2>(
+            &self,
+            key: &'life1 IdemKey,
+            expected: ClaimToken,
+            note: &'life2 ReleaseNote,
+        ) -> StoreFuture<'async_trait, ()> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "release_unsettled",
+                backend = self.backend,
+                key = key.as_str(),
+                outcome = Empty,
+                error = Empty
+            );
+            let fut = self.store().release_unsettled(key, expected, note);
+            self.observe("release_unsettled", span, fut, describe_nothing)
+        }
+
+        fn release_traced<'life1, 'life2>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            settlement: Settlement,
+            note: &'life2 ReleaseNote,
+        ) -> StoreFuture<'async_trait, ()> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "release_traced",
+                backend = self.backend,
+                key = key.as_str(),
+                outcome = Empty,
+                error = Empty
+            );
+            let fut = self.store().release_traced(key, token, settlement, note);
+            self.observe("release_traced", span, fut, describe_nothing)
+        }
+
+        fn releases<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+        ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "releases",
+                backend = self.backend,
+                key = key.as_str(),
+                outcome = Empty,
+                error = Empty
+            );
+            let fut = self.store().releases(key);
+            self.observe("releases", span, fut, describe_nothing)
+        }
+
+        fn list_releases<'life1>(
+            &self,
+            after: Option<&'life1 ListCursor>,
+            limit: usize,
+        ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "list_releases",
+                backend = self.backend,
+                outcome = Empty,
+                error = Empty
+            );
+            let fut = self.store().list_releases(after, limit);
+            self.observe("list_releases", span, fut, describe_nothing)
+        }
+
+        fn reclaim<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            expected: ClaimToken,
+            lease: Duration,
+        ) -> StoreFuture<'async_trait, ClaimToken> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "reclaim",
+                backend = self.backend,
+                key = key.as_str(),
+                outcome = Empty,
+                error = Empty
+            );
+            let fut = self.store().reclaim(key, expected, lease);
+            self.observe("reclaim", span, fut, describe_nothing)
+        }
+
+        fn get<'life1>(&self, key: &'life1 IdemKey) -> StoreFuture<'async_trait, Option<Record>> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "get",
+                backend = self.backend,
+                key = key.as_str(),
+                state = Empty,
+                outcome = Empty,
+                error = Empty
+            );
+            self.observe("get", span, self.store().get(key), describe_record)
+        }
+
+        fn list(&self, state: RecordState, limit: usize) -> StoreFuture<'async_trait, Vec<Record>> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "list",
+                backend = self.backend,
+                state = state.as_str(),
+                count = Empty,
+                error = Empty
+            );
+            self.observe("list", span, self.store().list(state, limit), describe_list)
+        }
+
+        fn list_after<'life1>(
+            &self,
+            state: RecordState,
+            after: Option<&'life1 ListCursor>,
+            limit: usize,
+        ) -> StoreFuture<'async_trait, Vec<Record>> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "list_after",
+                backend = self.backend,
+                state = state.as_str(),
+                count = Empty,
+                error = Empty
+            );
+            let fut = self.store().list_after(state, after, limit);
+            self.observe("list_after", span, fut, describe_list)
+        }
+
+        fn sweep_expired(&self) -> StoreFuture<'async_trait, Swept> {
+            self.store().sweep_expired()
+        }
+
+        fn wait_settled<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            timeout: Duration,
+        ) -> StoreFuture<'async_trait, Option<Record>> {
+            let span = tracing::debug_span!(
+                "idem.store",
+                op = "wait_settled",
+                backend = self.backend,
+                key = key.as_str(),
+                state = Empty,
+                outcome = Empty,
+                error = Empty
+            );
+            let fut = self.store().wait_settled(key, timeout);
+            self.observe("wait_settled", span, fut, describe_record)
+        }
     }
 }

@@ -12,9 +12,9 @@ use tokio::sync::Notify;
 
 use super::rules::{self, Aged};
 use super::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore, ListCursor, Record,
-    RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError, StoreFuture, Swept,
-    SystemClock, Timestamp,
+    async_trait_fns, AttemptRecord, ClaimOutcome, ClaimRequest, ClaimToken, Clock, IdemStore,
+    ListCursor, Record, RecordState, ReleaseNote, ReleaseRecord, Retention, Settlement, StoreError,
+    StoreFuture, Swept, SystemClock, Timestamp,
 };
 use crate::identity::IdemKey;
 
@@ -585,326 +585,252 @@ impl IdemStore for MemoryStore {
         self.inner.clock.clone()
     }
 
-    fn sweep_expired<'life0, 'async_trait>(&'life0 self) -> StoreFuture<'async_trait, Swept>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move { Ok(self.sweep_counted()) })
-    }
+    async_trait_fns! {
+        fn sweep_expired(&self) -> StoreFuture<'async_trait, Swept> {
+            Box::pin(async move { Ok(self.sweep_counted()) })
+        }
 
-    fn claim<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        req: &'life1 ClaimRequest,
-    ) -> StoreFuture<'async_trait, ClaimOutcome>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move { self.claim_now(req, None) })
-    }
+        fn claim<'life1>(
+            &self,
+            req: &'life1 ClaimRequest,
+        ) -> StoreFuture<'async_trait, ClaimOutcome> {
+            Box::pin(async move { self.claim_now(req, None) })
+        }
 
-    fn renew<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let mut shard = self.shard(key);
-            let now = self.inner.clock.now();
-            match self.aged(&mut shard, key, now) {
-                Some(slot) => rules::renew(Arc::make_mut(&mut slot.record), token, lease, now),
-                None => Err(rules::stale_absent(key)),
-            }
-        })
-    }
-
-    fn settle<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        settlement: Settlement,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            self.settle_now(key, token, settlement, None)
-                .map_err(|(e, _)| e)
-        })
-    }
-
-    fn release<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let mut shard = self.shard(key);
-            let now = self.inner.clock.now();
-            let Some(slot) = self.aged(&mut shard, key, now) else {
-                return Err(rules::stale_absent(key));
-            };
-            rules::release(&slot.record, token)?;
-            wake(slot);
-            shard.map.remove(key);
-            self.inner.give_back(&mut shard.spare, 1);
-            Ok(())
-        })
-    }
-
-    fn release_unsettled<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        expected: ClaimToken,
-        note: &'life2 ReleaseNote,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let mut shard = self.shard(key);
-            let now = self.inner.clock.now();
-            let Some(slot) = self.aged(&mut shard, key, now) else {
-                return Err(StoreError::NotFound(key.clone()));
-            };
-            let release = rules::release_unsettled(&slot.record, expected, note, now)?;
-            self.free_with_trace(&mut shard, key, release, now);
-            Ok(())
-        })
-    }
-
-    fn release_traced<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        settlement: Settlement,
-        note: &'life2 ReleaseNote,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            rules::releasable_settlement(key, &settlement)?;
-            let mut shard = self.shard(key);
-            let now = self.inner.clock.now();
-            let Some(slot) = self.aged(&mut shard, key, now) else {
-                return Err(rules::stale_absent(key));
-            };
-            let release = rules::release_traced(&slot.record, token, settlement, note, now)?;
-            self.free_with_trace(&mut shard, key, release, now);
-            Ok(())
-        })
-    }
-
-    fn releases<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let now = self.inner.clock.now();
-            let mut traces = lock(&self.inner.releases);
-            let Some(trace) = traces.get_mut(key) else {
-                return Ok(Vec::new());
-            };
-            rules::keep_releases(trace, now, &self.inner.retention);
-            let out = trace.clone();
-            if trace.is_empty() {
-                traces.remove(key);
-                self.inner.free.0.fetch_add(1, AtomicOrdering::Relaxed);
-            }
-            Ok(out)
-        })
-    }
-
-    fn list_releases<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        after: Option<&'life1 ListCursor>,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            self.inner.sweep_releases();
-            let traces = lock(&self.inner.releases);
-            let mut page: Vec<ReleaseRecord> = traces
-                .values()
-                .flatten()
-                .filter(|r| after.is_none_or(|c| c.precedes_release(r)))
-                .cloned()
-                .collect();
-            drop(traces);
-            page.sort_by(ListCursor::cmp_releases);
-            page.truncate(limit);
-            Ok(page)
-        })
-    }
-
-    fn reclaim<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        expected: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'async_trait, ClaimToken>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let mut shard = self.shard(key);
-            let now = self.inner.clock.now();
-            let Some(slot) = self.aged(&mut shard, key, now) else {
-                return Err(StoreError::NotFound(key.clone()));
-            };
-            let fresh = ClaimToken::fresh();
-            rules::reclaim(Arc::make_mut(&mut slot.record), expected, fresh, lease, now)?;
-            Ok(fresh)
-        })
-    }
-
-    fn get<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-    ) -> StoreFuture<'async_trait, Option<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let mut shard = self.shard(key);
-            let now = self.inner.clock.now();
-            Ok(self
-                .aged(&mut shard, key, now)
-                .map(|s| Record::clone(&s.record)))
-        })
-    }
-
-    fn list<'life0, 'async_trait>(
-        &'life0 self,
-        state: RecordState,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<Record>>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move { self.list_after(state, None, limit).await })
-    }
-
-    fn list_after<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        state: RecordState,
-        after: Option<&'life1 ListCursor>,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            // The `limit` smallest records after the cursor, largest on top: a page costs one
-            // scan and clones only records that may make the page, not the whole state.
-            let mut page: BinaryHeap<Listed> = BinaryHeap::new();
-            for shard in self.inner.shards.iter() {
-                self.inner.sweep_shard(shard);
-                let shard = lock(&shard.0);
-                if limit == 0 {
-                    continue;
+        fn renew<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            lease: Duration,
+        ) -> StoreFuture<'async_trait, ()> {
+            Box::pin(async move {
+                let mut shard = self.shard(key);
+                let now = self.inner.clock.now();
+                match self.aged(&mut shard, key, now) {
+                    Some(slot) => rules::renew(Arc::make_mut(&mut slot.record), token, lease, now),
+                    None => Err(rules::stale_absent(key)),
                 }
-                for slot in shard.map.values() {
-                    let r = &slot.record;
-                    if r.state != state || after.is_some_and(|c| !c.precedes(r)) {
+            })
+        }
+
+        fn settle<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            settlement: Settlement,
+        ) -> StoreFuture<'async_trait, ()> {
+            Box::pin(async move {
+                self.settle_now(key, token, settlement, None)
+                    .map_err(|(e, _)| e)
+            })
+        }
+
+        fn release<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+        ) -> StoreFuture<'async_trait, ()> {
+            Box::pin(async move {
+                let mut shard = self.shard(key);
+                let now = self.inner.clock.now();
+                let Some(slot) = self.aged(&mut shard, key, now) else {
+                    return Err(rules::stale_absent(key));
+                };
+                rules::release(&slot.record, token)?;
+                wake(slot);
+                shard.map.remove(key);
+                self.inner.give_back(&mut shard.spare, 1);
+                Ok(())
+            })
+        }
+
+        fn release_unsettled<'life1, 'life2>(
+            &self,
+            key: &'life1 IdemKey,
+            expected: ClaimToken,
+            note: &'life2 ReleaseNote,
+        ) -> StoreFuture<'async_trait, ()> {
+            Box::pin(async move {
+                let mut shard = self.shard(key);
+                let now = self.inner.clock.now();
+                let Some(slot) = self.aged(&mut shard, key, now) else {
+                    return Err(StoreError::NotFound(key.clone()));
+                };
+                let release = rules::release_unsettled(&slot.record, expected, note, now)?;
+                self.free_with_trace(&mut shard, key, release, now);
+                Ok(())
+            })
+        }
+
+        fn release_traced<'life1, 'life2>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            settlement: Settlement,
+            note: &'life2 ReleaseNote,
+        ) -> StoreFuture<'async_trait, ()> {
+            Box::pin(async move {
+                rules::releasable_settlement(key, &settlement)?;
+                let mut shard = self.shard(key);
+                let now = self.inner.clock.now();
+                let Some(slot) = self.aged(&mut shard, key, now) else {
+                    return Err(rules::stale_absent(key));
+                };
+                let release = rules::release_traced(&slot.record, token, settlement, note, now)?;
+                self.free_with_trace(&mut shard, key, release, now);
+                Ok(())
+            })
+        }
+
+        fn releases<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+        ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>> {
+            Box::pin(async move {
+                let now = self.inner.clock.now();
+                let mut traces = lock(&self.inner.releases);
+                let Some(trace) = traces.get_mut(key) else {
+                    return Ok(Vec::new());
+                };
+                rules::keep_releases(trace, now, &self.inner.retention);
+                let out = trace.clone();
+                if trace.is_empty() {
+                    traces.remove(key);
+                    self.inner.free.0.fetch_add(1, AtomicOrdering::Relaxed);
+                }
+                Ok(out)
+            })
+        }
+
+        fn list_releases<'life1>(
+            &self,
+            after: Option<&'life1 ListCursor>,
+            limit: usize,
+        ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>> {
+            Box::pin(async move {
+                self.inner.sweep_releases();
+                let traces = lock(&self.inner.releases);
+                let mut page: Vec<ReleaseRecord> = traces
+                    .values()
+                    .flatten()
+                    .filter(|r| after.is_none_or(|c| c.precedes_release(r)))
+                    .cloned()
+                    .collect();
+                drop(traces);
+                page.sort_by(ListCursor::cmp_releases);
+                page.truncate(limit);
+                Ok(page)
+            })
+        }
+
+        fn reclaim<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            expected: ClaimToken,
+            lease: Duration,
+        ) -> StoreFuture<'async_trait, ClaimToken> {
+            Box::pin(async move {
+                let mut shard = self.shard(key);
+                let now = self.inner.clock.now();
+                let Some(slot) = self.aged(&mut shard, key, now) else {
+                    return Err(StoreError::NotFound(key.clone()));
+                };
+                let fresh = ClaimToken::fresh();
+                rules::reclaim(Arc::make_mut(&mut slot.record), expected, fresh, lease, now)?;
+                Ok(fresh)
+            })
+        }
+
+        fn get<'life1>(&self, key: &'life1 IdemKey) -> StoreFuture<'async_trait, Option<Record>> {
+            Box::pin(async move {
+                let mut shard = self.shard(key);
+                let now = self.inner.clock.now();
+                Ok(self
+                    .aged(&mut shard, key, now)
+                    .map(|s| Record::clone(&s.record)))
+            })
+        }
+
+        fn list(&self, state: RecordState, limit: usize) -> StoreFuture<'async_trait, Vec<Record>> {
+            Box::pin(async move { self.list_after(state, None, limit).await })
+        }
+
+        fn list_after<'life1>(
+            &self,
+            state: RecordState,
+            after: Option<&'life1 ListCursor>,
+            limit: usize,
+        ) -> StoreFuture<'async_trait, Vec<Record>> {
+            Box::pin(async move {
+                // The `limit` smallest records after the cursor, largest on top: a page costs one
+                // scan and clones only records that may make the page, not the whole state.
+                let mut page: BinaryHeap<Listed> = BinaryHeap::new();
+                for shard in self.inner.shards.iter() {
+                    self.inner.sweep_shard(shard);
+                    let shard = lock(&shard.0);
+                    if limit == 0 {
                         continue;
                     }
-                    if page.len() == limit {
-                        match page.peek() {
-                            Some(top) if ListCursor::cmp_records(r, &top.0).is_lt() => {
-                                page.pop();
-                            }
-                            _ => continue,
+                    for slot in shard.map.values() {
+                        let r = &slot.record;
+                        if r.state != state || after.is_some_and(|c| !c.precedes(r)) {
+                            continue;
                         }
+                        if page.len() == limit {
+                            match page.peek() {
+                                Some(top) if ListCursor::cmp_records(r, &top.0).is_lt() => {
+                                    page.pop();
+                                }
+                                _ => continue,
+                            }
+                        }
+                        page.push(Listed(Record::clone(r)));
                     }
-                    page.push(Listed(Record::clone(r)));
                 }
-            }
-            Ok(page.into_sorted_vec().into_iter().map(|l| l.0).collect())
-        })
-    }
+                Ok(page.into_sorted_vec().into_iter().map(|l| l.0).collect())
+            })
+        }
 
-    fn wait_settled<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        timeout: Duration,
-    ) -> StoreFuture<'async_trait, Option<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let deadline = super::deadline_after(timeout);
-            loop {
-                let notify = {
-                    let mut shard = self.shard(key);
-                    match self.aged(&mut shard, key, self.inner.clock.now()) {
-                        Some(slot) if slot.record.state == RecordState::Running => slot
-                            .settled
-                            .get_or_insert_with(|| Arc::new(Notify::new()))
-                            .clone(),
-                        other => return Ok(other.map(|s| Record::clone(&s.record))),
+        fn wait_settled<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            timeout: Duration,
+        ) -> StoreFuture<'async_trait, Option<Record>> {
+            Box::pin(async move {
+                let deadline = super::deadline_after(timeout);
+                loop {
+                    let notify = {
+                        let mut shard = self.shard(key);
+                        match self.aged(&mut shard, key, self.inner.clock.now()) {
+                            Some(slot) if slot.record.state == RecordState::Running => slot
+                                .settled
+                                .get_or_insert_with(|| Arc::new(Notify::new()))
+                                .clone(),
+                            other => return Ok(other.map(|s| Record::clone(&s.record))),
+                        }
+                    };
+                    let notified = notify.notified();
+                    tokio::pin!(notified);
+                    // Register before re-checking so a settle between the check and the await is
+                    // seen.
+                    notified.as_mut().enable();
+                    if let Some(r) = self.get(key).await? {
+                        if r.state != RecordState::Running {
+                            return Ok(Some(r));
+                        }
+                    } else {
+                        return Ok(None);
                     }
-                };
-                let notified = notify.notified();
-                tokio::pin!(notified);
-                // Register before re-checking so a settle between the check and the await is seen.
-                notified.as_mut().enable();
-                if let Some(r) = self.get(key).await? {
-                    if r.state != RecordState::Running {
-                        return Ok(Some(r));
+                    let now = tokio::time::Instant::now();
+                    if now >= deadline {
+                        return self.get(key).await;
                     }
-                } else {
-                    return Ok(None);
+                    // Wake at least every 50 ms: lease expiry is noticed by looking, not pushed.
+                    let nap = (deadline - now).min(Duration::from_millis(50));
+                    let _ = tokio::time::timeout(nap, notified).await;
                 }
-                let now = tokio::time::Instant::now();
-                if now >= deadline {
-                    return self.get(key).await;
-                }
-                // Wake at least every 50 ms: lease expiry is noticed by looking, not pushed.
-                let nap = (deadline - now).min(Duration::from_millis(50));
-                let _ = tokio::time::timeout(nap, notified).await;
-            }
-        })
+            })
+        }
     }
 }
 

@@ -27,6 +27,7 @@
 //!   [`IdemStore::list_after`] resumes after a [`ListCursor`], so a walk page by page visits
 //!   every record of a state once, however many there are.
 
+mod async_trait_fns;
 pub mod backend;
 mod clock;
 #[cfg(feature = "testing")]
@@ -42,6 +43,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use async_trait_fns::async_trait_fns;
 pub(crate) use backend::rules;
 pub(crate) use backend::{ClaimOutcome, ClaimRequest, Settlement};
 pub(crate) use clock::{deadline_after, instant_after};
@@ -250,234 +252,175 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 /// `#[async_trait::async_trait] impl IdemStore for MyStore { async fn claim(…) … }`, or
 /// with the signatures as they stand here.
 pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
-    /// Atomically claims `req.key`, or reports the record that holds it. A running record
-    /// whose lease has passed is turned into *unknown* first (and reported as such).
-    fn claim<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        req: &'life1 ClaimRequest,
-    ) -> StoreFuture<'async_trait, ClaimOutcome>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait;
+    async_trait_fns! {
+        /// Atomically claims `req.key`, or reports the record that holds it. A running record
+        /// whose lease has passed is turned into *unknown* first (and reported as such).
+        fn claim<'life1>(
+            &self,
+            req: &'life1 ClaimRequest,
+        ) -> StoreFuture<'async_trait, ClaimOutcome>;
 
-    /// Extends a running claim's lease to now + `lease`.
-    fn renew<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait;
+        /// Extends a running claim's lease to now + `lease`.
+        fn renew<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            lease: Duration,
+        ) -> StoreFuture<'async_trait, ()>;
 
-    /// Settles the claim held by `token` (see the module docs for the late-result rule).
-    fn settle<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        settlement: Settlement,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait;
+        /// Settles the claim held by `token` (see the module docs for the late-result rule).
+        fn settle<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            settlement: Settlement,
+        ) -> StoreFuture<'async_trait, ()>;
 
-    /// Frees the key: the claim held by `token` was rejected before execution.
-    fn release<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait;
+        /// Frees the key: the claim held by `token` was rejected before execution.
+        fn release<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+        ) -> StoreFuture<'async_trait, ()>;
 
-    /// Takes over a pending, unknown or escalated record whose current token is `expected`,
-    /// turning it back into a running claim with a fresh token (for the reconciler, or a
-    /// person resolving an escalation). The old token is fenced off.
-    fn reclaim<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        expected: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'async_trait, ClaimToken>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait;
+        /// Takes over a pending, unknown or escalated record whose current token is `expected`,
+        /// turning it back into a running claim with a fresh token (for the reconciler, or a
+        /// person resolving an escalation). The old token is fenced off.
+        fn reclaim<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            expected: ClaimToken,
+            lease: Duration,
+        ) -> StoreFuture<'async_trait, ClaimToken>;
 
-    /// Frees an unknown, pending or escalated record whose current token is `expected`, in
-    /// one atomic step, and keeps a trace of it: a [`ReleaseRecord`] with `note`, the time
-    /// and the record as it stood. For a person (or the reconciler) who established that the
-    /// effect never happened: the key is free, and the next claim of it wins and runs.
-    ///
-    /// The trace is kept apart from the key's record, so it outlives the record and the key
-    /// being claimed again ([`IdemStore::releases`]); a key keeps its last
-    /// [`rules::RELEASES_KEPT`] releases, each for the tombstone window. A stale `expected`
-    /// (the record was taken over or settled since it was read) is
-    /// [`StoreError::StaleToken`] and frees nothing; no record is [`StoreError::NotFound`].
-    ///
-    /// The conformance suite checks the trace.
-    fn release_unsettled<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        expected: ClaimToken,
-        note: &'life2 ReleaseNote,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait;
+        /// Frees an unknown, pending or escalated record whose current token is `expected`, in
+        /// one atomic step, and keeps a trace of it: a [`ReleaseRecord`] with `note`, the time
+        /// and the record as it stood. For a person (or the reconciler) who established that the
+        /// effect never happened: the key is free, and the next claim of it wins and runs.
+        ///
+        /// The trace is kept apart from the key's record, so it outlives the record and the key
+        /// being claimed again ([`IdemStore::releases`]); a key keeps its last
+        /// [`rules::RELEASES_KEPT`] releases, each for the tombstone window. A stale `expected`
+        /// (the record was taken over or settled since it was read) is
+        /// [`StoreError::StaleToken`] and frees nothing; no record is [`StoreError::NotFound`].
+        ///
+        /// The conformance suite checks the trace.
+        fn release_unsettled<'life1, 'life2>(
+            &self,
+            key: &'life1 IdemKey,
+            expected: ClaimToken,
+            note: &'life2 ReleaseNote,
+        ) -> StoreFuture<'async_trait, ()>;
 
-    /// The holder of a running claim gives it up and leaves a trace, in one atomic step: the
-    /// record is settled with `settlement` (its evidence: attempts, message), then freed as
-    /// [`IdemStore::release_unsettled`] frees it, keeping a [`ReleaseRecord`] with `note`.
-    ///
-    /// For an operation whose every attempt was refused as "unavailable, not executed": the
-    /// key must be free for the intent to run again later, yet a copy of a request that
-    /// reached the downstream another way may still land, so the attempts are kept where the
-    /// reconciler looks for such copies. Done in one step, no one sees the record in between:
-    /// a duplicate waiting on the claim is woken to a free key (and may run), never to an
-    /// *unknown* record that is about to vanish.
-    ///
-    /// `settlement.state` must be unknown, pending or escalated (a terminal result is saved,
-    /// not released; [`StoreError::Backend`] otherwise, nothing changed). `token` must hold
-    /// the record: running, or *unknown* after its lease passed (as for
-    /// [`IdemStore::settle`]); otherwise (no record included) [`StoreError::StaleToken`] and
-    /// nothing changes.
-    ///
-    /// The conformance suite checks that a waiter never sees the record in between.
-    fn release_traced<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        settlement: Settlement,
-        note: &'life2 ReleaseNote,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait;
+        /// The holder of a running claim gives it up and leaves a trace, in one atomic step: the
+        /// record is settled with `settlement` (its evidence: attempts, message), then freed as
+        /// [`IdemStore::release_unsettled`] frees it, keeping a [`ReleaseRecord`] with `note`.
+        ///
+        /// For an operation whose every attempt was refused as "unavailable, not executed": the
+        /// key must be free for the intent to run again later, yet a copy of a request that
+        /// reached the downstream another way may still land, so the attempts are kept where the
+        /// reconciler looks for such copies. Done in one step, no one sees the record in between:
+        /// a duplicate waiting on the claim is woken to a free key (and may run), never to an
+        /// *unknown* record that is about to vanish.
+        ///
+        /// `settlement.state` must be unknown, pending or escalated (a terminal result is saved,
+        /// not released; [`StoreError::Backend`] otherwise, nothing changed). `token` must hold
+        /// the record: running, or *unknown* after its lease passed (as for
+        /// [`IdemStore::settle`]); otherwise (no record included) [`StoreError::StaleToken`] and
+        /// nothing changes.
+        ///
+        /// The conformance suite checks that a waiter never sees the record in between.
+        fn release_traced<'life1, 'life2>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            settlement: Settlement,
+            note: &'life2 ReleaseNote,
+        ) -> StoreFuture<'async_trait, ()>;
 
-    /// The releases of `key` still kept ([`IdemStore::release_unsettled`]), oldest first,
-    /// whatever the key's record is now (absent, or a new claim).
-    fn releases<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait;
+        /// The releases of `key` still kept ([`IdemStore::release_unsettled`]), oldest first,
+        /// whatever the key's record is now (absent, or a new claim).
+        fn releases<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+        ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>;
 
-    /// Up to `limit` of the releases still kept, every key's, that sort strictly after
-    /// `after` in `(at, key)` order ([`ListCursor::of_release`]), in that order; from the
-    /// oldest when `after` is `None`. What an operator reviews: every key a person or the
-    /// reconciler freed in the tombstone window.
-    ///
-    /// Paging with the cursor of the last release of each page visits every kept release
-    /// once (two releases of one key in the same millisecond share a cursor: a page that
-    /// ends on the first skips the second).
-    fn list_releases<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        after: Option<&'life1 ListCursor>,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait;
+        /// Up to `limit` of the releases still kept, every key's, that sort strictly after
+        /// `after` in `(at, key)` order ([`ListCursor::of_release`]), in that order; from the
+        /// oldest when `after` is `None`. What an operator reviews: every key a person or the
+        /// reconciler freed in the tombstone window.
+        ///
+        /// Paging with the cursor of the last release of each page visits every kept release
+        /// once (two releases of one key in the same millisecond share a cursor: a page that
+        /// ends on the first skips the second).
+        fn list_releases<'life1>(
+            &self,
+            after: Option<&'life1 ListCursor>,
+            limit: usize,
+        ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>;
 
-    /// Applies retention to every record now, without anyone reading them: completed and
-    /// failed results past [`Retention::results`] become tombstones (arguments, output,
-    /// messages and read-backs dropped from the stored record), tombstones past
-    /// [`Retention::tombstones`] are deleted. Unknown, pending and escalated records are
-    /// never touched; a store may also turn expired running claims into *unknown* on the
-    /// way (what a listing does).
-    ///
-    /// The durable stores call this from a background task of their own (see their
-    /// builders' `sweep_every`); a host may call it too (a cron, a reconciler pass). The
-    /// default does nothing: a store that applies retention only when it reads a record
-    /// (a custom one) reports nothing swept. The conformance suite checks that a sweep
-    /// leaves nothing of an expired result in the stored record.
-    fn sweep_expired<'life0, 'async_trait>(&'life0 self) -> StoreFuture<'async_trait, Swept>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move { Ok(Swept::default()) })
-    }
+        /// Applies retention to every record now, without anyone reading them: completed and
+        /// failed results past [`Retention::results`] become tombstones (arguments, output,
+        /// messages and read-backs dropped from the stored record), tombstones past
+        /// [`Retention::tombstones`] are deleted. Unknown, pending and escalated records are
+        /// never touched; a store may also turn expired running claims into *unknown* on the
+        /// way (what a listing does).
+        ///
+        /// The durable stores call this from a background task of their own (see their
+        /// builders' `sweep_every`); a host may call it too (a cron, a reconciler pass). The
+        /// default does nothing: a store that applies retention only when it reads a record
+        /// (a custom one) reports nothing swept. The conformance suite checks that a sweep
+        /// leaves nothing of an expired result in the stored record.
+        fn sweep_expired(&self) -> StoreFuture<'async_trait, Swept> {
+            Box::pin(async move { Ok(Swept::default()) })
+        }
 
-    /// The record of `key`, if any (lease expiry and retention applied).
-    fn get<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-    ) -> StoreFuture<'async_trait, Option<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait;
+        /// The record of `key`, if any (lease expiry and retention applied).
+        fn get<'life1>(&self, key: &'life1 IdemKey) -> StoreFuture<'async_trait, Option<Record>>;
 
-    /// Up to `limit` records in `state`, oldest first (lease expiry applied first, so expired
-    /// running claims are listed as unknown).
-    ///
-    /// The first page of [`IdemStore::list_after`]; to see past it, page with that.
-    fn list<'life0, 'async_trait>(
-        &'life0 self,
-        state: RecordState,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<Record>>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait;
+        /// Up to `limit` records in `state`, oldest first (lease expiry applied first, so expired
+        /// running claims are listed as unknown).
+        ///
+        /// The first page of [`IdemStore::list_after`]; to see past it, page with that.
+        fn list(&self, state: RecordState, limit: usize) -> StoreFuture<'async_trait, Vec<Record>>;
 
-    /// Up to `limit` records in `state` that sort strictly after `after` in
-    /// [`ListCursor`] order (`created_at`, then key), in that order; from the oldest when
-    /// `after` is `None`. Lease expiry is applied first, as in [`IdemStore::list`].
-    ///
-    /// Paging with the cursor of the last record of each page visits every record that stays
-    /// in `state` exactly once, however many share a `created_at`, and a record that leaves
-    /// the state between pages is not listed in its old state. A record that enters the
-    /// state during a walk is listed if it sorts after the cursor (a new claim normally does;
-    /// one behind a skewed clock may not, and the next walk from the start finds it). This
-    /// is what lets the reconciler get past records that stay unsettled for days instead of
-    /// listing the same oldest ones on every pass.
-    ///
-    /// The default lists the whole state with [`IdemStore::list`] and skips to the cursor:
-    /// correct, but each page costs as much as listing everything. Backends override it with
-    /// an indexed keyset query.
-    fn list_after<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        state: RecordState,
-        after: Option<&'life1 ListCursor>,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let Some(after) = after else {
-                return self.list(state, limit).await;
-            };
-            if limit == 0 {
-                return Ok(Vec::new());
-            }
-            let mut records = self.list(state, usize::MAX).await?;
-            records.retain(|r| after.precedes(r));
-            // `list` promises this order already; sorting again keeps the default correct for a
-            // backend whose `list` orders by `created_at` alone.
-            records.sort_by(ListCursor::cmp_records);
-            records.truncate(limit);
-            Ok(records)
-        })
+        /// Up to `limit` records in `state` that sort strictly after `after` in
+        /// [`ListCursor`] order (`created_at`, then key), in that order; from the oldest when
+        /// `after` is `None`. Lease expiry is applied first, as in [`IdemStore::list`].
+        ///
+        /// Paging with the cursor of the last record of each page visits every record that stays
+        /// in `state` exactly once, however many share a `created_at`, and a record that leaves
+        /// the state between pages is not listed in its old state. A record that enters the
+        /// state during a walk is listed if it sorts after the cursor (a new claim normally does;
+        /// one behind a skewed clock may not, and the next walk from the start finds it). This
+        /// is what lets the reconciler get past records that stay unsettled for days instead of
+        /// listing the same oldest ones on every pass.
+        ///
+        /// The default lists the whole state with [`IdemStore::list`] and skips to the cursor:
+        /// correct, but each page costs as much as listing everything. Backends override it with
+        /// an indexed keyset query.
+        fn list_after<'life1>(
+            &self,
+            state: RecordState,
+            after: Option<&'life1 ListCursor>,
+            limit: usize,
+        ) -> StoreFuture<'async_trait, Vec<Record>> {
+            Box::pin(async move {
+                let Some(after) = after else {
+                    return self.list(state, limit).await;
+                };
+                if limit == 0 {
+                    return Ok(Vec::new());
+                }
+                let mut records = self.list(state, usize::MAX).await?;
+                records.retain(|r| after.precedes(r));
+                // `list` promises this order already; sorting again keeps the default correct for a
+                // backend whose `list` orders by `created_at` alone.
+                records.sort_by(ListCursor::cmp_records);
+                records.truncate(limit);
+                Ok(records)
+            })
+        }
     }
 
     /// The clock this store ages records by (leases, retention). A registry built over the
@@ -504,37 +447,34 @@ pub trait IdemStore: Send + Sync + fmt::Debug + 'static {
         Durability::Process
     }
 
-    /// Waits up to `timeout` for `key`'s record to leave `Running`; returns it as last seen.
-    ///
-    /// The default polls [`IdemStore::get`] with backoff; backends that can push a
-    /// notification should override it.
-    fn wait_settled<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        timeout: Duration,
-    ) -> StoreFuture<'async_trait, Option<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let deadline = deadline_after(timeout);
-            let mut pause = Duration::from_millis(2);
-            loop {
-                let record = self.get(key).await?;
-                match &record {
-                    Some(r) if r.state == RecordState::Running => {}
-                    _ => return Ok(record),
+    async_trait_fns! {
+        /// Waits up to `timeout` for `key`'s record to leave `Running`; returns it as last seen.
+        ///
+        /// The default polls [`IdemStore::get`] with backoff; backends that can push a
+        /// notification should override it.
+        fn wait_settled<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            timeout: Duration,
+        ) -> StoreFuture<'async_trait, Option<Record>> {
+            Box::pin(async move {
+                let deadline = deadline_after(timeout);
+                let mut pause = Duration::from_millis(2);
+                loop {
+                    let record = self.get(key).await?;
+                    match &record {
+                        Some(r) if r.state == RecordState::Running => {}
+                        _ => return Ok(record),
+                    }
+                    let now = tokio::time::Instant::now();
+                    if now >= deadline {
+                        return Ok(record);
+                    }
+                    tokio::time::sleep(pause.min(deadline - now)).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
                 }
-                let now = tokio::time::Instant::now();
-                if now >= deadline {
-                    return Ok(record);
-                }
-                tokio::time::sleep(pause.min(deadline - now)).await;
-                pause = (pause * 2).min(Duration::from_millis(100));
-            }
-        })
+            })
+        }
     }
 }
 
@@ -548,172 +488,70 @@ impl<S: IdemStore + ?Sized> IdemStore for Arc<S> {
     fn durability(&self) -> Durability {
         (**self).durability()
     }
-    fn claim<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        req: &'life1 ClaimRequest,
-    ) -> StoreFuture<'async_trait, ClaimOutcome>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).claim(req)
-    }
-    fn renew<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).renew(key, token, lease)
-    }
-    fn settle<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        settlement: Settlement,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).settle(key, token, settlement)
-    }
-    fn release<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).release(key, token)
-    }
-    fn reclaim<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        expected: ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'async_trait, ClaimToken>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).reclaim(key, expected, lease)
-    }
-    fn release_unsettled<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        expected: ClaimToken,
-        note: &'life2 ReleaseNote,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).release_unsettled(key, expected, note)
-    }
-    fn release_traced<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        token: ClaimToken,
-        settlement: Settlement,
-        note: &'life2 ReleaseNote,
-    ) -> StoreFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).release_traced(key, token, settlement, note)
-    }
-    fn releases<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).releases(key)
-    }
-    fn list_releases<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        after: Option<&'life1 ListCursor>,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).list_releases(after, limit)
-    }
-    fn sweep_expired<'life0, 'async_trait>(&'life0 self) -> StoreFuture<'async_trait, Swept>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).sweep_expired()
-    }
-    fn get<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-    ) -> StoreFuture<'async_trait, Option<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).get(key)
-    }
-    fn list<'life0, 'async_trait>(
-        &'life0 self,
-        state: RecordState,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<Record>>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).list(state, limit)
-    }
-    fn list_after<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        state: RecordState,
-        after: Option<&'life1 ListCursor>,
-        limit: usize,
-    ) -> StoreFuture<'async_trait, Vec<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).list_after(state, after, limit)
-    }
-    fn wait_settled<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        key: &'life1 IdemKey,
-        timeout: Duration,
-    ) -> StoreFuture<'async_trait, Option<Record>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        (**self).wait_settled(key, timeout)
+    async_trait_fns! {
+        forward to (**self);
+        fn claim<'life1>(
+            &self,
+            req: &'life1 ClaimRequest,
+        ) -> StoreFuture<'async_trait, ClaimOutcome>;
+        fn renew<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            lease: Duration,
+        ) -> StoreFuture<'async_trait, ()>;
+        fn settle<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            settlement: Settlement,
+        ) -> StoreFuture<'async_trait, ()>;
+        fn release<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+        ) -> StoreFuture<'async_trait, ()>;
+        fn reclaim<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            expected: ClaimToken,
+            lease: Duration,
+        ) -> StoreFuture<'async_trait, ClaimToken>;
+        fn release_unsettled<'life1, 'life2>(
+            &self,
+            key: &'life1 IdemKey,
+            expected: ClaimToken,
+            note: &'life2 ReleaseNote,
+        ) -> StoreFuture<'async_trait, ()>;
+        fn release_traced<'life1, 'life2>(
+            &self,
+            key: &'life1 IdemKey,
+            token: ClaimToken,
+            settlement: Settlement,
+            note: &'life2 ReleaseNote,
+        ) -> StoreFuture<'async_trait, ()>;
+        fn releases<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+        ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>;
+        fn list_releases<'life1>(
+            &self,
+            after: Option<&'life1 ListCursor>,
+            limit: usize,
+        ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>>;
+        fn sweep_expired(&self) -> StoreFuture<'async_trait, Swept>;
+        fn get<'life1>(&self, key: &'life1 IdemKey) -> StoreFuture<'async_trait, Option<Record>>;
+        fn list(&self, state: RecordState, limit: usize) -> StoreFuture<'async_trait, Vec<Record>>;
+        fn list_after<'life1>(
+            &self,
+            state: RecordState,
+            after: Option<&'life1 ListCursor>,
+            limit: usize,
+        ) -> StoreFuture<'async_trait, Vec<Record>>;
+        fn wait_settled<'life1>(
+            &self,
+            key: &'life1 IdemKey,
+            timeout: Duration,
+        ) -> StoreFuture<'async_trait, Option<Record>>;
     }
 }
