@@ -61,6 +61,9 @@
 //! operation for as long as the record is kept (the result 24 h, its tombstone 30 days by
 //! default); a tool author keeps deliberate repeats apart with what tells them apart in the
 //! arguments (a `key(..)` field: an order id, a date), a client with an idempotency key.
+//! A write that has claimed its key runs to its end even when nobody awaits its answer any
+//! more (the client hung up or cancelled, a host's own deadline passed and it dropped the
+//! call): it settles its record, and the retry gets what it did.
 //!
 //! **The caller** is the host's to name, never the client's:
 //!
@@ -147,7 +150,8 @@ impl McpServer {
     }
 
     /// Serves one connection over any rmcp transport (e.g. a `tokio::io::duplex` pair, a
-    /// socket), with a handler (and so a run) of its own. Completes once the client has
+    /// socket), with a handler of its own (its calls are still scoped to their caller, not
+    /// to the connection). Completes once the client has
     /// initialized; the returned service runs until the transport closes.
     pub async fn serve<T, E, A>(
         &self,

@@ -165,15 +165,33 @@ fn registry(billing: &Arc<Billing>, max_args_bytes: Option<usize>) -> Registry {
 
 /// A connection to `server` over an in-memory pipe, served on a task of its own.
 fn connect(server: &McpServer) -> Client {
+    connect_to(server.handler())
+}
+
+/// A connection to any rmcp `handler` over an in-memory pipe, served on a task of its own.
+fn connect_to(handler: impl idem::mcp::rmcp::ServerHandler) -> Client {
+    use idem::mcp::rmcp::ServiceExt;
+
     let (client_io, server_io) = tokio::io::duplex(1 << 22);
-    let server = server.clone();
     tokio::spawn(async move {
-        if let Ok(running) = server.serve(tokio::io::split(server_io)).await {
+        if let Ok(running) = handler.serve(tokio::io::split(server_io)).await {
             let _ = running.waiting().await;
         }
     });
     let (read, write) = tokio::io::split(client_io);
     LineClient::new(read, write)
+}
+
+/// Asserts that `reply` is the saved result of the one `unhurried_charge` made, replayed.
+fn assert_replayed_once(billing: &Billing, reply: &Value) {
+    assert_eq!(billing.slow_starts(), 1);
+    assert_eq!(billing.charges().len(), 1);
+    assert_eq!(
+        result(reply)["_meta"]["idem/replayed"],
+        json!(true),
+        "{reply}"
+    );
+    assert_eq!(result(reply)["structuredContent"], json!({"charged": 4900}));
 }
 
 async fn initialized(server: &McpServer) -> Client {
@@ -577,13 +595,7 @@ async fn a_client_that_hangs_up_mid_call_does_not_abandon_the_charge() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut again = initialized(&server).await;
     let reply = again.call_tool("unhurried_charge", args, None).await;
-    assert_eq!(billing.slow_starts(), 1);
-    assert_eq!(billing.charges().len(), 1);
-    assert_eq!(
-        result(&reply)["_meta"]["idem/replayed"],
-        json!(true),
-        "{reply}"
-    );
+    assert_replayed_once(&billing, &reply);
 }
 
 /// A host's own handler in front of idem's, with a deadline of its own for every call: past
@@ -615,22 +627,12 @@ impl idem::mcp::rmcp::ServerHandler for ImpatientHost {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_that_stops_awaiting_a_call_does_not_abandon_the_charge() {
-    use idem::mcp::rmcp::ServiceExt;
-
     let billing = Arc::new(Billing::default());
     let server = McpServer::new(registry(&billing, None));
     let args = json!({"customer": "acme", "cents": 4900});
-    let (client_io, server_io) = tokio::io::duplex(1 << 20);
-    let host = ImpatientHost {
+    let mut client = connect_to(ImpatientHost {
         inner: server.handler(),
-    };
-    tokio::spawn(async move {
-        if let Ok(running) = host.serve(tokio::io::split(server_io)).await {
-            let _ = running.waiting().await;
-        }
     });
-    let (read, write) = tokio::io::split(client_io);
-    let mut client = LineClient::new(read, write);
     client.initialize().await;
 
     // The charge takes 300 ms; the host gives up on it after 50.
@@ -646,17 +648,7 @@ async fn a_host_that_stops_awaiting_a_call_does_not_abandon_the_charge() {
     // ...so the client's retry, through idem's own handler, gets it back, run once.
     let mut again = initialized(&server).await;
     let reply = again.call_tool("unhurried_charge", args, None).await;
-    assert_eq!(billing.slow_starts(), 1);
-    assert_eq!(billing.charges().len(), 1);
-    assert_eq!(
-        result(&reply)["_meta"]["idem/replayed"],
-        json!(true),
-        "{reply}"
-    );
-    assert_eq!(
-        result(&reply)["structuredContent"],
-        json!({"charged": 4900})
-    );
+    assert_replayed_once(&billing, &reply);
 }
 
 /// The outputSchema each tool is listed with, by name (`None`: listed without one).
