@@ -403,9 +403,9 @@ impl McpServer {
         // when the client goes away (cancels, hangs up), the call finishes on a task of its
         // own, so a claimed write runs to its end and settles its record: a retry gets what
         // it recorded.
+        // The call owns a handle of its own (it may outlive this future); `tool` stays
+        // borrowed from the server's.
         let registry = registry.clone();
-        // Cheap (`Arc`s): the spec, its output schema included, is not copied.
-        let tool = tool.clone();
         let result = RunToEnd::new(async move { registry.call(call).await }).await;
         let schema = self.shared.output_schemas.get(tool.spec().name());
         Ok(call_tool_result(tool.spec(), &result, schema))

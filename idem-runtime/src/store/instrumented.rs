@@ -111,6 +111,18 @@ pub(crate) fn claim_span(backend: &'static str, req: &ClaimRequest) -> Span {
     )
 }
 
+/// The span of an operation on one key that records nothing of it but its outcome.
+fn key_span(backend: &'static str, op: &'static str, key: &IdemKey) -> Span {
+    tracing::debug_span!(
+        "idem.store",
+        op,
+        backend,
+        key = key.as_str(),
+        outcome = Empty,
+        error = Empty
+    )
+}
+
 /// The span of a settle of `key` with `settlement` (see [`Instrumented`]).
 pub(crate) fn settle_span(backend: &'static str, key: &IdemKey, settlement: &Settlement) -> Span {
     tracing::debug_span!(
@@ -240,14 +252,7 @@ impl IdemStore for Instrumented {
             token: ClaimToken,
             lease: Duration,
         ) -> StoreFuture<'async_trait, ()> {
-            let span = tracing::debug_span!(
-                "idem.store",
-                op = "renew",
-                backend = self.backend,
-                key = key.as_str(),
-                outcome = Empty,
-                error = Empty
-            );
+            let span = key_span(self.backend, "renew", key);
             let fut = self.store().renew(key, token, lease);
             self.observe("renew", span, fut, describe_nothing)
         }
@@ -268,14 +273,7 @@ impl IdemStore for Instrumented {
             key: &'life1 IdemKey,
             token: ClaimToken,
         ) -> StoreFuture<'async_trait, ()> {
-            let span = tracing::debug_span!(
-                "idem.store",
-                op = "release",
-                backend = self.backend,
-                key = key.as_str(),
-                outcome = Empty,
-                error = Empty
-            );
+            let span = key_span(self.backend, "release", key);
             let fut = self.store().release(key, token);
             self.observe("release", span, fut, describe_nothing)
         }
@@ -286,14 +284,7 @@ impl IdemStore for Instrumented {
             expected: ClaimToken,
             note: &'life2 ReleaseNote,
         ) -> StoreFuture<'async_trait, ()> {
-            let span = tracing::debug_span!(
-                "idem.store",
-                op = "release_unsettled",
-                backend = self.backend,
-                key = key.as_str(),
-                outcome = Empty,
-                error = Empty
-            );
+            let span = key_span(self.backend, "release_unsettled", key);
             let fut = self.store().release_unsettled(key, expected, note);
             self.observe("release_unsettled", span, fut, describe_nothing)
         }
@@ -305,14 +296,7 @@ impl IdemStore for Instrumented {
             settlement: Settlement,
             note: &'life2 ReleaseNote,
         ) -> StoreFuture<'async_trait, ()> {
-            let span = tracing::debug_span!(
-                "idem.store",
-                op = "release_traced",
-                backend = self.backend,
-                key = key.as_str(),
-                outcome = Empty,
-                error = Empty
-            );
+            let span = key_span(self.backend, "release_traced", key);
             let fut = self.store().release_traced(key, token, settlement, note);
             self.observe("release_traced", span, fut, describe_nothing)
         }
@@ -321,14 +305,7 @@ impl IdemStore for Instrumented {
             &self,
             key: &'life1 IdemKey,
         ) -> StoreFuture<'async_trait, Vec<ReleaseRecord>> {
-            let span = tracing::debug_span!(
-                "idem.store",
-                op = "releases",
-                backend = self.backend,
-                key = key.as_str(),
-                outcome = Empty,
-                error = Empty
-            );
+            let span = key_span(self.backend, "releases", key);
             let fut = self.store().releases(key);
             self.observe("releases", span, fut, describe_nothing)
         }
@@ -355,14 +332,7 @@ impl IdemStore for Instrumented {
             expected: ClaimToken,
             lease: Duration,
         ) -> StoreFuture<'async_trait, ClaimToken> {
-            let span = tracing::debug_span!(
-                "idem.store",
-                op = "reclaim",
-                backend = self.backend,
-                key = key.as_str(),
-                outcome = Empty,
-                error = Empty
-            );
+            let span = key_span(self.backend, "reclaim", key);
             let fut = self.store().reclaim(key, expected, lease);
             self.observe("reclaim", span, fut, describe_nothing)
         }
