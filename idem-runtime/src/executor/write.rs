@@ -310,7 +310,9 @@ impl Executor {
             1
         };
         let mut typed = Some(typed);
-        let mut evidence = Vec::new();
+        // Room for one attempt, most calls' only one: the store keeps this vector as the
+        // record's evidence, and a first push into an empty one would make room for four.
+        let mut evidence = Vec::with_capacity(1);
         // The call's retry budget counts from its first attempt.
         let began = tokio::time::Instant::now();
         let mut attempt = 1;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::rules::{self, Aged};
@@ -40,14 +41,109 @@ const PLACES_LOW: usize = 2 * PLACES_BATCH * SHARDS;
 #[derive(Debug)]
 struct Slot {
     /// Shared with the claims that found it: a replay reads the record the store holds. A
-    /// change copies it only while such a reader still holds the old one.
+    /// change copies it only while such a reader still holds the old one. While `packed`
+    /// holds its payload, its own `payload` is `None`.
     record: Arc<Record>,
+    /// The payload of a completed record, as JSON text, while nobody has read it back (see
+    /// [`Slot::pack`]).
+    packed: Option<Box<str>>,
     /// Created by the first waiter; woken when the record leaves `Running`.
     settled: Option<Arc<Notify>>,
 }
 
-// A slot is two pointers (the record lives behind its `Arc`), so a growing map moves little
-// on each resize.
+/// How deep a payload may nest and still be packed: well inside serde_json's parser's limit
+/// (128), so that what is packed always parses back.
+const PACK_DEPTH: usize = 64;
+
+impl Slot {
+    /// A slot for a record just claimed.
+    fn claimed(record: Record) -> Slot {
+        Slot {
+            record: Arc::new(record),
+            packed: None,
+            settled: None,
+        }
+    }
+
+    /// Applies time as of `now` to the record (see [`rules::age_shared`]), waking waiters
+    /// when it left `Running`, and dropping a packed payload with the result it expired.
+    fn age(&mut self, now: Timestamp, retention: &Retention) -> Aged {
+        let aged = rules::age_shared(&mut self.record, now, retention);
+        if aged == Aged::Changed {
+            if self.record.result_expired {
+                self.packed = None;
+            }
+            if self.record.state != RecordState::Running {
+                wake(self);
+            }
+        }
+        aged
+    }
+
+    /// Keeps a completed record's output as JSON text instead of a tree of values.
+    ///
+    /// Most completed records are never read again: they stand in the store so that a
+    /// repeat finds them. Held as a `Value`, a small object output costs a `BTreeMap` node
+    /// (over 600 bytes) and a string per member; as text it costs its length. A record read
+    /// back is unpacked in place ([`Slot::unpack`]), so repeats of one key parse it once.
+    ///
+    /// Only outputs that read back exactly are packed: containers within [`PACK_DEPTH`]
+    /// holding no floating-point number (serde_json's default parser may round one off by
+    /// a unit in the last place).
+    fn pack(&mut self) {
+        let packable = self.record.state == RecordState::Completed
+            && self.record.payload.as_ref().is_some_and(|p| {
+                (p.is_object() || p.is_array()) && reads_back_exactly(p, PACK_DEPTH)
+            });
+        if !packable {
+            return;
+        }
+        let record = Arc::make_mut(&mut self.record);
+        let Some(payload) = record.payload.take() else {
+            return;
+        };
+        match serde_json::to_string(&payload) {
+            Ok(text) => self.packed = Some(text.into_boxed_str()),
+            Err(_) => record.payload = Some(payload),
+        }
+    }
+
+    /// Puts a packed payload back into the record, to be read or changed.
+    fn unpack(&mut self) {
+        if let Some(text) = self.packed.take() {
+            Arc::make_mut(&mut self.record).payload = Some(unpacked(&text));
+        }
+    }
+
+    /// A copy of the whole record, payload included, leaving the slot as it is.
+    fn to_record(&self) -> Record {
+        let mut record = Record::clone(&self.record);
+        if let Some(text) = &self.packed {
+            record.payload = Some(unpacked(text));
+        }
+        record
+    }
+}
+
+/// The payload [`Slot::pack`] wrote as `text`.
+fn unpacked(text: &str) -> Value {
+    // Unreachable: `pack` only writes what parses back. Null rather than a panic.
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// True when `value` nests at most `levels` deep and holds no floating-point number: its
+/// JSON text parses back to an equal value.
+fn reads_back_exactly(value: &Value, levels: usize) -> bool {
+    match value {
+        Value::Number(n) => !n.is_f64(),
+        Value::Array(a) => levels > 0 && a.iter().all(|v| reads_back_exactly(v, levels - 1)),
+        Value::Object(o) => levels > 0 && o.values().all(|v| reads_back_exactly(v, levels - 1)),
+        Value::Null | Value::Bool(_) | Value::String(_) => true,
+    }
+}
+
+// A slot is a few pointers (the record lives behind its `Arc`), so a growing map moves
+// little on each resize.
 type Map = HashMap<IdemKey, Slot, BuildHasherDefault<KeyHasher>>;
 
 /// One shard's lock and map, alone on its cache lines (128 bytes: a line, and the one next
@@ -232,12 +328,13 @@ impl Inner {
         let mut results = 0;
         shard.map.retain(|_, slot| {
             let kept = !slot.record.result_expired;
-            let aged = rules::age_shared(&mut slot.record, now, &self.retention);
-            if aged == Aged::Changed && slot.record.state != RecordState::Running {
-                wake(slot);
-                if kept && slot.record.result_expired {
-                    results += 1;
-                }
+            let aged = slot.age(now, &self.retention);
+            if aged == Aged::Changed
+                && slot.record.state != RecordState::Running
+                && kept
+                && slot.record.result_expired
+            {
+                results += 1;
             }
             aged != Aged::Gone
         });
@@ -396,11 +493,9 @@ impl MemoryStore {
             };
             let mut shard = lock(&inner.shards[index].0);
             if let Some(slot) = shard.map.get_mut(&req.key) {
-                let aged = rules::age_shared(&mut slot.record, now, &inner.retention);
-                if aged == Aged::Changed && slot.record.state != RecordState::Running {
-                    wake(slot);
-                }
-                if aged != Aged::Gone {
+                if slot.age(now, &inner.retention) != Aged::Gone {
+                    // A repeat reads the record: unpacked once, then shared.
+                    slot.unpack();
                     return Ok(rules::judge(Arc::clone(&slot.record), req));
                 }
                 // A lapsed tombstone: the key is free again.
@@ -426,10 +521,7 @@ impl MemoryStore {
                 continue;
             }
             let token = ClaimToken::fresh();
-            let slot = Slot {
-                record: Arc::new(rules::new_claim(req, token, now)),
-                settled: None,
-            };
+            let slot = Slot::claimed(rules::new_claim(req, token, now));
             shard.map.insert(req.key.clone(), slot);
             // Now and then, sweep this shard of lapsed tombstones, so keys never seen again
             // do not stay for ever (the claim just inserted is running: it stays).
@@ -464,6 +556,7 @@ impl MemoryStore {
             return Err((e, settlement.attempts));
         }
         rules::apply_settlement(Arc::make_mut(&mut slot.record), settlement, now);
+        slot.pack();
         wake(slot);
         Ok(())
     }
@@ -504,17 +597,15 @@ impl MemoryStore {
         match shard.map.entry(key.clone()) {
             Entry::Vacant(_) => None,
             Entry::Occupied(mut entry) => {
-                let slot = entry.get_mut();
-                let aged = rules::age_shared(&mut slot.record, now, &self.inner.retention);
-                if aged == Aged::Changed && slot.record.state != RecordState::Running {
-                    wake(slot);
-                }
-                if aged == Aged::Gone {
+                if entry.get_mut().age(now, &self.inner.retention) == Aged::Gone {
                     entry.remove();
                     self.inner.give_back(&mut shard.spare, 1);
                     return None;
                 }
-                Some(entry.into_mut())
+                // Read or changed from here: the whole record.
+                let slot = entry.into_mut();
+                slot.unpack();
+                Some(slot)
             }
         }
     }
@@ -772,7 +863,7 @@ impl IdemStore for MemoryStore {
                         continue;
                     }
                     for slot in shard.map.values() {
-                        let r = &slot.record;
+                        let r = &*slot.record;
                         if r.state != state || after.is_some_and(|c| !c.precedes(r)) {
                             continue;
                         }
@@ -784,7 +875,7 @@ impl IdemStore for MemoryStore {
                                 _ => continue,
                             }
                         }
-                        page.push(Listed(Record::clone(r)));
+                        page.push(Listed(slot.to_record()));
                     }
                 }
                 Ok(page.into_sorted_vec().into_iter().map(|l| l.0).collect())
@@ -975,6 +1066,117 @@ mod tests {
         let refused = store.claim_now(&request("one more"), None);
         assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
         assert_eq!(store.places_accounted(), capacity);
+    }
+
+    /// The slot of `key`, as the store holds it.
+    fn held(store: &MemoryStore, key: &IdemKey, look: impl FnOnce(&Slot)) {
+        let shard = lock(&store.inner.shards[shard_index(key)].0);
+        look(shard.map.get(key).expect("the key is held"));
+    }
+
+    /// A completed record's object or array output is held as text, not as a tree of
+    /// values, until something reads it; every way of reading it back (a repeat's claim, a
+    /// `get`, a listing) gives the output it was settled with, and the text goes with the
+    /// result when it expires. Outputs that text would not give back exactly (a float,
+    /// deep nesting) and payloads of other states stay as they are.
+    #[tokio::test]
+    async fn completed_outputs_are_held_as_text_and_read_back_equal() {
+        let clock = Arc::new(crate::store::ManualClock::starting_now());
+        let retention = Retention {
+            results: Duration::from_secs(10),
+            tombstones: Duration::from_secs(20),
+        };
+        let store = MemoryStore::with_clock(clock.clone()).retention(retention);
+        let mut deep = serde_json::json!(1);
+        for _ in 0..(PACK_DEPTH + 5) {
+            deep = serde_json::json!([deep]);
+        }
+        let outputs = [
+            (
+                "object",
+                serde_json::json!({"id": 7, "cents": 4900, "to": ["a", {"b": null}]}),
+                true,
+            ),
+            (
+                "array",
+                serde_json::json!([1, -2, u64::MAX, "x", true]),
+                true,
+            ),
+            ("float", serde_json::json!({"rate": 0.1 + 0.2}), false),
+            ("deep", deep, false),
+            ("string", serde_json::json!("done"), false),
+        ];
+        for (name, output, packed) in &outputs {
+            let req = request(name);
+            let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
+                panic!("{name}: not claimed");
+            };
+            let settled = conformance::completed(output.clone());
+            store
+                .settle(&req.key, token, settled)
+                .await
+                .expect("settled");
+            held(&store, &req.key, |slot| {
+                assert_eq!(slot.packed.is_some(), *packed, "{name}");
+                assert_eq!(slot.record.payload.is_none(), *packed, "{name}");
+            });
+            let listed = store
+                .list(RecordState::Completed, 100)
+                .await
+                .expect("listed");
+            let listed = listed
+                .iter()
+                .find(|r| r.key == req.key)
+                .expect("in the listing");
+            assert_eq!(listed.payload.as_ref(), Some(output), "{name}: listed");
+            // Listing reads a copy: the slot stays packed.
+            held(&store, &req.key, |slot| {
+                assert_eq!(slot.packed.is_some(), *packed)
+            });
+            match store.claim_now(&req, None) {
+                Ok(ClaimOutcome::Existing(record)) => {
+                    assert_eq!(record.payload.as_ref(), Some(output), "{name}: replayed")
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+            held(&store, &req.key, |slot| {
+                assert!(slot.packed.is_none(), "{name}")
+            });
+            let got = store.get(&req.key).await.expect("get").expect("held");
+            assert_eq!(got.payload.as_ref(), Some(output), "{name}: got");
+        }
+        // A pending record's detail is not packed: it may still change.
+        let req = request("pending");
+        let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
+            panic!("not claimed");
+        };
+        let detail = serde_json::json!({"job": "j-1"});
+        let pending = Settlement::new(RecordState::Pending)
+            .downstream_ref("j-1")
+            .payload(detail.clone());
+        store
+            .settle(&req.key, token, pending)
+            .await
+            .expect("settled");
+        held(&store, &req.key, |slot| assert!(slot.packed.is_none()));
+        // A packed output goes with its result: the tombstone has neither.
+        let req = request("expiring");
+        let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
+            panic!("not claimed");
+        };
+        let output = serde_json::json!({"id": 1});
+        store
+            .settle(&req.key, token, conformance::completed(output))
+            .await
+            .expect("settled");
+        clock.advance(Duration::from_secs(11));
+        store.sweep();
+        held(&store, &req.key, |slot| {
+            assert!(slot.record.result_expired);
+            assert!(slot.packed.is_none());
+        });
+        let tombstone = store.get(&req.key).await.expect("get").expect("held");
+        assert_eq!(tombstone.payload, None);
     }
 
     /// The places other shards took in batches and have not used are the last free ones: a
