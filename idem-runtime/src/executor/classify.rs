@@ -41,8 +41,18 @@ pub(crate) fn replay(record: &Record) -> Outcome {
 /// The settlement a handler's (or a late handler's) result becomes. `None` for "rejected
 /// before execution", which releases instead of settling.
 pub(super) fn settlement_of(result: &Result<Value, ToolError>) -> Option<Settlement> {
+    let settlement = settlement_but_output(result)?;
     Some(match result {
-        Ok(output) => Settlement::new(RecordState::Completed).payload(output.clone()),
+        Ok(output) => settlement.payload(output.clone()),
+        Err(_) => settlement,
+    })
+}
+
+/// [`settlement_of`], without a completed call's output as its payload: for a caller that
+/// hands the store the output by reference.
+pub(super) fn settlement_but_output(result: &Result<Value, ToolError>) -> Option<Settlement> {
+    Some(match result {
+        Ok(_) => Settlement::new(RecordState::Completed),
         Err(ToolError::Rejected { .. } | ToolError::Unavailable { .. }) => return None,
         Err(ToolError::Failed {
             message,

@@ -23,6 +23,8 @@ pub(crate) use write::ClaimedRun;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::Value;
+
 use crate::call::CallError;
 use crate::escalation::{EscalationSink, NoticeGate};
 use crate::identity::{IdemKey, KeyMigration};
@@ -99,19 +101,26 @@ impl Executor {
     /// clock just taken, which a store on the same clock takes as the settle's time. On
     /// failure, the attempts the settlement carried come back with the error (for the log):
     /// a `MemoryStore` hands them back, and only for another store are they copied first.
+    /// `output`: a completed call's output, the settlement's payload: a `MemoryStore` keeps
+    /// it as text written from this reference, and only another store gets a copy.
     async fn settle_key(
         &self,
         key: &IdemKey,
         token: ClaimToken,
         settlement: Settlement,
+        output: Option<&Value>,
         now: Option<Timestamp>,
     ) -> Result<(), (StoreError, Vec<AttemptRecord>)> {
         if let Some(memory) = &self.memory {
             if unobserved(&settle_span(memory.backend_name(), key, &settlement)) {
                 let now = now.filter(|_| memory.reads(&self.clock));
-                return memory.settle_now(key, token, settlement, now);
+                return memory.settle_now(key, token, settlement, output, now);
             }
         }
+        let settlement = match output {
+            Some(output) => settlement.payload(output.clone()),
+            None => settlement,
+        };
         let attempts = settlement.attempts.clone();
         self.store()
             .settle(key, token, settlement)

@@ -7,7 +7,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::attempt::{self, AttemptEnd, Lease};
-use super::classify::{class_of_result, outcome_of, replay, settlement_of};
+use super::classify::{class_of_result, outcome_of, replay, settlement_but_output};
 use super::late::LateAttempt;
 use super::{evidence, Executed, Executor};
 use crate::call::{CallError, ToolCall};
@@ -598,7 +598,7 @@ impl Executor {
             replayed: false,
             attempts,
         };
-        let Some(settlement) = settlement_of(&result) else {
+        let Some(settlement) = settlement_but_output(&result) else {
             if matches!(result, Err(ToolError::Unavailable { .. })) {
                 self.release_unavailable(&key, token, evidence).await;
                 return done(outcome_of(result));
@@ -611,7 +611,13 @@ impl Executor {
             return done(outcome_of(result));
         };
         match self
-            .settle_key(&key, token, settlement.attempts(evidence), now)
+            .settle_key(
+                &key,
+                token,
+                settlement.attempts(evidence),
+                result.as_ref().ok(),
+                now,
+            )
             .await
         {
             Ok(()) => done(outcome_of(result)),

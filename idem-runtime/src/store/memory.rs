@@ -92,9 +92,7 @@ impl Slot {
     /// a unit in the last place).
     fn pack(&mut self) {
         let packable = self.record.state == RecordState::Completed
-            && self.record.payload.as_ref().is_some_and(|p| {
-                (p.is_object() || p.is_array()) && reads_back_exactly(p, PACK_DEPTH)
-            });
+            && self.record.payload.as_ref().is_some_and(packable);
         if !packable {
             return;
         }
@@ -129,6 +127,11 @@ impl Slot {
 fn unpacked(text: &str) -> Value {
     // Unreachable: `pack` only writes what parses back. Null rather than a panic.
     serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// True when [`Slot::pack`] keeps `payload` as text: a container that reads back exactly.
+fn packable(payload: &Value) -> bool {
+    (payload.is_object() || payload.is_array()) && reads_back_exactly(payload, PACK_DEPTH)
 }
 
 /// True when `value` nests at most `levels` deep and holds no floating-point number: its
@@ -540,13 +543,24 @@ impl MemoryStore {
     /// [`IdemStore::settle`], as a plain call (see [`MemoryStore::claim_now`], and its
     /// `now`). A refused settlement's attempts come back with the error, for the caller's
     /// log.
+    ///
+    /// `output`, when given, is the settlement's payload, by reference: an output that can be
+    /// packed ([`Slot::pack`]) is written as text straight from it (before the shard is
+    /// locked), and only one that cannot is copied.
     pub(crate) fn settle_now(
         &self,
         key: &IdemKey,
         token: ClaimToken,
-        settlement: Settlement,
+        mut settlement: Settlement,
+        output: Option<&Value>,
         now: Option<Timestamp>,
     ) -> Result<(), (StoreError, Vec<AttemptRecord>)> {
+        let packed = output
+            .filter(|o| settlement.state == RecordState::Completed && packable(o))
+            .and_then(|o| serde_json::to_string(o).ok());
+        if let (Some(output), None) = (output, &packed) {
+            settlement.payload = Some(output.clone());
+        }
         let now = now.unwrap_or_else(|| self.inner.clock.now());
         let mut shard = self.shard(key);
         let Some(slot) = self.aged(&mut shard, key, now) else {
@@ -555,8 +569,13 @@ impl MemoryStore {
         if let Err(e) = rules::may_settle(&slot.record, token, &settlement) {
             return Err((e, settlement.attempts));
         }
-        rules::apply_settlement(Arc::make_mut(&mut slot.record), settlement, now);
-        slot.pack();
+        let settled = rules::apply_settlement(Arc::make_mut(&mut slot.record), settlement, now);
+        match packed {
+            // The output became the record's (a settlement that only adds evidence to one
+            // settled before keeps the result it has).
+            Some(text) if settled => slot.packed = Some(text.into_boxed_str()),
+            _ => slot.pack(),
+        }
         wake(slot);
         Ok(())
     }
@@ -711,7 +730,7 @@ impl IdemStore for MemoryStore {
             settlement: Settlement,
         ) -> StoreFuture<'async_trait, ()> {
             Box::pin(async move {
-                self.settle_now(key, token, settlement, None)
+                self.settle_now(key, token, settlement, None, None)
                     .map_err(|(e, _)| e)
             })
         }
@@ -1177,6 +1196,41 @@ mod tests {
         });
         let tombstone = store.get(&req.key).await.expect("get").expect("held");
         assert_eq!(tombstone.payload, None);
+    }
+
+    /// The executor hands a completed output by reference: it is packed from there, the
+    /// record reads back with it, and a second settle to the same state by the same holder
+    /// (evidence only) keeps the first output.
+    #[tokio::test]
+    async fn an_output_settled_by_reference_is_the_records_once() {
+        let store = MemoryStore::new();
+        let req = request("by reference");
+        let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
+            panic!("not claimed");
+        };
+        let first = serde_json::json!({"id": 1, "cents": 4900});
+        let settle = |output| {
+            let done = Settlement::new(RecordState::Completed);
+            store.settle_now(&req.key, token, done, Some(output), None)
+        };
+        settle(&first).expect("settled");
+        held(&store, &req.key, |slot| assert!(slot.packed.is_some()));
+        settle(&serde_json::json!({"id": 2})).expect("settled again");
+        let record = store.get(&req.key).await.expect("get").expect("held");
+        assert_eq!(record.payload, Some(first));
+        // An output that cannot be packed is copied in whole.
+        let req = request("float by reference");
+        let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
+            panic!("not claimed");
+        };
+        let float = serde_json::json!({"rate": 1.1});
+        let done = Settlement::new(RecordState::Completed);
+        store
+            .settle_now(&req.key, token, done, Some(&float), None)
+            .expect("settled");
+        held(&store, &req.key, |slot| assert!(slot.packed.is_none()));
+        let record = store.get(&req.key).await.expect("get").expect("held");
+        assert_eq!(record.payload, Some(float));
     }
 
     /// The places other shards took in batches and have not used are the last free ones: a

@@ -274,8 +274,9 @@ pub(crate) fn may_settle(
     }
 }
 
-/// [`settle`] once [`may_settle`] allowed it.
-pub(crate) fn apply_settlement(record: &mut Record, s: Settlement, now: Timestamp) {
+/// [`settle`] once [`may_settle`] allowed it. False when the settlement only added
+/// evidence to a record already settled so (its result stays).
+pub(crate) fn apply_settlement(record: &mut Record, s: Settlement, now: Timestamp) -> bool {
     let adds_evidence_only = match record.state {
         RecordState::Running => false,
         // Unknown settled unknown again: more evidence. Any other settlement of an unknown
@@ -289,7 +290,7 @@ pub(crate) fn apply_settlement(record: &mut Record, s: Settlement, now: Timestam
         record.read_backs.extend(s.read_backs);
         cap_evidence(record, now);
         record.updated_at = now;
-        return;
+        return false;
     }
     record.state = s.state;
     record.lease_until = None;
@@ -303,6 +304,7 @@ pub(crate) fn apply_settlement(record: &mut Record, s: Settlement, now: Timestam
     cap_evidence(record, now);
     record.result_expired = false;
     record.updated_at = now;
+    true
 }
 
 /// Appends `more` to `evidence`; into an empty list (a first settle's attempts) it moves
