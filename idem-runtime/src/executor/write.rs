@@ -159,14 +159,14 @@ impl Executor {
                         let found = match self.find(other).await {
                             Ok(found) => found,
                             Err(e) => {
-                                self.stand_back(req, token, &other.key).await;
+                                Box::pin(self.stand_back(req, token, &other.key)).await;
                                 return Err(refused(&other.key, e));
                             }
                         };
                         match found {
                             None => return Ok((token, at)),
                             Some(outcome) => {
-                                self.stand_back(req, token, &other.key).await;
+                                Box::pin(self.stand_back(req, token, &other.key)).await;
                                 outcome
                             }
                         }
@@ -178,8 +178,15 @@ impl Executor {
             match outcome {
                 ClaimOutcome::Claimed(_) => unreachable!("`find` never claims"),
                 ClaimOutcome::Mismatch(record) => {
-                    self.refuse_changed_params(tool, key, &record, req.operation.as_ref())
-                        .await;
+                    // Boxed, like the other paths off the common one: their state would
+                    // otherwise sit in every call's future.
+                    Box::pin(self.refuse_changed_params(
+                        tool,
+                        key,
+                        &record,
+                        req.operation.as_ref(),
+                    ))
+                    .await;
                     return Err(Executed::refused(
                         Some(key.clone()),
                         CallError::ChangedParams {
