@@ -389,7 +389,7 @@ impl Executor {
                         abandon_at: crate::store::instant_after(deadline, bound),
                         lease: spec.lease_duration(),
                     };
-                    self.watch_late_result(fut, late).await;
+                    Box::pin(self.watch_late_result(fut, late)).await;
                     (
                         None,
                         AttemptKind::TimedOut,
@@ -438,10 +438,7 @@ impl Executor {
                 None
             };
             if let Some(backoff) = pause {
-                match self
-                    .hold_claim(&key, token, spec.lease_duration(), backoff)
-                    .await
-                {
+                match Box::pin(self.hold_claim(&key, token, spec.lease_duration(), backoff)).await {
                     Ok(()) => {}
                     // Someone took the record over (its lease passed while the store was out
                     // of reach and a reconciler or a person acted): sending again would race
@@ -449,14 +446,14 @@ impl Executor {
                     Err(e @ StoreError::StaleToken { .. }) => {
                         tracing::warn!(key = %key, error = %crate::observe::field(&e), attempts = %crate::observe::debug_field(&evidence),
                             "claim lost before a retry; not sending again");
-                        let kept = evidence::keep(
+                        let kept = Box::pin(evidence::keep(
                             self.store(),
                             &key,
                             token,
                             None,
                             evidence.clone(),
                             spec.lease_duration(),
-                        )
+                        ))
                         .await;
                         if !matches!(kept, Ok(Some(_))) {
                             tracing::error!(key = %key, result = %crate::observe::debug_field(&kept), attempts = %crate::observe::debug_field(&evidence),
@@ -607,7 +604,7 @@ impl Executor {
         };
         let Some(settlement) = settlement_but_output(&result) else {
             if matches!(result, Err(ToolError::Unavailable { .. })) {
-                self.release_unavailable(&key, token, evidence).await;
+                Box::pin(self.release_unavailable(&key, token, evidence)).await;
                 return done(outcome_of(result));
             }
             // Rejected before execution: free the key so the same intent may run again.

@@ -246,7 +246,19 @@ fn integral_floats_as_integers(value: &Value) -> Option<Value> {
     }
 }
 
-fn output_to_value<O: serde::Serialize>(tool: &str, output: O) -> Value {
+fn output_to_value<O: serde::Serialize + 'static>(tool: &str, output: O) -> Value {
+    // An output that already is a `Value` (a handler returning `serde_json::Value`) is taken
+    // as it is: serializing it into a new one would copy every node of it.
+    let mut output = Some(output);
+    if let Some(value) = (&mut output as &mut dyn Any)
+        .downcast_mut::<Option<Value>>()
+        .and_then(Option::take)
+    {
+        return crate::identity::output_to_keep(value, tool);
+    }
+    let Some(output) = output else {
+        return Value::Null;
+    };
     // The effect has happened; the record must still say "completed". Where the output
     // cannot be kept we keep a null result rather than pretend the call failed, and make the
     // bug loud.
