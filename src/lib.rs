@@ -232,8 +232,8 @@ pub mod definitions {
     //! Tool definitions in the shapes OpenAI, Anthropic and MCP clients expect. The
     //! [`Format`](crate::Format) is at the root.
     pub use idem_runtime::definitions::{
-        definition, mcp_output_schema, mcp_structured_content, to_strict, DefinitionOptions,
-        MCP_RESULT_PROPERTY,
+        definition, into_mcp_structured_content, mcp_output_schema, mcp_structured_content,
+        to_strict, DefinitionOptions, MCP_RESULT_PROPERTY,
     };
 }
 

@@ -16,12 +16,12 @@ use serde_json::Value;
 use super::meta::{self, CallMeta};
 use super::output_schema::Validator;
 use super::run_to_end::RunToEnd;
-use crate::definitions::{mcp_output_schema, mcp_structured_content};
+use crate::definitions::{into_mcp_structured_content, mcp_output_schema};
 use crate::store::Durability;
 use crate::{
     definitions::DefinitionOptions,
     tool::{ToolKind, ToolSpec},
-    CallError, Format, OutcomeClass, Registry, ToolCall, ToolResult,
+    CallError, Format, Outcome, OutcomeClass, Registry, ToolCall, ToolResult,
 };
 
 /// Serves a [`Registry`] as an MCP server.
@@ -408,7 +408,7 @@ impl McpServer {
         let registry = registry.clone();
         let result = RunToEnd::new(async move { registry.call(call).await }).await;
         let schema = self.shared.output_schemas.get(tool.spec().name());
-        Ok(call_tool_result(tool.spec(), &result, schema))
+        Ok(call_tool_result(tool.spec(), result, schema))
     }
 }
 
@@ -484,7 +484,7 @@ fn succeeded(result: &ToolResult) -> bool {
 
 /// A [`ToolResult`] of the tool `spec` describes as MCP's `CallToolResult`: the model-facing
 /// text, `isError` unless it completed, the output as structured content
-/// ([`mcp_structured_content`]: the output itself when it is a JSON object, `{"result": …}`
+/// ([`mcp_structured_content`](crate::definitions::mcp_structured_content): the output itself when it is a JSON object, `{"result": …}`
 /// when the tool's output schema is wrapped), and what idem knows in `_meta`
 /// ([`meta::OUTCOME_KEY`], [`meta::KEY_KEY`], [`meta::REPLAYED_KEY`]).
 ///
@@ -499,7 +499,7 @@ fn succeeded(result: &ToolResult) -> bool {
 /// error. The schema is compiled on each call here (and a warning logged each time for one
 /// the check cannot evaluate); [`McpServer`] compiles each tool's once.
 pub fn to_call_tool_result(spec: &ToolSpec, result: &ToolResult) -> CallToolResult {
-    call_tool_result(spec, result, OutputSchema::of(spec).as_ref())
+    call_tool_result(spec, result.clone(), OutputSchema::of(spec).as_ref())
 }
 
 /// A tool's outputSchema, compiled, to check structured content against before it is sent
@@ -526,13 +526,14 @@ impl OutputSchema {
         }
     }
 
-    /// True when `structured`, the structured content of `result`, may be sent: it is valid
-    /// against the schema, or, for a schema that cannot be checked, it is the handler's own
-    /// output of this call (serialized from the type the schema describes), not a replay.
-    fn admits(&self, structured: &Value, result: &ToolResult) -> bool {
+    /// True when `structured`, the structured content of a result (`replayed` or not), may
+    /// be sent: it is valid against the schema, or, for a schema that cannot be checked, it
+    /// is the handler's own output of this call (serialized from the type the schema
+    /// describes), not a replay.
+    fn admits(&self, structured: &Value, replayed: bool) -> bool {
         match &self.0 {
             Some(v) => v.is_valid(structured),
-            None => !result.replayed(),
+            None => !replayed,
         }
     }
 }
@@ -544,15 +545,26 @@ impl OutputSchema {
 /// schema, and a tool with one must send structured content with every success.
 fn call_tool_result(
     spec: &ToolSpec,
-    result: &ToolResult,
+    result: ToolResult,
     schema: Option<&OutputSchema>,
 ) -> CallToolResult {
     let content = vec![ContentBlock::text(result.text())];
-    let structured = result
-        .output()
-        .and_then(|output| mcp_structured_content(spec, output))
-        .filter(|structured| schema.is_none_or(|s| s.admits(structured, result)));
-    let mut out = match (succeeded(result), structured) {
+    let succeeded = succeeded(&result);
+    let replayed = result.replayed();
+    let mut m = MetaObject::new();
+    let outcome = result.class().map_or("refused", OutcomeClass::as_str);
+    m.0.insert(meta::OUTCOME_KEY.to_owned(), Value::from(outcome));
+    if let Some(key) = result.key() {
+        m.0.insert(meta::KEY_KEY.to_owned(), Value::from(key.as_str()));
+    }
+    m.0.insert(meta::REPLAYED_KEY.to_owned(), Value::Bool(replayed));
+    // The output moves into the structured content: the result is not needed past here.
+    let structured = match result.into_result() {
+        Ok(Outcome::Completed { output }) => into_mcp_structured_content(spec, output),
+        _ => None,
+    }
+    .filter(|structured| schema.is_none_or(|s| s.admits(structured, replayed)));
+    let mut out = match (succeeded, structured) {
         (true, Some(structured)) => {
             let mut ok = CallToolResult::success(content);
             ok.structured_content = Some(structured);
@@ -562,16 +574,6 @@ fn call_tool_result(
         (true, None) if schema.is_none() => CallToolResult::success(content),
         _ => CallToolResult::error(content),
     };
-    let mut m = MetaObject::new();
-    let outcome = result.class().map_or("refused", OutcomeClass::as_str);
-    m.0.insert(meta::OUTCOME_KEY.to_owned(), Value::from(outcome));
-    if let Some(key) = result.key() {
-        m.0.insert(meta::KEY_KEY.to_owned(), Value::from(key.as_str()));
-    }
-    m.0.insert(
-        meta::REPLAYED_KEY.to_owned(),
-        Value::Bool(result.replayed()),
-    );
     out.meta = Some(m);
     out
 }

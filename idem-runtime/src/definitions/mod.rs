@@ -249,3 +249,16 @@ pub fn mcp_structured_content(spec: &ToolSpec, output: &Value) -> Option<Value> 
         Some(McpOutput::Direct) | None => output.is_object().then(|| output.clone()),
     }
 }
+
+/// [`mcp_structured_content`] of an output the caller gives up: the structured content is
+/// `output` itself (or holds it), moved rather than copied.
+pub fn into_mcp_structured_content(spec: &ToolSpec, output: Value) -> Option<Value> {
+    match mcp_output(spec) {
+        Some(McpOutput::Wrapped) => {
+            let mut wrapped = serde_json::Map::new();
+            wrapped.insert(MCP_RESULT_PROPERTY.to_owned(), output);
+            Some(Value::Object(wrapped))
+        }
+        Some(McpOutput::Direct) | None => output.is_object().then_some(output),
+    }
+}

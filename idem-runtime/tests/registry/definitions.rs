@@ -3,7 +3,9 @@
 //! schemas included, with the structured content of real calls valid against them.
 
 use idem_runtime::{
-    definitions::{mcp_output_schema, mcp_structured_content, to_strict},
+    definitions::{
+        into_mcp_structured_content, mcp_output_schema, mcp_structured_content, to_strict,
+    },
     tool::output_schema_for,
 };
 use idem_runtime::{
@@ -362,6 +364,12 @@ async fn structured_content_of_completed_calls_validates_against_the_output_sche
             .output()
             .unwrap_or_else(|| panic!("{name}: {result:?}"));
         let content = mcp_structured_content(tool.spec(), output).unwrap();
+        // Given up rather than lent, the output becomes the same content.
+        assert_eq!(
+            into_mcp_structured_content(tool.spec(), output.clone()).as_ref(),
+            Some(&content),
+            "{name}"
+        );
         let errors: Vec<String> = validator
             .iter_errors(&content)
             .map(|e| e.to_string())
@@ -400,6 +408,10 @@ async fn structured_content_of_completed_calls_validates_against_the_output_sche
             .await;
         assert_eq!(
             mcp_structured_content(tool.spec(), result.output().unwrap()),
+            Some(json!({"echo": "hi"}))
+        );
+        assert_eq!(
+            into_mcp_structured_content(tool.spec(), result.output().unwrap().clone()),
             Some(json!({"echo": "hi"}))
         );
     }
