@@ -574,6 +574,8 @@ impl MemoryStore {
             // The output became the record's (a settlement that only adds evidence to one
             // settled before keeps the result it has).
             Some(text) if settled => slot.packed = Some(text.into_boxed_str()),
+            // An output given here and found not packable above is not walked again.
+            None if settled && output.is_some() => {}
             _ => slot.pack(),
         }
         wake(slot);
