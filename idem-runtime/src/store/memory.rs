@@ -25,10 +25,19 @@ const SHARDS: usize = 64;
 /// ([`MemoryStore::capacity`]).
 pub const DEFAULT_CAPACITY: usize = 100_000;
 
-/// Every this many of its new claims, a shard is swept of lapsed tombstones (and every this
-/// many of the first shard's, the release traces): about the whole store every
-/// `SWEEP_EVERY * SHARDS` claims, counted where no other thread writes.
+/// A shard is swept of lapsed tombstones (and the first shard's sweeps take the release
+/// traces too) after at least this many new claims, and after as many new claims as it
+/// kept records at its last sweep: a sweep walks the whole shard, so tying its cadence to
+/// the shard's size keeps its cost to at most two records looked at per new claim, however
+/// full the store is. Counted where no other thread writes.
 const SWEEP_EVERY: usize = 256;
+
+/// The most records a shard's map is sized for when it is first used: its share of the
+/// capacity up to this many. A map sized for its records from the start never rehashes
+/// the records it holds while the store fills, nor touches a new, larger table each time
+/// it doubles; what is reserved but unused is address space, not memory, until a record
+/// lands in it.
+const SHARD_PRESIZE_MAX: usize = 4096;
 
 /// How many places of the capacity a shard takes at a time while plenty are free, so that
 /// claims on different cores do not all write one shared count.
@@ -164,8 +173,11 @@ struct ShardState {
     /// Places of the capacity this shard has taken for records it has not inserted yet
     /// (see [`Inner::take_place`]).
     spare: usize,
-    /// New claims in this shard so far, for the sweep cadence.
-    claims: usize,
+    /// New claims in this shard since it was last swept, for the sweep cadence.
+    since_sweep: usize,
+    /// How many records the shard kept at its last sweep: the next one waits for as many
+    /// new claims (and at least [`SWEEP_EVERY`]).
+    kept_at_sweep: usize,
 }
 
 /// Hashes an [`IdemKey`] by folding 16 of its hex digits, read as two machine words,
@@ -327,6 +339,7 @@ impl Inner {
 
     /// [`Inner::sweep_locked`], counting the results it turned into tombstones too.
     fn sweep_counted(&self, shard: &mut ShardState, now: Timestamp) -> Swept {
+        shard.since_sweep = 0;
         let before = shard.map.len();
         let mut results = 0;
         shard.map.retain(|_, slot| {
@@ -342,6 +355,7 @@ impl Inner {
             aged != Aged::Gone
         });
         let dropped = before - shard.map.len();
+        shard.kept_at_sweep = shard.map.len();
         self.give_back(&mut shard.spare, dropped);
         Swept::new(results, dropped as u64)
     }
@@ -487,49 +501,64 @@ impl MemoryStore {
         let index = shard_index(&req.key);
         let mut swept = false;
         let token = loop {
-            // One clock reading serves the aging, the decision and the insert. The lookup
-            // borrows the key: a repeat (the key held) clones nothing; only a new claim pays
-            // for the key it inserts, with a second probe.
+            // One clock reading serves the aging, the decision and the insert. One probe finds
+            // the key or the place to insert it; its clone is a reference count.
             let now = match now {
                 Some(now) if !swept => now,
                 _ => inner.clock.now(),
             };
             let mut shard = lock(&inner.shards[index].0);
-            if let Some(slot) = shard.map.get_mut(&req.key) {
-                if slot.age(now, &inner.retention) != Aged::Gone {
-                    // A repeat reads the record: unpacked once, then shared.
-                    slot.unpack();
-                    return Ok(rules::judge(Arc::clone(&slot.record), req));
-                }
-                // A lapsed tombstone: the key is free again.
-                shard.map.remove(&req.key);
-                inner.give_back(&mut shard.spare, 1);
+            let ShardState {
+                map,
+                spare,
+                since_sweep,
+                kept_at_sweep,
+            } = &mut *shard;
+            if map.capacity() == 0 {
+                map.reserve((inner.capacity / SHARDS + 1).min(SHARD_PRESIZE_MAX));
             }
-            // Take a place first, so concurrent claims never overshoot the capacity.
-            if !inner.take_place(&mut shard.spare) {
-                drop(shard);
-                if swept {
-                    return Err(StoreError::Full(format!(
-                        "the in-memory store holds its maximum of {} records (unsettled \
-                         records and tombstones inside their window are never evicted); \
-                         raise MemoryStore::capacity, shorten Retention, or use a durable \
-                         store",
-                        inner.capacity
-                    )));
+            let token = match map.entry(req.key.clone()) {
+                Entry::Occupied(mut held) => {
+                    let slot = held.get_mut();
+                    if slot.age(now, &inner.retention) != Aged::Gone {
+                        // A repeat reads the record: unpacked once, then shared.
+                        slot.unpack();
+                        return Ok(rules::judge(Arc::clone(&slot.record), req));
+                    }
+                    // A lapsed tombstone: the key is free again, and the new claim takes the
+                    // place its record had.
+                    let token = ClaimToken::fresh();
+                    *slot = Slot::claimed(rules::new_claim(req, token, now));
+                    token
                 }
-                // None free: drop every lapsed tombstone and gather every shard's spare places
-                // (with no shard lock held), then look again.
-                self.sweep();
-                swept = true;
-                continue;
-            }
-            let token = ClaimToken::fresh();
-            let slot = Slot::claimed(rules::new_claim(req, token, now));
-            shard.map.insert(req.key.clone(), slot);
+                // Take a place first, so concurrent claims never overshoot the capacity.
+                Entry::Vacant(free) => {
+                    if !inner.take_place(spare) {
+                        drop(shard);
+                        if swept {
+                            return Err(StoreError::Full(format!(
+                                "the in-memory store holds its maximum of {} records \
+                                 (unsettled records and tombstones inside their window are \
+                                 never evicted); raise MemoryStore::capacity, shorten \
+                                 Retention, or use a durable store",
+                                inner.capacity
+                            )));
+                        }
+                        // None free: drop every lapsed tombstone and gather every shard's
+                        // spare places (with no shard lock held), then look again.
+                        self.sweep();
+                        swept = true;
+                        continue;
+                    }
+                    let token = ClaimToken::fresh();
+                    free.insert(Slot::claimed(rules::new_claim(req, token, now)));
+                    token
+                }
+            };
             // Now and then, sweep this shard of lapsed tombstones, so keys never seen again
             // do not stay for ever (the claim just inserted is running: it stays).
-            shard.claims += 1;
-            if shard.claims % SWEEP_EVERY == 0 {
+            *since_sweep += 1;
+            if *since_sweep >= SWEEP_EVERY.max(*kept_at_sweep) {
                 inner.sweep_locked(&mut shard, now);
                 if index == 0 {
                     inner.sweep_releases();
@@ -1265,5 +1294,83 @@ mod tests {
         assert_eq!(store.len(), capacity);
         let refused = store.claim_now(&request("one more"), None);
         assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+    }
+
+    /// A store of `capacity` on a manual clock, whose results last 10 s and tombstones
+    /// 20 s, with `n` completed records in shard 0.
+    fn shard_zero_of_completed(
+        n: usize,
+        capacity: usize,
+    ) -> (MemoryStore, Arc<crate::store::ManualClock>, Vec<String>) {
+        let clock = Arc::new(crate::store::ManualClock::starting_now());
+        let retention = Retention {
+            results: Duration::from_secs(10),
+            tombstones: Duration::from_secs(20),
+        };
+        let store = MemoryStore::with_clock(clock.clone())
+            .retention(retention)
+            .capacity(capacity);
+        let names: Vec<String> = names_in_shard(0).take(n).collect();
+        for name in &names {
+            let req = request(name);
+            let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
+                panic!("not claimed");
+            };
+            let done = Settlement::new(RecordState::Completed);
+            store
+                .settle_now(&req.key, token, done, None, None)
+                .expect("settled");
+        }
+        (store, clock, names)
+    }
+
+    /// A shard holding more records than the sweep's minimum cadence is still swept of its
+    /// lapsed tombstones by new claims alone, within as many claims as it held records
+    /// (twice that at most: the cadence was counted from the sweep before).
+    #[test]
+    fn new_claims_sweep_a_large_shard_of_lapsed_tombstones() {
+        let held = 3 * SWEEP_EVERY;
+        let (store, clock, _) = shard_zero_of_completed(held, DEFAULT_CAPACITY);
+        clock.advance(Duration::from_secs(60));
+        let in_shard_zero = || lock(&store.inner.shards[0].0).map.len();
+        let mut claims = 0;
+        for name in names_in_shard(0).skip(held).take(2 * held) {
+            let outcome = store.claim_now(&request(&name), None);
+            assert!(
+                matches!(outcome, Ok(ClaimOutcome::Claimed(_))),
+                "{outcome:?}"
+            );
+            claims += 1;
+            if in_shard_zero() == claims {
+                break;
+            }
+        }
+        assert_eq!(
+            in_shard_zero(),
+            claims,
+            "the {held} lapsed tombstones are gone, the {claims} new claims stay"
+        );
+        assert_eq!(store.places_accounted(), store.max_records());
+    }
+
+    /// A claim of a key whose tombstone has lapsed is a new claim, and it takes the place
+    /// the old record had: a full store takes it without sweeping, and still holds exactly
+    /// its capacity.
+    #[test]
+    fn a_claim_of_a_lapsed_tombstones_key_takes_its_place() {
+        let (store, clock, names) = shard_zero_of_completed(3, 3);
+        let refused = store.claim_now(&request("a fourth"), None);
+        assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+        clock.advance(Duration::from_secs(60));
+        let again = request(&names[0]);
+        let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&again, None) else {
+            panic!("a lapsed key is free to claim");
+        };
+        held(&store, &again.key, |slot| {
+            assert_eq!(slot.record.state, RecordState::Running);
+            assert_eq!(slot.record.token, token);
+        });
+        assert_eq!(store.len(), 3, "two lapsed tombstones and the new claim");
+        assert_eq!(store.places_accounted(), 3);
     }
 }
