@@ -33,10 +33,11 @@ pub const DEFAULT_CAPACITY: usize = 100_000;
 const SWEEP_EVERY: usize = 256;
 
 /// The most records a shard's map is sized for when it is first used: its share of the
-/// capacity up to this many. A map sized for its records from the start never rehashes
-/// the records it holds while the store fills, nor touches a new, larger table each time
-/// it doubles; what is reserved but unused is address space, not memory, until a record
-/// lands in it.
+/// capacity up to this many. A store kept for its tombstone window fills towards its
+/// capacity, and a map sized for that from the start never rehashes the records it holds
+/// on a claim's path, nor moves them to a larger table each time it doubles. The table's
+/// pages are only memory once records land in them: about 100 KB a shard (6.3 MB at the
+/// default capacity) once a few thousand records are held, a page per record before that.
 const SHARD_PRESIZE_MAX: usize = 4096;
 
 /// How many places of the capacity a shard takes at a time while plenty are free, so that
@@ -243,6 +244,10 @@ impl Hasher for KeyHasher {
 /// handler runs). No record is ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
 /// only thing standing between a repeat and a second effect. Lapsed tombstones are also
 /// swept a shard at a time as new keys are claimed, and by [`MemoryStore::sweep`].
+///
+/// Its index is sized for its capacity as each shard is first used (up to 262 144
+/// records): about 64 bytes per record of capacity, 6.3 MB at the default, once a few
+/// thousand records are held. A store that fills never rehashes on a claim's path.
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
