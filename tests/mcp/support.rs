@@ -193,10 +193,4 @@ impl Tally {
     }
 }
 
-/// A name no other run of a test uses.
-pub fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{tag}-{}-{nanos}", std::process::id())
-}
+pub use idem_test::stores::unique;

@@ -15,6 +15,7 @@ use idem_runtime::{
     store::{IdemStore, RecordState},
     tool::{ToolError, ToolSpec, WriteCtx, WriteTool},
 };
+use idem_test::stores::unique;
 use serde_json::{json, Value};
 
 /// A charge whose first response is always lost (it commits, then times out).
@@ -55,14 +56,6 @@ fn idem(url: &str, args: &[&str]) -> Output {
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{tag}-{}-{nanos}", std::process::id())
 }
 
 /// One store, end to end: unknown → listed → resolved completed → replayed; a second

@@ -46,14 +46,7 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// A name no other test (or earlier run) uses.
-pub fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{tag}-{}-{nanos}", std::process::id())
-}
+pub use idem_test::stores::unique;
 
 /// A fresh SQLite database in the temp dir, removed (with its -wal/-shm) on drop.
 pub struct TempDb {

@@ -21,14 +21,7 @@ use idem_test::stores::{PostgresSchema, RedisPrefix};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A name no other test (or earlier run) uses.
-pub fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{tag}-{}-{nanos}", std::process::id())
-}
+pub use idem_test::stores::unique;
 
 /// One store to run on: how the CLI names it, and the store itself.
 pub struct Target {
