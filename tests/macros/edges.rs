@@ -1,7 +1,7 @@
 //! The edges of `#[tool]`, `#[toolbox]`, `#[idem::args]` and the tool definitions they
 //! export: descriptions in every doc form, definition shapes and MCP schema constraints, OpenAI
 //! strict mode, `key(..)` under serde renames, toolboxes. Compile-time cases are under
-//! `tests/ui/edges/` (trybuild), runtime cases here.
+//! `tests/ui/edges/` (trybuild, run by `tests/ui.rs`), runtime cases here.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -13,13 +13,6 @@ use idem::{
     ToolError, WriteCtx,
 };
 use serde_json::{json, Value};
-
-#[test]
-fn ui_edges() {
-    let t = trybuild::TestCases::new();
-    t.compile_fail("tests/ui/edges/*.rs");
-    t.pass("tests/ui/edges/pass/*.rs");
-}
 
 // ---------------------------------------------------------------------------------------------
 // Descriptions
