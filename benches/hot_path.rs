@@ -1,8 +1,9 @@
 //! A fixed loop over the per-call hot path, for profilers rather than for timing:
 //! `cargo bench --bench hot_path --no-run`, then run the binary under
 //! `valgrind --tool=callgrind` or `perf record` with `setup`, `floor`, `floor_typed`, `replay`, `fresh`,
-//! `replay_text` or `fresh_text` and a count. It prints the heap allocations per call in the
-//! loop (a repeatable figure, unlike time).
+//! `replay_text` or `fresh_text` and a count (100 000 under `cargo bench`, 1 000
+//! otherwise, as `cargo test --bench hot_path` runs it). It prints the heap allocations per call in the loop (a
+//! repeatable figure, unlike time).
 //!
 //! Criterion's own harness (batching, statistics) would dominate an instruction profile; this
 //! loop does one thing N times so the counts divide cleanly per call.
@@ -43,9 +44,15 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --bench '*'` (CI's short run) passes nothing.
+    let benching = std::env::args().any(|a| a == "--bench");
     let mut argv = std::env::args().skip(1).filter(|a| a != "--bench");
     let what = argv.next().unwrap_or_else(|| "replay".to_owned());
-    let n: usize = argv.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let default_calls = if benching { 100_000 } else { 1_000 };
+    let n: usize = argv
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default_calls);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
