@@ -32,14 +32,6 @@ pub const DEFAULT_CAPACITY: usize = 100_000;
 /// full the store is. Counted where no other thread writes.
 const SWEEP_EVERY: usize = 256;
 
-/// The most records a shard's map is sized for when it is first used: its share of the
-/// capacity up to this many. A store kept for its tombstone window fills towards its
-/// capacity, and a map sized for that from the start never rehashes the records it holds
-/// on a claim's path, nor moves them to a larger table each time it doubles. The table's
-/// pages are only memory once records land in them: about 100 KB a shard (6.3 MB at the
-/// default capacity) once a few thousand records are held, a page per record before that.
-const SHARD_PRESIZE_MAX: usize = 4096;
-
 /// How many places of the capacity a shard takes at a time while plenty are free, so that
 /// claims on different cores do not all write one shared count.
 const PLACES_BATCH: usize = 16;
@@ -244,10 +236,6 @@ impl Hasher for KeyHasher {
 /// handler runs). No record is ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
 /// only thing standing between a repeat and a second effect. Lapsed tombstones are also
 /// swept a shard at a time as new keys are claimed, and by [`MemoryStore::sweep`].
-///
-/// Its index is sized for its capacity as each shard is first used (up to 262 144
-/// records): about 64 bytes per record of capacity, 6.3 MB at the default, once a few
-/// thousand records are held. A store that fills never rehashes on a claim's path.
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
@@ -519,9 +507,6 @@ impl MemoryStore {
                 since_sweep,
                 kept_at_sweep,
             } = &mut *shard;
-            if map.capacity() == 0 {
-                map.reserve((inner.capacity / SHARDS + 1).min(SHARD_PRESIZE_MAX));
-            }
             let token = match map.entry(req.key.clone()) {
                 Entry::Occupied(mut held) => {
                     let slot = held.get_mut();
