@@ -1,9 +1,9 @@
 //! A fixed loop over the per-call hot path, for profilers rather than for timing:
 //! `cargo bench --bench hot_path --no-run`, then run the binary under
-//! `valgrind --tool=callgrind` or `perf record` with `setup`, `floor`, `floor_typed`, `replay`, `fresh`,
-//! `replay_text` or `fresh_text` and a count (100 000 under `cargo bench`, 1 000
-//! otherwise, as `cargo test --bench hot_path` runs it). It prints the heap allocations per call in the loop (a
-//! repeatable figure, unlike time).
+//! `valgrind --tool=callgrind` or `perf record` with `setup`, `floor`, `floor_typed`,
+//! `replay`, `fresh`, `replay_text` or `fresh_text` and a count (100 000 under `cargo bench`,
+//! 1 000 otherwise, as `cargo test --bench hot_path` runs it). It prints the heap allocations
+//! per call in the loop (a repeatable figure, unlike time).
 //!
 //! Criterion's own harness (batching, statistics) would dominate an instruction profile; this
 //! loop does one thing N times so the counts divide cleanly per call.
