@@ -166,11 +166,9 @@ struct ShardState {
     /// Places of the capacity this shard has taken for records it has not inserted yet
     /// (see [`Inner::take_place`]).
     spare: usize,
-    /// New claims in this shard since it was last swept, for the sweep cadence.
-    since_sweep: usize,
-    /// How many records the shard kept at its last sweep: the next one waits for as many
-    /// new claims (and at least [`SWEEP_EVERY`]).
-    kept_at_sweep: usize,
+    /// New claims left before this shard is swept: as many as it kept records at its last
+    /// sweep, and at least [`SWEEP_EVERY`].
+    claims_to_sweep: usize,
 }
 
 /// Hashes an [`IdemKey`] by folding 16 of its hex digits, read as two machine words,
@@ -332,7 +330,6 @@ impl Inner {
 
     /// [`Inner::sweep_locked`], counting the results it turned into tombstones too.
     fn sweep_counted(&self, shard: &mut ShardState, now: Timestamp) -> Swept {
-        shard.since_sweep = 0;
         let before = shard.map.len();
         let mut results = 0;
         shard.map.retain(|_, slot| {
@@ -348,7 +345,7 @@ impl Inner {
             aged != Aged::Gone
         });
         let dropped = before - shard.map.len();
-        shard.kept_at_sweep = shard.map.len();
+        shard.claims_to_sweep = SWEEP_EVERY.max(shard.map.len());
         self.give_back(&mut shard.spare, dropped);
         Swept::new(results, dropped as u64)
     }
@@ -504,8 +501,7 @@ impl MemoryStore {
             let ShardState {
                 map,
                 spare,
-                since_sweep,
-                kept_at_sweep,
+                claims_to_sweep,
             } = &mut *shard;
             let token = match map.entry(req.key.clone()) {
                 Entry::Occupied(mut held) => {
@@ -547,8 +543,8 @@ impl MemoryStore {
             };
             // Now and then, sweep this shard of lapsed tombstones, so keys never seen again
             // do not stay for ever (the claim just inserted is running: it stays).
-            *since_sweep += 1;
-            if *since_sweep >= SWEEP_EVERY.max(*kept_at_sweep) {
+            *claims_to_sweep = claims_to_sweep.saturating_sub(1);
+            if *claims_to_sweep == 0 {
                 inner.sweep_locked(&mut shard, now);
                 if index == 0 {
                     inner.sweep_releases();
