@@ -203,7 +203,12 @@ impl McpHttpGuard {
         let mut origins: Vec<String> = LOOPBACK_ORIGINS.iter().map(|o| (*o).to_owned()).collect();
         origins.extend(self.origins.iter().cloned());
         let config = config.with_allowed_origins(origins);
-        let sessions = Arc::new(LocalSessionManager::default());
+        // The session layer primes each tool call's event stream itself, from its own
+        // settings (3 s by default): the host's `sse_retry` must reach it too, or turning
+        // priming off would leave it on for every `tools/call`.
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.sse_retry = config.sse_retry;
+        let sessions = Arc::new(sessions);
         McpHttpService {
             inner: StreamableHttpService::new(factory, sessions.clone(), config),
             sessions,

@@ -13,3 +13,4 @@ mod idempotent_hint;
 mod result_schema;
 mod router;
 mod support;
+mod transport_config;
