@@ -1,8 +1,9 @@
 //! What idem adds to a `tools/call` over streamable HTTP: the same write — append a charge to
 //! an in-memory ledger — as an idem tool (in-memory store, one caller) and as a plain rmcp
 //! tool, each served on its own loopback port by the same accept loop and the same rmcp
-//! transport (JSON responses), called one after another by one keep-alive client. Prints
-//! the median per call of each and their ratio.
+//! transport (rmcp's defaults: sessions, so each reply comes on an event stream), called one
+//! after another by one keep-alive client. Prints the median per call of each and their
+//! ratio.
 //!
 //! ```text
 //! cargo run --release --example mcp_overhead --features mcp [-- CALLS]
@@ -262,7 +263,7 @@ fn median(mut times: Vec<Duration>) -> Duration {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let calls: usize = std::env::args().nth(1).map_or(Ok(5000), |n| n.parse())?;
-    let config = || StreamableHttpServerConfig::default().with_json_response(true);
+    let config = StreamableHttpServerConfig::default;
     let idem_ledger = Arc::new(Ledger::default());
     let registry = Registry::builder().toolbox(idem_ledger.clone()).build()?;
     // As in production: a reconciler beside the server (its passes find nothing to settle
@@ -294,7 +295,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         plain_times.extend(plain_client.time_calls(&tag, calls / rounds).await);
     }
     let (idem, plain) = (median(idem_times), median(plain_times));
-    println!("calls per server: {calls} (after 500 to warm up), streamable HTTP on loopback, JSON responses");
+    println!("calls per server: {calls} (after 500 to warm up), streamable HTTP on loopback, replies on event streams");
     println!(
         "plain rmcp tool: median {:.1} us per tools/call",
         plain.as_secs_f64() * 1e6
