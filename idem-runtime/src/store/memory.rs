@@ -231,7 +231,8 @@ impl Hasher for KeyHasher {
 /// ([`IdemStore::releases`]) keeps the place its record had until the trace lapses. A claim
 /// of a new key when the store is full first drops every lapsed tombstone (and release); if
 /// that frees nothing it is refused with [`StoreError::Full`] (the call fails before its
-/// handler runs). No record is ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
+/// handler runs). That walk over the records also learns when the first of those it kept
+/// lapses, and until then a full store refuses new keys without walking them again. No record is ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
 /// only thing standing between a repeat and a second effect. Lapsed tombstones are also
 /// swept a shard at a time as new keys are claimed, and by [`MemoryStore::sweep`].
 #[derive(Debug, Clone)]
@@ -265,6 +266,31 @@ struct Inner {
     /// capacity (see [`FreePlaces`]), as its record did: a key released over and over, or
     /// many keys released, cannot grow the store past its bound.
     releases: Mutex<HashMap<IdemKey, Vec<ReleaseRecord>>>,
+    /// What the last sweep of the whole store found: nothing it kept lapses before a time.
+    /// A claim that finds no free place sweeps again only once that time has come; before,
+    /// a sweep would walk every record to drop none, and a full store would spend that on
+    /// every claim it refuses.
+    lapse_floor: Mutex<Option<LapseFloor>>,
+    /// Sweeps of the whole store, for the tests.
+    #[cfg(test)]
+    full_sweeps: AtomicUsize,
+}
+
+/// The earliest time anything a full sweep kept can lapse.
+#[derive(Debug, Clone, Copy)]
+struct LapseFloor {
+    /// When the sweep began. A clock read before it (it went back) voids the floor.
+    swept_at: Timestamp,
+    /// The earliest tombstone or release trace lapse it saw, and at most a tombstone window
+    /// after `swept_at`: what is settled or released later lapses later than that.
+    until: Timestamp,
+}
+
+impl LapseFloor {
+    /// True when, as of `now`, nothing has lapsed since the sweep.
+    fn holds(&self, now: Timestamp) -> bool {
+        self.swept_at <= now && now < self.until
+    }
 }
 
 impl Inner {
@@ -276,6 +302,9 @@ impl Inner {
             capacity,
             free: FreePlaces(AtomicUsize::new(capacity)),
             releases: Mutex::new(HashMap::new()),
+            lapse_floor: Mutex::new(None),
+            #[cfg(test)]
+            full_sweeps: AtomicUsize::new(0),
         }
     }
 
@@ -325,11 +354,18 @@ impl Inner {
     /// Applies time as of `now` to every record of a locked shard, dropping lapsed
     /// tombstones; returns how many it dropped.
     fn sweep_locked(&self, shard: &mut ShardState, now: Timestamp) -> usize {
-        self.sweep_counted(shard, now).tombstones as usize
+        let mut next_lapse = Timestamp(u64::MAX);
+        self.sweep_counted(shard, now, &mut next_lapse).tombstones as usize
     }
 
-    /// [`Inner::sweep_locked`], counting the results it turned into tombstones too.
-    fn sweep_counted(&self, shard: &mut ShardState, now: Timestamp) -> Swept {
+    /// [`Inner::sweep_locked`], counting the results it turned into tombstones too, and
+    /// lowering `next_lapse` to the earliest lapse of the records it kept.
+    fn sweep_counted(
+        &self,
+        shard: &mut ShardState,
+        now: Timestamp,
+        next_lapse: &mut Timestamp,
+    ) -> Swept {
         let before = shard.map.len();
         let mut results = 0;
         shard.map.retain(|_, slot| {
@@ -341,6 +377,9 @@ impl Inner {
                 && slot.record.result_expired
             {
                 results += 1;
+            }
+            if let Some(lapse) = rules::lapses_at(&slot.record, &self.retention) {
+                *next_lapse = (*next_lapse).min(lapse);
             }
             aged != Aged::Gone
         });
@@ -359,16 +398,38 @@ impl Inner {
     /// Drops lapsed releases from every trace, and traces left empty; returns how many
     /// traces it dropped.
     fn sweep_releases(&self) -> usize {
+        self.sweep_releases_until(&mut Timestamp(u64::MAX))
+    }
+
+    /// [`Inner::sweep_releases`], lowering `next_lapse` to the earliest time a trace it
+    /// kept lapses (its last release's lapse: the trace keeps its place until then).
+    fn sweep_releases_until(&self, next_lapse: &mut Timestamp) -> usize {
         let now = self.clock.now();
         let mut traces = lock(&self.releases);
         let before = traces.len();
         traces.retain(|_, trace| {
             rules::keep_releases(trace, now, &self.retention);
+            if let Some(last) = trace.last() {
+                *next_lapse = (*next_lapse).min(rules::release_lapses_at(last, &self.retention));
+            }
             !trace.is_empty()
         });
         let dropped = before - traces.len();
         self.free.0.fetch_add(dropped, AtomicOrdering::Relaxed);
         dropped
+    }
+
+    /// Moves every shard's spare places back to the free places.
+    fn gather_spares(&self) {
+        for shard in self.shards.iter() {
+            self.give_all_spares(&mut lock(&shard.0));
+        }
+    }
+
+    /// Moves a locked shard's spare places back to the free places.
+    fn give_all_spares(&self, shard: &mut ShardState) {
+        let spare = std::mem::take(&mut shard.spare);
+        self.free.0.fetch_add(spare, AtomicOrdering::Relaxed);
     }
 }
 
@@ -425,8 +486,9 @@ impl MemoryStore {
     /// Applies time to every record: expired leases become unknown, expired results
     /// tombstones, and lapsed tombstones and release traces are deleted. Returns how many
     /// records and traces were deleted.
-    /// Claims do this a shard at a time, and all at once when the store is full; call it
-    /// on an interval to give memory back sooner in a store that takes few new keys.
+    /// Claims do this a shard at a time, and all at once when the store is full and something
+    /// can have lapsed since the last time; call it on an interval to give memory back
+    /// sooner in a store that takes few new keys.
     pub fn sweep(&self) -> usize {
         let swept = self.sweep_counted();
         swept.tombstones as usize
@@ -436,6 +498,13 @@ impl MemoryStore {
     /// traces deleted.
     fn sweep_counted(&self) -> Swept {
         let inner = &*self.inner;
+        #[cfg(test)]
+        inner.full_sweeps.fetch_add(1, AtomicOrdering::Relaxed);
+        let swept_at = inner.clock.now();
+        // What is settled or released from now on lapses a tombstone window from now, or
+        // later. (A settlement that read the clock a moment before the sweep began may lapse
+        // that moment sooner; its place then waits that moment for the next sweep.)
+        let mut next_lapse = rules::tombstone_lapse(swept_at, &inner.retention);
         let mut results = 0;
         let dropped: u64 = inner
             .shards
@@ -443,17 +512,34 @@ impl MemoryStore {
             .map(|shard| {
                 let now = inner.clock.now();
                 let mut shard = lock(&shard.0);
-                let swept = inner.sweep_counted(&mut shard, now);
+                let swept = inner.sweep_counted(&mut shard, now, &mut next_lapse);
                 results += swept.results;
-                let dropped = swept.tombstones;
                 // Every spare back to the free places: a claim that found none free sweeps
                 // to gather them.
-                let spare = std::mem::take(&mut shard.spare);
-                inner.free.0.fetch_add(spare, AtomicOrdering::Relaxed);
-                dropped
+                inner.give_all_spares(&mut shard);
+                swept.tombstones
             })
             .sum();
-        Swept::new(results, dropped + inner.sweep_releases() as u64)
+        let traces = inner.sweep_releases_until(&mut next_lapse) as u64;
+        *lock(&inner.lapse_floor) = Some(LapseFloor {
+            swept_at,
+            until: next_lapse,
+        });
+        Swept::new(results, dropped + traces)
+    }
+
+    /// Frees what time has freed, for a claim that found no free place: sweeps the whole
+    /// store, unless the last such sweep found that nothing it kept lapses yet. Then only
+    /// the shards' spare places are gathered: a full store refuses a claim in 64 lock
+    /// acquisitions, not a walk over every record.
+    fn make_room(&self) {
+        let now = self.inner.clock.now();
+        let floor = *lock(&self.inner.lapse_floor);
+        if floor.is_some_and(|floor| floor.holds(now)) {
+            self.inner.gather_spares();
+        } else {
+            self.sweep();
+        }
     }
 
     /// Number of records held (all states, tombstones included).
@@ -530,9 +616,10 @@ impl MemoryStore {
                                 inner.capacity
                             )));
                         }
-                        // None free: drop every lapsed tombstone and gather every shard's
-                        // spare places (with no shard lock held), then look again.
-                        self.sweep();
+                        // None free: drop every lapsed tombstone, if one can have lapsed
+                        // since the last look, and gather every shard's spare places (with
+                        // no shard lock held), then look again.
+                        self.make_room();
                         swept = true;
                         continue;
                     }
@@ -1358,5 +1445,89 @@ mod tests {
         });
         assert_eq!(store.len(), 3, "two lapsed tombstones and the new claim");
         assert_eq!(store.places_accounted(), 3);
+    }
+
+    /// A claim refused by a full store: the number of whole-store sweeps it took.
+    fn sweeps_to_refuse(store: &MemoryStore, name: &str) -> usize {
+        let before = store.inner.full_sweeps.load(AtomicOrdering::Relaxed);
+        let refused = store.claim_now(&request(name), None);
+        assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+        store.inner.full_sweeps.load(AtomicOrdering::Relaxed) - before
+    }
+
+    /// A full store walks its records once to learn that none can lapse yet; until the
+    /// first of them can, it refuses claims without walking them again, and from that
+    /// instant it takes exactly the places that lapsed.
+    #[test]
+    fn a_full_store_sweeps_again_only_when_something_can_have_lapsed() {
+        // 30 completed records settled at t0 (tombstones lapse at t0 + 20 s), 20 at t0 + 5 s.
+        let (store, clock, _) = shard_zero_of_completed(30, 50);
+        clock.advance(Duration::from_secs(5));
+        for i in 0..20 {
+            let req = request(&format!("later-{i}"));
+            let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
+                panic!("not claimed");
+            };
+            let done = Settlement::new(RecordState::Completed);
+            store
+                .settle_now(&req.key, token, done, None, None)
+                .expect("settled");
+        }
+        assert_eq!(sweeps_to_refuse(&store, "refused-0"), 1);
+        for i in 1..100 {
+            assert_eq!(sweeps_to_refuse(&store, &format!("refused-{i}")), 0);
+        }
+        // A millisecond before the first lapse: still refused, still no walk.
+        clock.advance(Duration::from_millis(15_000 - 1));
+        assert_eq!(sweeps_to_refuse(&store, "a millisecond early"), 0);
+        clock.advance(Duration::from_millis(1));
+        for i in 0..30 {
+            let outcome = store.claim_now(&request(&format!("after-{i}")), None);
+            assert!(
+                matches!(outcome, Ok(ClaimOutcome::Claimed(_))),
+                "{i}: {outcome:?}"
+            );
+        }
+        // The sweep that freed those 30 saw the other 20 lapse 5 s later.
+        assert_eq!(sweeps_to_refuse(&store, "one more"), 1);
+        assert_eq!(sweeps_to_refuse(&store, "and another"), 0);
+        assert_eq!(store.len(), 50);
+        assert_eq!(store.places_accounted(), 50);
+    }
+
+    /// A release trace keeps its key's place until its last release lapses, and a full
+    /// store's refusals count it as the next thing to lapse.
+    #[tokio::test]
+    async fn a_full_store_counts_release_traces_among_what_can_lapse() {
+        let (store, clock, _) = shard_zero_of_completed(1, 2);
+        clock.advance(Duration::from_secs(5));
+        let req = request("released");
+        let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
+            panic!("not claimed");
+        };
+        let unknown = Settlement::new(RecordState::Unknown);
+        store
+            .settle(&req.key, token, unknown)
+            .await
+            .expect("unknown");
+        let note = ReleaseNote::new("test", "settled by hand: not executed");
+        store
+            .release_unsettled(&req.key, token, &note)
+            .await
+            .expect("released");
+        assert_eq!(store.len(), 1, "the trace, not a record, holds the place");
+        // The completed record lapses at t0 + 20 s, the trace at t0 + 25 s.
+        assert_eq!(sweeps_to_refuse(&store, "refused"), 1);
+        clock.advance(Duration::from_secs(15));
+        let first = store.claim_now(&request("first lapse"), None);
+        assert!(matches!(first, Ok(ClaimOutcome::Claimed(_))), "{first:?}");
+        assert_eq!(sweeps_to_refuse(&store, "between the lapses"), 1);
+        clock.advance(Duration::from_millis(5000 - 1));
+        assert_eq!(sweeps_to_refuse(&store, "a millisecond early"), 0);
+        clock.advance(Duration::from_millis(1));
+        let second = store.claim_now(&request("second lapse"), None);
+        assert!(matches!(second, Ok(ClaimOutcome::Claimed(_))), "{second:?}");
+        assert!(store.releases(&req.key).await.expect("releases").is_empty());
+        assert_eq!(store.places_accounted(), 2);
     }
 }

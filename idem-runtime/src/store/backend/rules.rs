@@ -43,8 +43,7 @@ pub fn age(record: &mut Record, now: Timestamp, retention: &Retention) -> Aged {
             _ => Aged::Unchanged,
         },
         RecordState::Completed | RecordState::Failed => {
-            // Normalized again here: a custom store may pass its retention through as given.
-            if record.updated_at.plus(retention.normalized().tombstones) <= now {
+            if tombstone_lapse(record.updated_at, retention) <= now {
                 Aged::Gone
             } else if !record.result_expired && record.updated_at.plus(retention.results) <= now {
                 expire_result(record);
@@ -55,6 +54,20 @@ pub fn age(record: &mut Record, now: Timestamp, retention: &Retention) -> Aged {
         }
         RecordState::Pending | RecordState::Unknown | RecordState::Escalated => Aged::Unchanged,
     }
+}
+
+/// When time alone deletes `record` ([`age`] answers [`Aged::Gone`] from then on): its
+/// tombstone's lapse, for a completed or failed record. `None` for a record in any other
+/// state: only a settlement makes it terminal, and its lapse is counted from then.
+pub fn lapses_at(record: &Record, retention: &Retention) -> Option<Timestamp> {
+    matches!(record.state, RecordState::Completed | RecordState::Failed)
+        .then(|| tombstone_lapse(record.updated_at, retention))
+}
+
+/// The end of the tombstone window of a record settled, or a release made, at `at`.
+pub fn tombstone_lapse(at: Timestamp, retention: &Retention) -> Timestamp {
+    // Normalized again here: a custom store may pass its retention through as given.
+    at.plus(retention.normalized().tombstones)
 }
 
 /// [`age`] for a record held shared, as [`ClaimOutcome`] hands records out: the record is
@@ -72,7 +85,7 @@ pub fn due(record: &Record, now: Timestamp, retention: &Retention) -> bool {
     match record.state {
         RecordState::Running => record.lease_until.is_some_and(|until| until <= now),
         RecordState::Completed | RecordState::Failed => {
-            record.updated_at.plus(retention.normalized().tombstones) <= now
+            tombstone_lapse(record.updated_at, retention) <= now
                 || (!record.result_expired && record.updated_at.plus(retention.results) <= now)
         }
         RecordState::Pending | RecordState::Unknown | RecordState::Escalated => false,
@@ -398,7 +411,12 @@ pub fn release_traced(
 
 /// True when `release` is past the tombstone window: it is dropped from its key's trace.
 pub fn release_lapsed(release: &ReleaseRecord, now: Timestamp, retention: &Retention) -> bool {
-    release.at.plus(retention.normalized().tombstones) <= now
+    release_lapses_at(release, retention) <= now
+}
+
+/// When `release` lapses ([`release_lapsed`] from then on).
+pub fn release_lapses_at(release: &ReleaseRecord, retention: &Retention) -> Timestamp {
+    tombstone_lapse(release.at, retention)
 }
 
 /// Bounds a key's release trace (oldest first): drops the lapsed releases, then keeps the
