@@ -5,7 +5,8 @@
 //!     cargo bench -p idem-rs --features sqlite,redis,postgres --bench stores
 //! ```
 //!
-//! MemoryStore and SQLite (both sync modes, on a temp file) always run; Redis and Postgres
+//! MemoryStore (also full: a refused claim beside a repeat's) and SQLite (both sync modes, on
+//! a temp file) always run; Redis and Postgres
 //! run when their variable is set (otherwise the bench says it skipped them). Each iteration
 //! claims a fresh key and settles it completed, exactly what the executor does around a
 //! handler. Network backends are measured over
@@ -19,6 +20,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use idem::identity::KeyMaterial;
 use idem::store::backend::{ClaimOutcome, ClaimRequest, Settlement};
+use idem::store::StoreError;
 use idem::{identity::Fingerprint, store::RecordState, IdemKey, Scope};
 use idem::{IdemStore, MemoryStore};
 use serde_json::json;
@@ -69,6 +71,38 @@ fn bench_store(
     });
 }
 
+/// What a full `MemoryStore` does with a claim of a new key (refuse it), beside a repeat's
+/// claim of a key it holds: refusing costs about what answering does, not a walk over every
+/// record.
+fn bench_full_memory(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
+    let store = MemoryStore::new();
+    let run = "bench-full";
+    let held = store.max_records() as u64;
+    rt.block_on(async {
+        for n in 0..held {
+            claim_and_settle(&store, n, run).await;
+        }
+    });
+    let repeat = request(0, run);
+    c.bench_function("full/memory_repeat", |b| {
+        b.to_async(rt).iter(|| async {
+            let outcome = store.claim(black_box(&repeat)).await.expect("claim");
+            assert!(!matches!(outcome, ClaimOutcome::Claimed(_)), "a held key");
+        })
+    });
+    let counter = AtomicU64::new(held);
+    c.bench_function("full/memory_refused", |b| {
+        b.to_async(rt).iter(|| {
+            let req = request(counter.fetch_add(1, Ordering::Relaxed), run);
+            let store = &store;
+            async move {
+                let refused = store.claim(black_box(&req)).await;
+                assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+            }
+        })
+    });
+}
+
 fn stores(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -76,6 +110,7 @@ fn stores(c: &mut Criterion) {
         .build()
         .expect("a runtime");
     bench_store(c, &rt, "memory", Arc::new(MemoryStore::new()));
+    bench_full_memory(c, &rt);
 
     // SQLite on a temp file, once per sync mode (FULL fsyncs every commit, NORMAL does not).
     #[cfg(feature = "sqlite")]
