@@ -232,9 +232,11 @@ impl Hasher for KeyHasher {
 /// of a new key when the store is full first drops every lapsed tombstone (and release); if
 /// that frees nothing it is refused with [`StoreError::Full`] (the call fails before its
 /// handler runs). That walk over the records also learns when the first of those it kept
-/// lapses, and until then a full store refuses new keys without walking them again. No record is ever evicted to make room: an unsettled record, or a tombstone inside its window, is the
-/// only thing standing between a repeat and a second effect. Lapsed tombstones are also
-/// swept a shard at a time as new keys are claimed, and by [`MemoryStore::sweep`].
+/// lapses, and until then a full store refuses new keys without walking them again. No
+/// record is ever evicted to make room: an unsettled record, or a tombstone inside its
+/// window, is the only thing standing between a repeat and a second effect. Lapsed
+/// tombstones are also swept a shard at a time as new keys are claimed, and by
+/// [`MemoryStore::sweep`].
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
@@ -1069,6 +1071,18 @@ mod tests {
             .filter(move |n| shard_index(&conformance::key(n)) == shard)
     }
 
+    /// Claims `name` and settles it completed, without output, as the tests' filler.
+    fn complete(store: &MemoryStore, name: &str) {
+        let req = request(name);
+        let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
+            panic!("{name} not claimed");
+        };
+        let done = Settlement::new(RecordState::Completed);
+        store
+            .settle_now(&req.key, token, done, None, None)
+            .expect("settled");
+    }
+
     impl MemoryStore {
         /// Every place of the capacity, wherever it is: free, spare in a shard, a record, or a
         /// key's release trace. Must always be the capacity.
@@ -1385,14 +1399,7 @@ mod tests {
             .capacity(capacity);
         let names: Vec<String> = names_in_shard(0).take(n).collect();
         for name in &names {
-            let req = request(name);
-            let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
-                panic!("not claimed");
-            };
-            let done = Settlement::new(RecordState::Completed);
-            store
-                .settle_now(&req.key, token, done, None, None)
-                .expect("settled");
+            complete(&store, name);
         }
         (store, clock, names)
     }
@@ -1464,14 +1471,7 @@ mod tests {
         let (store, clock, _) = shard_zero_of_completed(30, 50);
         clock.advance(Duration::from_secs(5));
         for i in 0..20 {
-            let req = request(&format!("later-{i}"));
-            let Ok(ClaimOutcome::Claimed(token)) = store.claim_now(&req, None) else {
-                panic!("not claimed");
-            };
-            let done = Settlement::new(RecordState::Completed);
-            store
-                .settle_now(&req.key, token, done, None, None)
-                .expect("settled");
+            complete(&store, &format!("later-{i}"));
         }
         assert_eq!(sweeps_to_refuse(&store, "refused-0"), 1);
         for i in 1..100 {
