@@ -2,8 +2,8 @@
 //! an in-memory ledger — as an idem tool (in-memory store, one caller) and as a plain rmcp
 //! tool, each served on its own loopback port by the same accept loop and the same rmcp
 //! transport (rmcp's defaults: sessions, so each reply comes on an event stream), called one
-//! after another by one keep-alive client. Prints the median per call of each and their
-//! ratio.
+//! after another by one keep-alive client. Prints the median per call of each, their
+//! difference and their ratio.
 //!
 //! ```text
 //! cargo run --release --example mcp_overhead --features mcp [-- CALLS]
@@ -303,6 +303,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "idem tool (in-memory store): median {:.1} us per tools/call",
         idem.as_secs_f64() * 1e6
+    );
+    println!(
+        "idem - plain: {:.1} us per tools/call",
+        (idem.as_secs_f64() - plain.as_secs_f64()) * 1e6
     );
     println!(
         "ratio idem / plain: {:.3}",

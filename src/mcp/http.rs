@@ -150,7 +150,14 @@ impl McpHttpGuard {
 /// A host with an rmcp handler of its own (its tools joined with idem's through
 /// [`McpServer::join_router`]) puts it behind the same guard with
 /// [`McpHttpGuard::serve_handler`].
+///
+/// Cloning it is one reference count: hyper and tower clone a service for every request.
 pub struct McpHttpService<H = McpHandler> {
+    parts: Arc<ServiceParts<H>>,
+}
+
+/// What every clone of one [`McpHttpService`] shares.
+struct ServiceParts<H> {
     inner: StreamableHttpService<H, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
     guard: McpHttpGuard,
@@ -159,9 +166,7 @@ pub struct McpHttpService<H = McpHandler> {
 impl<H> Clone for McpHttpService<H> {
     fn clone(&self) -> Self {
         McpHttpService {
-            inner: self.inner.clone(),
-            sessions: self.sessions.clone(),
-            guard: self.guard.clone(),
+            parts: self.parts.clone(),
         }
     }
 }
@@ -169,7 +174,7 @@ impl<H> Clone for McpHttpService<H> {
 impl<H> std::fmt::Debug for McpHttpService<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpHttpService")
-            .field("guard", &self.guard)
+            .field("guard", &self.parts.guard)
             .finish_non_exhaustive()
     }
 }
@@ -210,9 +215,11 @@ impl McpHttpGuard {
         sessions.session_config.sse_retry = config.sse_retry;
         let sessions = Arc::new(sessions);
         McpHttpService {
-            inner: StreamableHttpService::new(factory, sessions.clone(), config),
-            sessions,
-            guard: self,
+            parts: Arc::new(ServiceParts {
+                inner: StreamableHttpService::new(factory, sessions.clone(), config),
+                sessions,
+                guard: self,
+            }),
         }
     }
 }
@@ -225,8 +232,9 @@ impl<H: ServerHandler + Send + 'static> McpHttpService<H> {
         B::Error: Display,
         B::Data: Send,
     {
+        let parts = &*self.parts;
         let (mut head, body) = request.into_parts();
-        if let Some(authenticate) = &self.guard.authenticate {
+        if let Some(authenticate) = &parts.guard.authenticate {
             match authenticate(&head) {
                 Ok(caller) => {
                     head.extensions.insert(caller);
@@ -243,13 +251,13 @@ impl<H: ServerHandler + Send + 'static> McpHttpService<H> {
                 .get("mcp-protocol-version")
                 .and_then(|v| v.to_str().ok())
                 .is_none_or(|v| v < "2026-07-28");
-        if opens_session && self.sessions.sessions.read().await.len() >= self.guard.max_sessions {
+        if opens_session && parts.sessions.sessions.read().await.len() >= parts.guard.max_sessions {
             return plain(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too many live MCP sessions; try again later",
             );
         }
-        self.inner.handle(Request::from_parts(head, body)).await
+        parts.inner.handle(Request::from_parts(head, body)).await
     }
 }
 
