@@ -21,7 +21,9 @@
 //! Annotations (`title`, `description`, `default`, `examples`, `deprecated`, `readOnly`,
 //! `writeOnly`, `format`, `$comment`, `content*`, …) constrain nothing and are ignored, as
 //! are keywords JSON Schema does not define. On all of it the validator agrees with the
-//! `jsonschema` crate (a differential property test, `tests.rs`).
+//! `jsonschema` crate (a differential property test, `tests.rs`) but at one point:
+//! `jsonschema` rounds an integer beyond 2^53 to an `f64` before dividing it by a fractional
+//! `multipleOf`, so it finds `u64::MAX` no multiple of `2.5`; here it is one, exactly.
 //!
 //! **Fail closed.** A schema with a keyword that constrains values and is not understood
 //! here — `pattern`, `patternProperties`, `dependentSchemas`, `dependentRequired`,
